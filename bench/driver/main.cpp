@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("quantjit-bench: placeholder"); return 0; }

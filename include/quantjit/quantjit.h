@@ -1,0 +1,330 @@
+/*
+ * quantjit.h -- the C API of quantjit, a library of quantized CPU kernels generated at run time.
+ *
+ * This header is the ABI. It is valid C99 and C++; every symbol is prefixed qj_ / QJ_.
+ *
+ * Conventions (see README.md for worked examples):
+ *  - Every fallible call returns qj_status; QJ_OK == 0. On failure, qj_last_error() returns a
+ *    thread-local message naming the argument and the value that was wrong, and nothing has been
+ *    written to any output buffer.
+ *  - Handles are opaque pointers created and destroyed in pairs. Destroy functions accept NULL.
+ *  - Sizes and leading dimensions are int64_t counts of elements (not bytes) unless a name says
+ *    otherwise. Matrices are row-major.
+ *  - Kernels are generated when a plan is created, never inside a run call.
+ *
+ * Byte layouts that are part of the ABI are documented next to the types that use them.
+ */
+#ifndef QUANTJIT_H_
+#define QUANTJIT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(QJ_BUILDING_LIBRARY)
+#define QJ_API __attribute__((visibility("default")))
+#else
+#define QJ_API
+#endif
+
+#define QJ_VERSION_MAJOR 0
+#define QJ_VERSION_MINOR 1
+#define QJ_VERSION_PATCH 0
+/** Numeric version, e.g. 100 for 0.1.0. Compare with qj_version() to detect header/library skew. */
+#define QJ_VERSION (QJ_VERSION_MAJOR * 10000 + QJ_VERSION_MINOR * 100 + QJ_VERSION_PATCH)
+#define QJ_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status and errors                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Result of every fallible call. */
+typedef enum qj_status {
+  QJ_OK = 0,                    /**< success */
+  QJ_ERR_INVALID_ARGUMENT = 1,  /**< null pointer, bad size, bad enum, bad scale, bad stride ... */
+  QJ_ERR_OUT_OF_RANGE = 2,      /**< an index or offset outside its table / array */
+  QJ_ERR_UNSUPPORTED = 3,       /**< a valid request that this build does not implement */
+  QJ_ERR_OUT_OF_MEMORY = 4,     /**< an allocation (host or JIT memory) failed */
+  QJ_ERR_CORRUPT_DATA = 5,      /**< a serialized buffer failed its size, magic or checksum check */
+  QJ_ERR_VERSION_MISMATCH = 6,  /**< a serialized buffer from an incompatible format version */
+  QJ_ERR_ISA_UNAVAILABLE = 7,   /**< an ISA above what this CPU supports was requested */
+  QJ_ERR_INTERNAL = 8           /**< a bug: please report it with QJ_VERBOSE=2 output */
+} qj_status;
+
+/** Static name of a status, e.g. "QJ_ERR_INVALID_ARGUMENT". Unknown values give "QJ_ERR_UNKNOWN". */
+QJ_API const char* qj_status_name(qj_status s);
+/** This thread's message for its most recent failed call ("" if none). Valid until the next call
+ *  on this thread. */
+QJ_API const char* qj_last_error(void);
+/** Library version string, e.g. "0.1.0". */
+QJ_API const char* qj_version(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* CPU features and the ISA cap                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/** ISA tiers, ordered: each includes everything below it. */
+typedef enum qj_isa {
+  QJ_ISA_SCALAR = 0,      /**< portable C++ reference kernels only */
+  QJ_ISA_AVX2 = 1,        /**< AVX2 + FMA + F16C, ymm */
+  QJ_ISA_AVX512 = 2,      /**< AVX-512 F/BW/VL/DQ, zmm */
+  QJ_ISA_AVX512_VNNI = 3  /**< AVX-512 + VNNI (vpdpbusd) */
+} qj_isa;
+
+/** Best ISA tier this CPU supports (ignores the cap). */
+QJ_API qj_isa qj_cpu_isa(void);
+/** Current cap: the tier kernels are generated for (min of cpu ISA and the cap). */
+QJ_API qj_isa qj_max_isa(void);
+/** Cap the ISA used by plans created from now on. A tier above the CPU is QJ_ERR_ISA_UNAVAILABLE
+ *  (never a silent downgrade). The environment variable QJ_MAX_ISA (scalar, avx2, avx512,
+ *  avx512_vnni) sets the initial cap. */
+QJ_API qj_status qj_set_max_isa(qj_isa isa);
+/** Static name of an ISA tier: "scalar", "avx2", "avx512", "avx512_vnni". */
+QJ_API const char* qj_isa_name(qj_isa isa);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Data types                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum qj_dtype {
+  QJ_DT_UNDEFINED = 0,
+  QJ_U8 = 1,
+  QJ_S8 = 2,
+  QJ_S32 = 3,
+  QJ_F32 = 4,
+  QJ_F16 = 5,   /**< IEEE binary16 */
+  QJ_BF16 = 6,  /**< bfloat16, round-to-nearest-even when produced */
+  QJ_S4 = 7,    /**< two's complement nibbles, -8..7, low nibble = even index along K */
+  QJ_U4 = 8,    /**< unsigned nibbles, 0..15, low nibble = even index along K */
+  /* OCP Microscaling (MX.md): blocks of 32 elements, one E8M0 scale per block. */
+  QJ_MXFP8_E4M3 = 16,
+  QJ_MXFP8_E5M2 = 17,
+  QJ_MXFP6_E3M2 = 18,
+  QJ_MXFP6_E2M3 = 19,
+  QJ_MXFP4_E2M1 = 20,
+  QJ_MXINT8 = 21,
+  /* Shared-microexponent BDR formats (MX.md section 6): blocks of 16. */
+  QJ_BDR_MX9 = 24,
+  QJ_BDR_MX6 = 25,
+  QJ_BDR_MX4 = 26,
+  /* Fused-rowwise embedding rows (byte-compatible with FBGEMM / PyTorch). */
+  QJ_FUSED_8BIT = 32,  /**< dim u8, then fp32 scale, fp32 bias */
+  QJ_FUSED_4BIT = 33,  /**< ceil(dim/2) bytes (low nibble first), then fp16 scale, fp16 bias */
+  QJ_FUSED_2BIT = 34   /**< ceil(dim/4) bytes (low bits first), then fp16 scale, fp16 bias */
+} qj_dtype;
+
+/** Static name of a dtype, e.g. "u8", "mxfp4_e2m1"; "undefined" for unknown values. */
+QJ_API const char* qj_dtype_name(qj_dtype t);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Threading                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The slice of a problem one call computes, FBGEMM style: the caller's pool calls a run function
+ *  once per thread with thread_id in [0, num_threads). Every partition gives bit-identical output. */
+typedef struct qj_partition {
+  int32_t thread_id;
+  int32_t num_threads;
+} qj_partition;
+
+/** A task body: run the slice thread_id of num_threads. */
+typedef void (*qj_task_fn)(void* ctx, int32_t thread_id, int32_t num_threads);
+/** A pool hook: must call fn(ctx, t, num_threads) once for every t in [0, num_threads) and return
+ *  when all have returned. */
+typedef void (*qj_parallel_for_fn)(void* pool, qj_task_fn fn, void* ctx, int32_t num_threads);
+
+/** Install the pool used by the *_run_parallel convenience calls (NULL restores the built-in
+ *  pool of std::threads). Not thread-safe against concurrent *_run_parallel calls. */
+QJ_API void qj_set_parallel_for(qj_parallel_for_fn fn, void* pool);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Packed weights                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct qj_weights_s* qj_weights;
+
+typedef enum qj_layout {
+  QJ_LAYOUT_KN = 0,  /**< B[k][n], row k at data + k*ld */
+  QJ_LAYOUT_NK = 1   /**< B stored transposed: column n at data + n*ld (PyTorch Linear weight) */
+} qj_layout;
+
+typedef enum qj_granularity {
+  QJ_GRAN_TENSOR = 0,   /**< one scale / zero point */
+  QJ_GRAN_CHANNEL = 1,  /**< one per output column n */
+  QJ_GRAN_GROUP = 2,    /**< one per (group of group_size along K, column n), stored [K/G][N] */
+  QJ_GRAN_ROW = 3       /**< activations only: one per row of A (dynamic quantization) */
+} qj_granularity;
+
+/** Describes weights B (K x N) handed to qj_weights_pack / qj_weights_quantize_pack.
+ *
+ *  Value of an integer weight: w = scale * (q - zero_point).
+ *  - S8: q in [-128, 127], one byte per element, zero_point in [-128, 127].
+ *  - S4 / U4: two values per byte, low nibble = even k (the row-major element order along K for
+ *    QJ_LAYOUT_NK, i.e. packed along K; for QJ_LAYOUT_KN element (k, n) is nibble k%2 of byte
+ *    (k/2)*ld + n). Zero points in the nibble's range.
+ *  scales: 1 (tensor), N (channel) or (K/group_size)*N (group, [g][n]) floats, finite and > 0.
+ *  zero_points: same count as scales, or NULL for all zero.
+ *  For qj_weights_quantize_pack, scales and zero_points must be NULL: they are computed
+ *  (symmetric, amax/qmax per channel or per group). */
+typedef struct qj_weights_desc {
+  qj_dtype dtype;
+  int64_t k;
+  int64_t n;
+  qj_layout layout;
+  qj_granularity granularity;
+  int64_t group_size;          /**< for QJ_GRAN_GROUP: divides K; ignored otherwise */
+  const float* scales;
+  const int32_t* zero_points;
+} qj_weights_desc;
+
+/** Pack quantized weights into the layout of the current ISA tier. ld is in elements of the
+ *  stored layout (bytes for S8; for S4/U4, ld counts bytes of packed nibbles). */
+QJ_API qj_status qj_weights_pack(const qj_weights_desc* desc, const void* data, int64_t ld,
+                                 qj_weights* out);
+/** Quantize fp32 weights (K x N or N x K as desc->layout says, ld in floats) to desc->dtype with
+ *  symmetric scales computed per channel or per group, then pack. */
+QJ_API qj_status qj_weights_quantize_pack(const qj_weights_desc* desc, const float* w, int64_t ld,
+                                          qj_weights* out);
+/** Bytes qj_weights_serialize needs (0 for NULL). */
+QJ_API size_t qj_weights_serialized_size(qj_weights w);
+/** Write a versioned, checksummed image of w. size must be >= qj_weights_serialized_size(w). */
+QJ_API qj_status qj_weights_serialize(qj_weights w, void* buf, size_t size);
+/** Read an image written by qj_weights_serialize. A truncated, corrupted or wrong-version buffer
+ *  is rejected; an image packed for another ISA tier is repacked for the current one. */
+QJ_API qj_status qj_weights_deserialize(const void* buf, size_t size, qj_weights* out);
+/** Dimensions and type of packed weights (any pointer may be NULL). */
+QJ_API qj_status qj_weights_info(qj_weights w, qj_dtype* dtype, int64_t* k, int64_t* n, qj_isa* isa);
+QJ_API void qj_weights_destroy(qj_weights w);
+
+/* ------------------------------------------------------------------------------------------ */
+/* GEMM: C (M x N) = output_stage(A (M x K) * B (K x N))                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct qj_gemm_plan_s* qj_gemm_plan;
+
+typedef enum qj_activation {
+  QJ_ACT_NONE = 0,
+  QJ_ACT_RELU = 1
+} qj_activation;
+
+/** The GEMM problem apart from M and the data pointers.
+ *
+ *  A types:
+ *   - QJ_U8: value = a_scale * (a - a_zero_point), a_zero_point in [0, 255].
+ *   - QJ_S8: value = a_scale * (a - a_zero_point), a_zero_point in [-128, 127].
+ *   - QJ_F32 / QJ_BF16 with integer weights: quantized on the fly while A is packed, symmetric to
+ *     [-127, 127] with scale amax/127 per row (a_granularity = QJ_GRAN_ROW) or per call
+ *     (QJ_GRAN_TENSOR). a_scale / a_zero_point are ignored.
+ *  Output types:
+ *   - QJ_S32: the exact integer sum  sum_k (a - za) * (b - zb)  (integer weights, non-group only).
+ *   - QJ_F32 / QJ_BF16: y = a_scale * b_scale[n] * sum + bias[n], then activation.
+ *   - QJ_U8 / QJ_S8: q = saturate(round_half_even(y / c_scale) + c_zero_point); ReLU clamps at
+ *     c_zero_point. Exact definition (bit-exact across ISAs) in docs/kernel-contract.md.
+ *  bias: N floats or NULL; copied at plan creation. */
+typedef struct qj_gemm_desc {
+  qj_dtype a_type;
+  float a_scale;
+  int32_t a_zero_point;
+  qj_granularity a_granularity;  /**< for dynamic (F32/BF16) A: QJ_GRAN_ROW or QJ_GRAN_TENSOR */
+  qj_dtype c_type;
+  float c_scale;
+  int32_t c_zero_point;
+  const float* bias;
+  qj_activation activation;
+  float beta;                    /**< float outputs only: C = result + beta * C (0 = overwrite) */
+} qj_gemm_desc;
+
+/** Create a plan for desc and weights b (the plan keeps its own reference to b: destroying b
+ *  afterwards is allowed). Generates (or fetches from the cache) every kernel the plan needs. */
+QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_gemm_plan* out);
+/** Run the plan on M rows. lda, ldc in elements. part = NULL runs the whole problem on the calling
+ *  thread. A plan may be run concurrently from many threads. */
+QJ_API qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
+                             int64_t ldc, const qj_partition* part);
+/** Convenience: run over num_threads threads with the installed pool (qj_set_parallel_for). */
+QJ_API qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t lda,
+                                      void* c, int64_t ldc, int32_t num_threads);
+QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Embedding-bag                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct qj_embedding_bag_plan_s* qj_embedding_bag_plan;
+
+typedef enum qj_pooling {
+  QJ_POOL_SUM = 0,
+  QJ_POOL_MEAN = 1,
+  QJ_POOL_NONE = 2  /**< gather only: one output row per index */
+} qj_pooling;
+
+typedef struct qj_embedding_bag_desc {
+  qj_dtype row_type;        /**< F32, F16, BF16, FUSED_8BIT/4BIT/2BIT, MX types */
+  int64_t dim;              /**< elements per row */
+  int32_t index_bits;       /**< 32 or 64 */
+  int32_t offset_bits;      /**< 32 or 64 */
+  int32_t use_lengths;      /**< 0: offsets (num_bags + 1 entries), 1: lengths (num_bags) */
+  int32_t weighted;         /**< per-index weights */
+  int32_t positional;       /**< weights indexed by position within the bag */
+  qj_pooling pooling;
+  qj_dtype out_type;        /**< F32, F16, BF16 */
+  int64_t out_stride;       /**< elements between output rows (>= dim) */
+  int32_t prefetch_distance;/**< rows ahead to prefetch; 0 disables */
+  int32_t scale_bias_first; /**< FBGEMM TBE layout: scale/bias before the packed values */
+  const int32_t* remap;     /**< optional pruned-table remap (index -> row or -1) */
+  int64_t remap_size;
+} qj_embedding_bag_desc;
+
+QJ_API qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc,
+                                              qj_embedding_bag_plan* out);
+QJ_API qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64_t num_rows,
+                                      int64_t num_bags, const void* indices, int64_t num_indices,
+                                      const void* offsets_or_lengths, const float* weights,
+                                      void* out, const qj_partition* part);
+QJ_API void qj_embedding_bag_plan_destroy(qj_embedding_bag_plan p);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Conversions                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum qj_rounding {
+  QJ_ROUND_FLOOR = 0, /**< OCP MX scale rule (default) */
+  QJ_ROUND_RCEIL = 1  /**< round-up scale: never clamps the block maximum */
+} qj_rounding;
+
+QJ_API qj_status qj_quantize_rowwise(qj_dtype dst_type, const float* src, int64_t rows, int64_t dim,
+                                     void* dst);
+QJ_API qj_status qj_dequantize_rowwise(qj_dtype src_type, const void* src, int64_t rows,
+                                       int64_t dim, float* dst);
+QJ_API qj_status qj_mx_quantize(qj_dtype mx_type, qj_rounding r, const float* src, int64_t n,
+                                void* elems, uint8_t* scales);
+QJ_API qj_status qj_mx_dequantize(qj_dtype mx_type, const void* elems, const uint8_t* scales,
+                                  int64_t n, float* dst);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Kernel cache                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct qj_cache_stats_t {
+  uint64_t hits;              /**< lookups answered from the cache */
+  uint64_t misses;            /**< lookups that generated a kernel */
+  uint64_t evictions;         /**< kernels dropped to respect QJ_CACHE_MAX_BYTES */
+  uint64_t entries;           /**< kernels in the cache now */
+  uint64_t code_bytes;        /**< bytes of JIT code held now (cached or pinned by live plans) */
+  uint64_t max_bytes;         /**< the bound (QJ_CACHE_MAX_BYTES; default 64 MiB) */
+  uint64_t generation_ns;     /**< total time spent generating kernels */
+  uint64_t fallbacks;         /**< plans that fell back to the scalar reference */
+} qj_cache_stats_t;
+
+QJ_API void qj_cache_stats(qj_cache_stats_t* out);
+/** Drop every cached kernel not used by a live plan. */
+QJ_API void qj_cache_clear(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QUANTJIT_H_ */

@@ -1,0 +1,24 @@
+// CPU features and the ISA cap.
+//
+// The tiers form a chain (scalar < avx2 < avx512 < avx512_vnni), as oneDNN's ONEDNN_MAX_CPU_ISA
+// and ruy's RUY_PATHS do. Plans are built for min(cpu tier, cap). Tests lower the cap to run
+// every tier the host supports; raising it above the CPU is an error, never a silent downgrade.
+#pragma once
+#include <quantjit/quantjit.h>
+
+namespace qj {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vnni = false, avx512vbmi = false, avx512bf16 = false;
+};
+
+const CpuFeatures& cpu_features();
+qj_isa cpu_isa();              // best tier of this CPU
+qj_isa max_isa();              // the cap in force (<= cpu_isa())
+qj_status set_max_isa(qj_isa isa);
+const char* isa_name(qj_isa isa);
+bool parse_isa(const char* s, qj_isa* out);
+
+}  // namespace qj

@@ -1,0 +1,308 @@
+#include "src/core/kernel_cache.h"
+
+#include <asmjit/x86.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "src/core/jit_memory.h"
+#include "src/core/log.h"
+#include "src/core/status.h"
+
+namespace qj {
+
+uint64_t KernelKey::hash() const {
+  // FNV-1a over the 64 key bytes, 8 at a time (the key has no padding, see static_assert).
+  uint64_t h = 1469598103934665603ull;
+  uint64_t w[8];
+  std::memcpy(w, this, sizeof w);
+  for (uint64_t x : w) {
+    h ^= x;
+    h *= 1099511628211ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+struct CachedKernel {
+  KernelKey key;
+  JitBlock block;
+  std::string name;
+  double gen_us = 0;
+  std::atomic<uint64_t> last_use{0};
+  // single-flight state
+  std::mutex m;
+  std::condition_variable cv;
+  std::atomic<int> state{0};  // 0 generating, 1 ready, 2 failed
+  qj_status status = QJ_OK;
+  std::string error;
+  ~CachedKernel();
+};
+
+namespace {
+
+struct KeyHash {
+  size_t operator()(const KernelKey& k) const { return static_cast<size_t>(k.hash()); }
+};
+
+constexpr int kShards = 16;
+
+struct Shard {
+  std::mutex m;
+  std::unordered_map<KernelKey, std::shared_ptr<CachedKernel>, KeyHash> map;
+};
+
+struct Stats {
+  std::atomic<uint64_t> hits{0}, misses{0}, evictions{0}, code_bytes{0}, gen_ns{0}, fallbacks{0};
+  std::atomic<uint64_t> entries{0};
+  std::atomic<uint64_t> tick{0};
+};
+
+Shard* shards() {
+  static Shard s[kShards];
+  return s;
+}
+Stats& stats() {
+  static Stats s;
+  return s;
+}
+
+uint64_t max_bytes() {
+  static const uint64_t v = [] {
+    const char* e = std::getenv("QJ_CACHE_MAX_BYTES");
+    if (e && *e) {
+      char* end = nullptr;
+      unsigned long long x = std::strtoull(e, &end, 10);
+      if (end && *end == '\0') return static_cast<uint64_t>(x);
+      log_line("QJ_CACHE_MAX_BYTES=%s is not a byte count; using 64 MiB", e);
+    }
+    return static_cast<uint64_t>(64) << 20;
+  }();
+  return v;
+}
+
+void write_perf_map(const CachedKernel& k) {
+  static const bool on = [] {
+    const char* e = std::getenv("QJ_PERF_MAP");
+    return e && std::atoi(e) != 0;
+  }();
+  if (!on) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  char path[64];
+  std::snprintf(path, sizeof path, "/tmp/perf-%d.map", static_cast<int>(getpid()));
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f, "%lx %zx %s\n", reinterpret_cast<unsigned long>(k.block.code), k.block.bytes,
+                 k.name.c_str());
+    std::fclose(f);
+  }
+}
+
+struct EmitError : public asmjit::ErrorHandler {
+  asmjit::Error err = asmjit::kErrorOk;
+  std::string msg;
+  void handleError(asmjit::Error e, const char* message, asmjit::BaseEmitter*) override {
+    if (err == asmjit::kErrorOk) {
+      err = e;
+      msg = message;
+    }
+  }
+};
+
+struct FillCtx {
+  asmjit::CodeHolder* code;
+  size_t size;
+};
+
+bool fill_code(void* ctx, void* dst, void* final_addr) {
+  auto* c = static_cast<FillCtx*>(ctx);
+  if (c->code->relocateToBase(reinterpret_cast<uint64_t>(final_addr)) != asmjit::kErrorOk) return false;
+  if (c->code->codeSize() > c->size) return false;
+  return c->code->copyFlattenedData(dst, c->size, asmjit::CopySectionFlags::kPadTargetBuffer) ==
+         asmjit::kErrorOk;
+}
+
+// Generates the code for k->key; fills k->block or k->status/error.
+void generate(CachedKernel* k, const KernelFamily& fam) {
+  auto t0 = std::chrono::steady_clock::now();
+  k->name = fam.name(k->key);
+  asmjit::CodeHolder code;
+  code.init(asmjit::Environment::host());
+  EmitError eh;
+  code.setErrorHandler(&eh);
+  asmjit::x86::Assembler a(&code);
+  std::string why;
+  bool ok = fam.emit(k->key, a, &why);
+  if (!ok || eh.err != asmjit::kErrorOk) {
+    k->status = ok ? QJ_ERR_INTERNAL : QJ_ERR_UNSUPPORTED;
+    k->error = ok ? "asmjit: " + eh.msg : why;
+    return;
+  }
+  code.flatten();
+  code.resolveUnresolvedLinks();
+  FillCtx ctx{&code, code.codeSize()};
+  if (eh.err != asmjit::kErrorOk || !jit_alloc_and_seal(ctx.size, fill_code, &ctx, &k->block)) {
+    k->status = eh.err != asmjit::kErrorOk ? QJ_ERR_INTERNAL : QJ_ERR_OUT_OF_MEMORY;
+    k->error = eh.err != asmjit::kErrorOk ? "asmjit: " + eh.msg : "cannot map JIT memory";
+    return;
+  }
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  k->gen_us = ns / 1000.0;
+  stats().gen_ns += static_cast<uint64_t>(ns);
+  stats().code_bytes += k->block.bytes;
+  QJ_LOG(1, "jit,%s,%zu bytes,%.1f us", k->name.c_str(), ctx.size, k->gen_us);
+  write_perf_map(*k);
+}
+
+// Drops unused kernels, least recently used first, until the cache is under its bound.
+void evict_if_needed() {
+  Stats& st = stats();
+  uint64_t bound = max_bytes();
+  while (st.code_bytes.load() > bound) {
+    // Find the least recently used evictable entry across shards.
+    int best_shard = -1;
+    KernelKey best_key{};
+    uint64_t best_tick = UINT64_MAX;
+    for (int s = 0; s < kShards; ++s) {
+      Shard& sh = shards()[s];
+      std::lock_guard<std::mutex> lock(sh.m);
+      for (auto& [key, k] : sh.map) {
+        if (k.use_count() != 1 || k->state != 1) continue;  // held by a plan, or in flight
+        uint64_t t = k->last_use.load(std::memory_order_relaxed);
+        if (t < best_tick) {
+          best_tick = t;
+          best_shard = s;
+          best_key = key;
+        }
+      }
+    }
+    if (best_shard < 0) return;  // everything is in use: the bound yields to live plans
+    Shard& sh = shards()[best_shard];
+    std::shared_ptr<CachedKernel> victim;
+    {
+      std::lock_guard<std::mutex> lock(sh.m);
+      auto it = sh.map.find(best_key);
+      if (it == sh.map.end() || it->second.use_count() != 1) continue;
+      victim = std::move(it->second);
+      sh.map.erase(it);
+    }
+    st.entries--;
+    st.evictions++;
+    QJ_LOG(2, "cache: evicted %s (%zu bytes)", victim->name.c_str(), victim->block.bytes);
+  }
+}
+
+}  // namespace
+
+CachedKernel::~CachedKernel() {
+  if (block.code) {
+    stats().code_bytes -= block.bytes;
+    jit_free(block);
+  }
+}
+
+KernelRef::KernelRef(std::shared_ptr<CachedKernel> k) : k_(std::move(k)) {}
+void* KernelRef::entry() const { return k_ ? k_->block.code : nullptr; }
+const std::string& KernelRef::name() const {
+  static const std::string empty;
+  return k_ ? k_->name : empty;
+}
+size_t KernelRef::code_bytes() const { return k_ ? k_->block.bytes : 0; }
+double KernelRef::gen_us() const { return k_ && !hit_ ? k_->gen_us : 0.0; }
+
+qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRef* out) {
+  Stats& st = stats();
+  Shard& sh = shards()[key.hash() % kShards];
+  std::shared_ptr<CachedKernel> k;
+  bool mine = false;
+  {
+    std::lock_guard<std::mutex> lock(sh.m);
+    auto it = sh.map.find(key);
+    if (it != sh.map.end()) {
+      k = it->second;
+    } else {
+      k = std::make_shared<CachedKernel>();
+      k->key = key;
+      sh.map.emplace(key, k);
+      mine = true;
+    }
+  }
+  k->last_use.store(st.tick.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  if (mine) {
+    st.misses++;
+    generate(k.get(), fam);
+    {
+      std::lock_guard<std::mutex> lock(k->m);
+      k->state = k->status == QJ_OK ? 1 : 2;
+    }
+    k->cv.notify_all();
+    if (k->status != QJ_OK) {
+      std::lock_guard<std::mutex> lock(sh.m);
+      auto it = sh.map.find(key);
+      if (it != sh.map.end() && it->second == k) sh.map.erase(it);
+      return fail(k->status, "kernel %s: %s", k->name.c_str(), k->error.c_str());
+    }
+    st.entries++;
+    *out = KernelRef(std::move(k));
+    evict_if_needed();
+    return QJ_OK;
+  }
+  {
+    std::unique_lock<std::mutex> lock(k->m);
+    k->cv.wait(lock, [&] { return k->state != 0; });
+  }
+  if (k->state == 2) return fail(k->status, "kernel %s: %s", k->name.c_str(), k->error.c_str());
+  st.hits++;
+  *out = KernelRef(std::move(k));
+  out->hit_ = true;
+  return QJ_OK;
+}
+
+void cache_stats(qj_cache_stats_t* out) {
+  Stats& st = stats();
+  out->hits = st.hits.load();
+  out->misses = st.misses.load();
+  out->evictions = st.evictions.load();
+  out->entries = st.entries.load();
+  out->code_bytes = st.code_bytes.load();
+  out->max_bytes = max_bytes();
+  out->generation_ns = st.gen_ns.load();
+  out->fallbacks = st.fallbacks.load();
+}
+
+void cache_clear() {
+  for (int s = 0; s < kShards; ++s) {
+    std::vector<std::shared_ptr<CachedKernel>> dead;  // freed outside the lock
+    Shard& sh = shards()[s];
+    std::lock_guard<std::mutex> lock(sh.m);
+    for (auto it = sh.map.begin(); it != sh.map.end();) {
+      if (it->second.use_count() == 1 && it->second->state == 1) {
+        dead.push_back(std::move(it->second));
+        it = sh.map.erase(it);
+        stats().entries--;
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void cache_note_fallback() { stats().fallbacks++; }
+
+const char* isa_suffix(int isa) {
+  switch (isa) {
+    case QJ_ISA_AVX2: return "avx2";
+    case QJ_ISA_AVX512: return "avx512";
+    case QJ_ISA_AVX512_VNNI: return "avx512vnni";
+    default: return "scalar";
+  }
+}
+
+}  // namespace qj

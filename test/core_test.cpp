@@ -1,0 +1,41 @@
+// ISA cap, status names and errors through the C API.
+#include <gtest/gtest.h>
+#include <quantjit/quantjit.h>
+
+#include <string>
+#include <thread>
+
+#include "test/test_util.h"
+
+TEST(Core, StatusNames) {
+  EXPECT_STREQ(qj_status_name(QJ_OK), "QJ_OK");
+  EXPECT_STREQ(qj_status_name(QJ_ERR_CORRUPT_DATA), "QJ_ERR_CORRUPT_DATA");
+  EXPECT_STREQ(qj_status_name(static_cast<qj_status>(999)), "QJ_ERR_UNKNOWN");
+}
+
+TEST(Core, VersionMatchesHeader) { EXPECT_STREQ(qj_version(), QJ_VERSION_STRING); }
+
+TEST(Core, IsaCapBelowCpuWorksAboveIsRejected) {
+  qj_isa cpu = qj_cpu_isa();
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    EXPECT_EQ(qj_max_isa(), isa);
+  }
+  if (cpu < QJ_ISA_AVX512_VNNI) {
+    EXPECT_EQ(qj_set_max_isa(static_cast<qj_isa>(cpu + 1)), QJ_ERR_ISA_UNAVAILABLE);
+    EXPECT_NE(std::string(qj_last_error()).find("above this CPU"), std::string::npos);
+  }
+  EXPECT_EQ(qj_set_max_isa(static_cast<qj_isa>(-1)), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("isa=-1"), std::string::npos);
+  EXPECT_EQ(qj_max_isa(), cpu);
+}
+
+TEST(Core, LastErrorIsThreadLocal) {
+  EXPECT_EQ(qj_set_max_isa(static_cast<qj_isa>(77)), QJ_ERR_INVALID_ARGUMENT);
+  std::string here = qj_last_error();
+  std::string there;
+  std::thread t([&] { there = qj_last_error(); });
+  t.join();
+  EXPECT_NE(here.find("77"), std::string::npos);
+  EXPECT_EQ(there, "");
+}

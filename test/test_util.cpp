@@ -1,0 +1,28 @@
+#include "test/test_util.h"
+
+#include <cstdlib>
+
+namespace qjt {
+
+std::vector<qj_isa> supported_isas() {
+  std::vector<qj_isa> v;
+  for (int i = qj_cpu_isa(); i >= QJ_ISA_SCALAR; --i) v.push_back(static_cast<qj_isa>(i));
+  return v;
+}
+
+std::string isa_param_name(qj_isa isa) { return qj_isa_name(isa); }
+
+IsaCap::IsaCap(qj_isa isa) : prev_(qj_max_isa()) {
+  if (qj_set_max_isa(isa) != QJ_OK) std::abort();
+}
+IsaCap::~IsaCap() { qj_set_max_isa(prev_); }
+
+std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+}  // namespace qjt

@@ -1,0 +1,37 @@
+// Shared test helpers: deterministic random data, ISA tiers to sweep, an ISA-cap guard.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace qjt {
+
+// Every tier this CPU supports, best first, as test parameters.
+std::vector<qj_isa> supported_isas();
+std::string isa_param_name(qj_isa isa);
+
+// Sets the ISA cap for the lifetime of the guard, restoring the previous cap after.
+class IsaCap {
+ public:
+  explicit IsaCap(qj_isa isa);
+  ~IsaCap();
+
+ private:
+  qj_isa prev_;
+};
+
+template <class T>
+std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(d(g));
+  return v;
+}
+
+std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
+
+}  // namespace qjt
