@@ -1,0 +1,193 @@
+#include "codegen/epilogue.h"
+
+#include <cstddef>
+
+namespace qj::cg {
+
+using namespace asmjit;
+using namespace asmjit::x86;
+
+int out_elem_bytes(const KernelKey& key) {
+  switch (key.c_type) {
+    case QJ_U8:
+    case QJ_S8: return 1;
+    case QJ_BF16:
+    case QJ_F16: return 2;
+    default: return 4;
+  }
+}
+
+namespace {
+
+// dst = op(dst, c) where c is a 32-bit constant of EpilogueConsts in every lane: an embedded
+// broadcast on AVX-512, a broadcast into `tmp` first on AVX2.
+void op_const(Assembler& a, const Simd& s, InstId inst, const Vec& dst, const EpilogueRegs& r,
+              size_t off, int tmp) {
+  Mem m = dword_ptr(r.consts, static_cast<int32_t>(off));
+  if (s.zmm) {
+    a.emit(inst, dst, dst, m._1to16());
+  } else {
+    a.vpbroadcastd(s.v(tmp), m);
+    a.emit(inst, dst, dst, s.v(tmp));
+  }
+}
+
+// Stores the low `bytes` bytes of xmm register x to [base + off], in 8/4/2/1-byte pieces.
+void store_partial_xmm(Assembler& a, const Xmm& x, const Gp& base, int off, int bytes) {
+  while (bytes > 0) {
+    if (bytes >= 8) {
+      a.vmovq(qword_ptr(base, off), x);
+      a.vpsrldq(x, x, 8);
+      off += 8, bytes -= 8;
+    } else if (bytes >= 4) {
+      a.vmovd(dword_ptr(base, off), x);
+      a.vpsrldq(x, x, 4);
+      off += 4, bytes -= 4;
+    } else if (bytes >= 2) {
+      a.vpextrw(word_ptr(base, off), x, 0);
+      a.vpsrldq(x, x, 2);
+      off += 2, bytes -= 2;
+    } else {
+      a.vpextrb(byte_ptr(base, off), x, 0);
+      off += 1, bytes -= 1;
+    }
+  }
+}
+
+}  // namespace
+
+void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
+                     int acc, bool acc_is_float, int row, int j, int lanes) {
+  if (lanes <= 0) return;
+  const Vec A = s.v(acc), T0 = s.v(r.t0), T1 = s.v(r.t1);
+  const int eb = out_elem_bytes(key);
+  const int col_bytes = j * s.bytes;  // offset of this vector in per-column fp32/int32 arrays
+  const int c_off = j * s.lanes32 * eb;
+  const bool partial = lanes < s.lanes32;
+  const int tail_mask_off = static_cast<int>(offsetof(EpilogueConsts, tail_mask)) + j * s.bytes;
+  if (partial && s.zmm) {
+    a.mov(r.tmp.r32(), (1u << lanes) - 1);
+    a.kmovw(k1, r.tmp.r32());
+  }
+
+  if (key.c_type == QJ_S32) {
+    if (!partial) {
+      if (s.zmm)
+        a.vmovdqu32(ptr(r.c_row, c_off), A);
+      else
+        a.vmovdqu(ptr(r.c_row, c_off), A);
+    } else if (s.zmm) {
+      a.k(k1).vmovdqu32(ptr(r.c_row, c_off), A);
+    } else {
+      a.vmovdqu(T1, ptr(r.consts, tail_mask_off));
+      a.vpmaskmovd(ptr(r.c_row, c_off), T1, A);
+    }
+    return;
+  }
+
+  if (!acc_is_float) a.vcvtdq2ps(A, A);
+  if (key.has_row_scale) {
+    if (s.zmm) {
+      a.vmulps(A, A, dword_ptr(r.row_scale, row * 4)._1to16());
+    } else {
+      a.vbroadcastss(T1, dword_ptr(r.row_scale, row * 4));
+      a.vmulps(A, A, T1);
+    }
+  }
+  if (key.has_bias) {
+    a.vmovups(T0, ptr(r.mult, col_bytes));
+    a.vfmadd213ps(A, T0, ptr(r.bias, col_bytes));  // A = A * mult + bias
+  } else {
+    a.vmulps(A, A, ptr(r.mult, col_bytes));
+  }
+
+  if (key.c_type == QJ_F32 || key.c_type == QJ_BF16) {
+    if (key.activation == QJ_ACT_RELU) op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, zero), r.t0);
+    if (key.c_type == QJ_F32) {
+      if (key.has_beta) {
+        if (!partial) {
+          a.vmovups(T0, ptr(r.c_row, c_off));
+        } else if (s.zmm) {
+          a.k(k1).z().vmovups(T0, ptr(r.c_row, c_off));
+        } else {
+          a.vmovdqu(T1, ptr(r.consts, tail_mask_off));
+          a.vmaskmovps(T0, T1, ptr(r.c_row, c_off));
+        }
+        if (s.zmm) {
+          a.vfmadd231ps(A, T0, dword_ptr(r.consts, offsetof(EpilogueConsts, beta))._1to16());
+        } else {
+          a.vbroadcastss(T1, dword_ptr(r.consts, offsetof(EpilogueConsts, beta)));
+          a.vfmadd231ps(A, T0, T1);
+        }
+      }
+      if (!partial) {
+        a.vmovups(ptr(r.c_row, c_off), A);
+      } else if (s.zmm) {
+        a.k(k1).vmovups(ptr(r.c_row, c_off), A);
+      } else {
+        a.vmovdqu(T1, ptr(r.consts, tail_mask_off));
+        a.vmaskmovps(ptr(r.c_row, c_off), T1, A);
+      }
+      return;
+    }
+    // bf16: round to nearest even on the bits: (x + 0x7fff + ((x >> 16) & 1)) >> 16.
+    a.vpsrld(T0, A, 16);
+    a.vpslld(T0, T0, 31);
+    a.vpsrld(T0, T0, 31);
+    a.vpaddd(A, A, T0);
+    if (s.zmm)
+      a.vpternlogd(T1, T1, T1, 0xff);  // all ones (EVEX vpcmpeqd writes a mask register)
+    else
+      a.vpcmpeqd(T1, T1, T1);
+    a.vpsrld(T1, T1, 17);
+    a.vpaddd(A, A, T1);
+    a.vpsrld(A, A, 16);
+    if (s.zmm) {
+      if (partial)
+        a.k(k1).vpmovdw(ptr(r.c_row, c_off), A);
+      else
+        a.vpmovdw(ptr(r.c_row, c_off), A);
+    } else {
+      Xmm xa = xmm(acc), xt = xmm(r.t0);
+      a.vextracti128(xt, A.as<Ymm>(), 1);
+      a.vpackusdw(xa, xa, xt);
+      if (partial)
+        store_partial_xmm(a, xa, r.c_row, c_off, lanes * 2);
+      else
+        a.vmovdqu(ptr(r.c_row, c_off), xa);
+    }
+    return;
+  }
+
+  // u8 / s8 requantization.
+  op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
+  op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
+  if (s.zmm)
+    a.vrndscaleps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
+  else
+    a.vroundps(A, A, 8);
+  a.vcvttps2dq(A, A);  // exact: A holds integers
+  op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
+  op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
+  op_const(a, s, Inst::kIdVpminsd, A, r, offsetof(EpilogueConsts, q_hi), r.t0);
+  if (s.zmm) {
+    if (partial)
+      a.k(k1).vpmovdb(ptr(r.c_row, c_off), A);
+    else
+      a.vpmovdb(ptr(r.c_row, c_off), A);
+  } else {
+    Xmm xa = xmm(acc), xt = xmm(r.t0);
+    a.vextracti128(xt, A.as<Ymm>(), 1);
+    a.vpackssdw(xa, xa, xt);  // values are already within the output range
+    if (key.c_type == QJ_U8)
+      a.vpackuswb(xa, xa, xa);
+    else
+      a.vpacksswb(xa, xa, xa);
+    if (partial)
+      store_partial_xmm(a, xa, r.c_row, c_off, lanes);
+    else
+      a.vmovq(ptr(r.c_row, c_off), xa);
+  }
+}
+
+}  // namespace qj::cg

@@ -1,0 +1,51 @@
+// The output stage emitter shared by every GEMM family (integer, INT4, float and MX weights).
+//
+// Given one accumulator vector (int32 exact sums, or fp32 when the family accumulates in float)
+// for row `row` and columns [j*lanes, (j+1)*lanes) of the current panel, it emits the exact
+// arithmetic of docs/kernel-contract.md and the store, in the generated code itself:
+//   f = float(acc) [* row_scale[row]]; y = fma(f, mult[col], bias[col]) or f * mult[col];
+//   float out: relu, beta, store (bf16 by round-to-nearest-even);
+//   u8/s8 out: clamp to +-2^24, round half even, + zero point, saturate (ReLU at the zero point);
+//   s32 out: store acc as is.
+// Constants come from an EpilogueConsts block inside the kernel's argument struct.
+#pragma once
+#include <asmjit/x86.h>
+
+#include <cstdint>
+
+#include "codegen/simd.h"
+#include "src/core/kernel_key.h"
+
+namespace qj::cg {
+
+// Per-call constants the epilogue reads (embedded in each family's argument struct).
+struct EpilogueConsts {
+  int32_t c_zp;        // output zero point (u8/s8)
+  int32_t q_lo, q_hi;  // saturation bounds, ReLU folded into q_lo
+  float f_lo, f_hi;    // -2^24, 2^24
+  float beta;          // C = y + beta * C (f32 output)
+  float zero;          // 0.0f for ReLU
+  int32_t pad;
+  int32_t tail_mask[16];  // AVX2: -1 for the live lanes of a partial vector (set per kernel call)
+};
+static_assert(sizeof(EpilogueConsts) == 96);
+
+struct EpilogueRegs {
+  asmjit::x86::Gp consts;     // -> EpilogueConsts
+  asmjit::x86::Gp c_row;      // C + row * ldc + panel column offset (bytes)
+  asmjit::x86::Gp mult;       // per-column fp32 multipliers, at this panel
+  asmjit::x86::Gp bias;       // per-column fp32 bias, at this panel (if key.has_bias)
+  asmjit::x86::Gp row_scale;  // per-row fp32 scale of this tile (if key.has_row_scale)
+  asmjit::x86::Gp tmp;        // scratch GPR
+  int t0, t1;                 // scratch vector register indices
+};
+
+// Bytes per output element for key.c_type.
+int out_elem_bytes(const KernelKey& key);
+
+// Emits the output stage for one vector. `lanes` is the number of live columns (== s.lanes32
+// for a full vector; fewer for the tail of the last panel; the store is masked to them).
+void emit_output_vec(asmjit::x86::Assembler& a, const Simd& s, const KernelKey& key,
+                     const EpilogueRegs& r, int acc, bool acc_is_float, int row, int j, int lanes);
+
+}  // namespace qj::cg

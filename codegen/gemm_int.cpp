@@ -1,0 +1,271 @@
+// Emitter of the integer-weight GEMM microkernels declared in gemm_int.h.
+//
+// Register plan (System V: the argument pointer arrives in rdi and stays there):
+//   rsi  A tile pointer            rdx  B pointer (runs through all panels)
+//   rcx  C of the current panel    r8   K counter          r9  panel counter
+//   r10  group counter             r11  group column offset (panel offset + g * col_stride)
+//   r12  row sums of the group     r13/r14/r15  col_corr / b_zp / group_scale bases
+//   rbp  panel column offset (bytes into 32-bit per-column arrays)   rbx  C row (epilogue)
+//   rax  scratch. In the epilogue r8/r10/r11 hold col_mult/col_bias/row_scale.
+// Vector registers: [0, mr*nrv) accumulators, then the second accumulator set (dual) or the fp32
+// group accumulators, then B vectors, A broadcasts and product temps at the top.
+#include "codegen/gemm_int.h"
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+#include "codegen/simd.h"
+#include "src/core/kernel_cache.h"
+
+namespace qj {
+namespace {
+
+using namespace asmjit;
+using namespace asmjit::x86;
+
+#define ARG(field) qword_ptr(rdi, static_cast<int32_t>(offsetof(GemmIntArgs, field)))
+
+struct Plan {
+  cg::Simd s;
+  bool vnni;
+  int mr, nr, nrv;
+  bool grouped, dual;
+  int acc0, acc1, facc, breg, areg, nareg, treg, ntreg;
+};
+
+bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
+  p->s = cg::simd_for(key.isa);
+  if (key.isa < QJ_ISA_AVX2) {
+    *why = "no JIT kernel below avx2";
+    return false;
+  }
+  p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
+  p->mr = key.mr;
+  p->nr = key.nr;
+  if (p->nr % p->s.lanes32 != 0 || p->mr < 1) {
+    *why = "nr must be a multiple of the vector width";
+    return false;
+  }
+  p->nrv = p->nr / p->s.lanes32;
+  p->grouped = key.granularity == QJ_GRAN_GROUP;
+  p->dual = (key.flags & 1) != 0 && !p->grouped;
+  int n_acc = p->mr * p->nrv;
+  p->acc0 = 0;
+  p->acc1 = n_acc;
+  p->facc = n_acc;
+  int used = n_acc * ((p->dual || p->grouped) ? 2 : 1);
+  p->breg = used;
+  used += p->nrv;
+  int free_regs = p->s.regs - used;
+  p->ntreg = p->vnni ? 0 : 1;
+  p->nareg = free_regs - p->ntreg >= 2 ? 2 : 1;
+  p->areg = used;
+  p->treg = used + p->nareg;
+  if (free_regs < p->nareg + p->ntreg || free_regs < 2) {
+    *why = "register tile too large for the ISA";
+    return false;
+  }
+  return true;
+}
+
+void load_vec(Assembler& a, const cg::Simd& s, int reg, const Mem& m) {
+  if (s.zmm)
+    a.vmovdqu32(s.v(reg), m);
+  else
+    a.vmovdqu(s.v(reg), m);
+}
+
+// One K group (4 bytes of A per row, nr*4 bytes of B) into accumulator set `acc`.
+void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
+  const cg::Simd& s = p.s;
+  for (int j = 0; j < p.nrv; ++j)
+    load_vec(a, s, p.breg + j, ptr(rdx, u * p.nr * 4 + j * s.bytes));
+  for (int i = 0; i < p.mr; ++i) {
+    Vec av = s.v(p.areg + (i % p.nareg));
+    a.vpbroadcastd(av, dword_ptr(rsi, u * p.mr * 4 + i * 4));
+    for (int j = 0; j < p.nrv; ++j) {
+      Vec c = s.v(acc + i * p.nrv + j);
+      if (p.vnni) {
+        a.vpdpbusd(c, av, s.v(p.breg + j));
+      } else {
+        Vec t = s.v(p.treg);
+        a.vpmaddwd(t, av, s.v(p.breg + j));
+        a.vpaddd(c, c, t);
+      }
+    }
+  }
+}
+
+void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {
+  for (int r = first; r < first + count; ++r) {
+    if (s.zmm)
+      a.vpxord(s.v(r), s.v(r), s.v(r));
+    else
+      a.vpxor(s.v(r), s.v(r), s.v(r));
+  }
+}
+
+
+bool emit(const KernelKey& key, Assembler& a, std::string* why) {
+  Plan p;
+  if (!make_plan(key, &p, why)) return false;
+  const cg::Simd& s = p.s;
+  const int n_acc = p.mr * p.nrv;
+  const int eb = cg::out_elem_bytes(key);
+
+  const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
+  for (const Gp& g : saved) a.push(g);
+  a.mov(rdx, ARG(b));
+  a.mov(rcx, ARG(c));
+  a.mov(r9, ARG(n_panels));
+  a.xor_(ebp, ebp);
+  a.mov(r13, ARG(col_corr));
+  a.mov(r14, ARG(b_zp));
+  a.mov(r15, ARG(group_scale));
+
+  Label l_panel = a.newLabel();
+  a.bind(l_panel);
+  a.mov(rsi, ARG(a));
+  a.mov(r11, rbp);
+  a.mov(r12, ARG(row_sum));
+  if (p.grouped) {
+    zero_regs(a, s, p.facc, n_acc);
+    a.mov(r10, ARG(groups));
+  }
+  Label l_group = a.newLabel();
+  a.bind(l_group);
+  zero_regs(a, s, p.acc0, n_acc);
+  if (p.dual) {
+    zero_regs(a, s, p.acc1, n_acc);
+    Label l_pairs = a.newLabel(), l_odd = a.newLabel(), l_done = a.newLabel();
+    a.mov(r8, ARG(k_groups));
+    a.shr(r8, 1);
+    a.jz(l_odd);
+    a.bind(l_pairs);
+    emit_kstep(a, p, p.acc0, 0);
+    emit_kstep(a, p, p.acc1, 1);
+    a.add(rsi, p.mr * 8);
+    a.add(rdx, p.nr * 8);
+    a.dec(r8);
+    a.jnz(l_pairs);
+    a.bind(l_odd);
+    a.test(byte_ptr(rdi, static_cast<int32_t>(offsetof(GemmIntArgs, k_groups))), 1);
+    a.jz(l_done);
+    emit_kstep(a, p, p.acc0, 0);
+    a.add(rsi, p.mr * 4);
+    a.add(rdx, p.nr * 4);
+    a.bind(l_done);
+    for (int r = 0; r < n_acc; ++r) a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
+  } else {
+    Label l_k = a.newLabel();
+    a.mov(r8, ARG(k_groups));
+    a.bind(l_k);
+    emit_kstep(a, p, p.acc0, 0);
+    a.add(rsi, p.mr * 4);
+    a.add(rdx, p.nr * 4);
+    a.dec(r8);
+    a.jnz(l_k);
+  }
+
+  // Zero-point corrections of this group: acc += col_corr; acc -= row_sum * b_zp.
+  const Vec t = s.v(p.breg);  // B vectors are free now
+  for (int i = 0; i < p.mr; ++i) {
+    if (key.has_b_zp) a.vpbroadcastd(s.v(p.areg), dword_ptr(r12, i * 4));
+    for (int j = 0; j < p.nrv; ++j) {
+      Vec c = s.v(p.acc0 + i * p.nrv + j);
+      a.vpaddd(c, c, ptr(r13, r11, 0, j * s.bytes));
+      if (key.has_b_zp) {
+        a.vpmulld(t, s.v(p.areg), ptr(r14, r11, 0, j * s.bytes));
+        a.vpsubd(c, c, t);
+      }
+    }
+  }
+  if (p.grouped) {
+    for (int i = 0; i < n_acc; ++i) {
+      Vec c = s.v(p.acc0 + i);
+      a.vcvtdq2ps(c, c);
+      a.vfmadd231ps(s.v(p.facc + i), c, ptr(r15, r11, 0, (i % p.nrv) * s.bytes));
+    }
+    a.add(r11, ARG(col_stride));
+    a.add(r12, p.mr * 4);
+    a.dec(r10);
+    a.jnz(l_group);
+  }
+
+  // Output stage for this panel.
+  a.mov(r8, ARG(col_mult));
+  a.add(r8, rbp);
+  a.mov(r10, ARG(col_bias));
+  a.add(r10, rbp);
+  a.mov(r11, ARG(row_scale));
+  cg::EpilogueRegs er;
+  er.consts = rdi;
+  er.c_row = rbx;
+  er.mult = r8;
+  er.bias = r10;
+  er.row_scale = r11;
+  er.tmp = rax;
+  er.t0 = p.breg;
+  er.t1 = p.areg;
+  const int res = p.grouped ? p.facc : p.acc0;
+  auto stores = [&](int n_live) {
+    a.mov(rbx, rcx);
+    for (int i = 0; i < p.mr; ++i) {
+      for (int j = 0; j < p.nrv; ++j) {
+        int lanes = n_live - j * s.lanes32;
+        lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);
+        cg::emit_output_vec(a, s, key, er, res + i * p.nrv + j, p.grouped, i, j, lanes);
+      }
+      if (i + 1 < p.mr) a.add(rbx, ARG(ldc));
+    }
+  };
+  Label l_next = a.newLabel();
+  if (key.n_tail) {
+    Label l_full = a.newLabel();
+    a.cmp(r9, 1);
+    a.jne(l_full);
+    a.cmp(ARG(last_is_tail), 0);
+    a.je(l_full);
+    stores(key.n_tail);
+    a.jmp(l_next);
+    a.bind(l_full);
+  }
+  stores(p.nr);
+  a.bind(l_next);
+  a.add(rcx, p.nr * eb);
+  a.add(rbp, p.nr * 4);
+  a.dec(r9);
+  a.jnz(l_panel);
+
+  a.vzeroupper();
+  for (int i = 5; i >= 0; --i) a.pop(saved[i]);
+  a.ret();
+  return true;
+}
+
+const char* dt(int t) { return qj_dtype_name(static_cast<qj_dtype>(t)); }
+
+std::string name(const KernelKey& key) {
+  const bool vnni = key.isa >= QJ_ISA_AVX512_VNNI;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
+                vnni ? "u8" : "s16", vnni ? "s8" : "s16",
+                key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
+                dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
+                key.has_b_zp ? "_bzp" : "", key.has_bias ? "_bias" : "",
+                key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",
+                key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
+                key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
+                (key.flags & 1) ? "_dual" : "");
+  return buf;
+}
+
+}  // namespace
+
+const KernelFamily& gemm_int_family() {
+  static const KernelFamily f{emit, name};
+  return f;
+}
+
+}  // namespace qj

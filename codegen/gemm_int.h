@@ -1,0 +1,46 @@
+// Integer-weight GEMM microkernels (u8 x s8 -> s32 with the fused output stage).
+//
+// One kernel computes an mr x (n_panels * nr) strip of C from a packed A tile and consecutive
+// packed B panels; see docs/kernel-contract.md for the packed layouts. Key fields used:
+//   isa            avx512_vnni: vpdpbusd on u8 x s8 quads; avx512 / avx2: vpmaddwd on s16 pairs
+//                  (both operands widened at pack time: exact, never saturates)
+//   mr, nr         register tile (nr a multiple of the vector width)
+//   c_type, has_bias, activation, has_row_scale, has_beta   epilogue (codegen/epilogue.h)
+//   granularity    QJ_GRAN_GROUP: int32 sums per K group folded into fp32 with per-(group, column)
+//                  scales; otherwise one int32 sum per output
+//   has_b_zp       subtract row_sum * b_zero_point per group (vpmulld)
+//   n_tail         live columns of the partial last panel (0 when N is a multiple of nr)
+//   flags bit 0    two accumulator sets over alternate K quads (hides latency when mr is small)
+#pragma once
+#include <cstdint>
+
+#include "codegen/epilogue.h"
+#include "src/core/kernel_cache.h"
+
+namespace qj {
+
+struct GemmIntArgs {
+  cg::EpilogueConsts consts; // first: the epilogue addresses it from the argument pointer
+  const uint8_t* a;          // packed A tile: k_groups x mr x 4 bytes
+  const uint8_t* b;          // first packed B panel: k_groups x nr x 4 bytes per panel
+  uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
+  int64_t ldc;               // bytes between rows of C
+  int64_t k_groups;          // 4-byte K groups per scale group (all of K when not grouped)
+  int64_t groups;            // scale groups (1 when not grouped)
+  int64_t n_panels;          // panels to compute
+  int64_t last_is_tail;      // 1 if the last panel is the partial one (key.n_tail columns)
+  const int32_t* col_corr;   // [groups][n_pad] int32 column corrections, at the first panel
+  const int32_t* b_zp;       // [groups][n_pad] weight zero points (has_b_zp)
+  const float* group_scale;  // [groups][n_pad] weight scales (grouped)
+  int64_t col_stride;        // bytes between groups in the three arrays above
+  const int32_t* row_sum;    // [groups][mr] row sums of A (has_b_zp)
+  const float* col_mult;     // [n_pad] output multipliers, at the first panel
+  const float* col_bias;     // [n_pad] output bias, at the first panel
+  const float* row_scale;    // [mr] dynamic-quantization row scales
+};
+
+using GemmIntKernel = void (*)(const GemmIntArgs*);
+
+const KernelFamily& gemm_int_family();
+
+}  // namespace qj

@@ -1,0 +1,41 @@
+// Small ISA traits shared by the emitters (FBGEMM's simd_info<isa> idea): register width and count,
+// and the vector register constructor. Emitters are written once against these traits.
+#pragma once
+#include <asmjit/x86.h>
+#include <quantjit/quantjit.h>
+
+namespace qj::cg {
+
+struct Simd {
+  bool zmm = false;    // 512-bit vectors (AVX-512) or 256-bit (AVX2)
+  int bytes = 32;      // vector width in bytes
+  int lanes32 = 8;     // 32-bit lanes per vector
+  int regs = 16;       // architectural vector registers
+
+  asmjit::x86::Vec v(int i) const {
+    return zmm ? asmjit::x86::Vec(asmjit::x86::zmm(i)) : asmjit::x86::Vec(asmjit::x86::ymm(i));
+  }
+  // The same register at half width (for narrowing stores).
+  asmjit::x86::Vec half(int i) const {
+    return zmm ? asmjit::x86::Vec(asmjit::x86::ymm(i)) : asmjit::x86::Vec(asmjit::x86::xmm(i));
+  }
+  asmjit::x86::Vec quarter(int i) const { return asmjit::x86::xmm(i); }
+  asmjit::Imm bcst() const { return asmjit::Imm(lanes32); }
+  // A 32-bit memory operand broadcast to every lane (AVX-512 embedded broadcast only).
+  asmjit::x86::Mem b32(const asmjit::x86::Mem& m) const {
+    return zmm ? m._1to16() : m;
+  }
+};
+
+inline Simd simd_for(int isa) {
+  Simd s;
+  if (isa >= QJ_ISA_AVX512) {
+    s.zmm = true;
+    s.bytes = 64;
+    s.lanes32 = 16;
+    s.regs = 32;
+  }
+  return s;
+}
+
+}  // namespace qj::cg

@@ -1,0 +1,185 @@
+// C API: packed weights and GEMM plans. Argument checks and handles only; the work is in
+// src/ops (int_weights, serialize, gemm).
+#include <quantjit/quantjit.h>
+
+#include <memory>
+#include <new>
+
+#include "src/core/isa.h"
+#include "src/core/status.h"
+#include "src/core/threading.h"
+#include "src/ops/gemm.h"
+#include "src/ops/int_weights.h"
+
+struct qj_weights_s {
+  std::shared_ptr<qj::PackedWeights> w;
+};
+
+struct qj_gemm_plan_s {
+  std::unique_ptr<qj::GemmPlan> p;
+};
+
+namespace {
+
+template <class F>
+qj_status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return qj::fail(QJ_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (...) {
+    return qj::fail(QJ_ERR_INTERNAL, "unexpected C++ exception");
+  }
+}
+
+qj_status wrap_weights(std::shared_ptr<qj::PackedWeights> w, qj_weights* out) {
+  auto* h = new (std::nothrow) qj_weights_s;
+  if (!h) return qj::fail(QJ_ERR_OUT_OF_MEMORY, "out of memory");
+  h->w = std::move(w);
+  *out = h;
+  return QJ_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+qj_status qj_weights_pack(const qj_weights_desc* desc, const void* data, int64_t ld, qj_weights* out) {
+  return guarded([&] {
+    if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    QJ_TRY(qj::check_int_weights_desc(desc, true));
+    if (!data) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "data is NULL");
+    int64_t row = desc->layout == QJ_LAYOUT_KN ? desc->n : desc->k;
+    if (ld < row)
+      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
+                      (long long)ld, (long long)row);
+    std::shared_ptr<qj::PackedWeights> w;
+    QJ_TRY(qj::pack_int_weights(*desc, data, ld, qj::max_isa(), &w));
+    return wrap_weights(std::move(w), out);
+  });
+}
+
+qj_status qj_weights_quantize_pack(const qj_weights_desc* desc, const float* data, int64_t ld,
+                                   qj_weights* out) {
+  return guarded([&] {
+    if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    QJ_TRY(qj::check_int_weights_desc(desc, false));
+    if (!data) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "w is NULL");
+    int64_t row = desc->layout == QJ_LAYOUT_KN ? desc->n : desc->k;
+    if (ld < row)
+      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
+                      (long long)ld, (long long)row);
+    std::shared_ptr<qj::PackedWeights> w;
+    QJ_TRY(qj::quantize_int_weights(*desc, data, ld, qj::max_isa(), &w));
+    return wrap_weights(std::move(w), out);
+  });
+}
+
+size_t qj_weights_serialized_size(qj_weights w) {
+  return w ? qj::weights_serialized_size(*w->w) : 0;
+}
+
+qj_status qj_weights_serialize(qj_weights w, void* buf, size_t size) {
+  return guarded([&] {
+    if (!w) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "w is NULL");
+    if (!buf) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "buf is NULL");
+    return qj::weights_serialize(*w->w, buf, size);
+  });
+}
+
+qj_status qj_weights_deserialize(const void* buf, size_t size, qj_weights* out) {
+  return guarded([&] {
+    if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    if (!buf) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "buf is NULL");
+    std::shared_ptr<qj::PackedWeights> w;
+    QJ_TRY(qj::weights_deserialize(buf, size, qj::max_isa(), &w));
+    return wrap_weights(std::move(w), out);
+  });
+}
+
+qj_status qj_weights_info(qj_weights w, qj_dtype* dtype, int64_t* k, int64_t* n, qj_isa* isa) {
+  if (!w) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "w is NULL");
+  if (dtype) *dtype = w->w->dtype;
+  if (k) *k = w->w->k;
+  if (n) *n = w->w->n;
+  if (isa) *isa = w->w->isa;
+  return QJ_OK;
+}
+
+void qj_weights_destroy(qj_weights w) { delete w; }
+
+qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_gemm_plan* out) {
+  return guarded([&] {
+    if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    if (!desc) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "desc is NULL");
+    if (!b) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "b is NULL");
+    std::unique_ptr<qj::GemmPlan> p;
+    QJ_TRY(qj::gemm_plan_create(*desc, b->w, &p));
+    auto* h = new qj_gemm_plan_s;
+    h->p = std::move(p);
+    *out = h;
+    return QJ_OK;
+  });
+}
+
+static qj_status check_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc) {
+  if (!p) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "p is NULL");
+  if (m < 0) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "m=%lld is negative", (long long)m);
+  if (m > (int64_t(1) << 40)) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "m=%lld is too large", (long long)m);
+  if (m == 0) return QJ_OK;
+  const qj::PackedWeights& w = *p->p->w;
+  if (!a) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "a is NULL");
+  if (!c) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "c is NULL");
+  if (lda < w.k)
+    return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld is smaller than k=%lld", (long long)lda, (long long)w.k);
+  if (ldc < w.n)
+    return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ldc=%lld is smaller than n=%lld", (long long)ldc, (long long)w.n);
+  return QJ_OK;
+}
+
+qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                      const qj_partition* part) {
+  return guarded([&] {
+    QJ_TRY(check_run(p, m, a, lda, c, ldc));
+    if (m == 0) return QJ_OK;
+    int32_t tid = 0, nth = 1;
+    if (part) {
+      if (part->num_threads < 1 || part->thread_id < 0 || part->thread_id >= part->num_threads)
+        return qj::fail(QJ_ERR_INVALID_ARGUMENT, "part={thread_id=%d, num_threads=%d} is not a valid partition",
+                        part->thread_id, part->num_threads);
+      tid = part->thread_id;
+      nth = part->num_threads;
+    }
+    return qj::gemm_run(*p->p, m, a, lda, c, ldc, tid, nth);
+  });
+}
+
+qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
+                               int64_t ldc, int32_t num_threads) {
+  return guarded([&] {
+    QJ_TRY(check_run(p, m, a, lda, c, ldc));
+    if (num_threads < 1 || num_threads > 1024)
+      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "num_threads=%d must be in [1, 1024]", num_threads);
+    if (m == 0) return QJ_OK;
+    struct Ctx {
+      const qj::GemmPlan* p;
+      int64_t m, lda, ldc;
+      const void* a;
+      void* c;
+      qj_status st[1024];
+    } ctx{p->p.get(), m, lda, ldc, a, c, {}};
+    qj::parallel_for(
+        [](void* v, int32_t t, int32_t n) {
+          auto* x = static_cast<Ctx*>(v);
+          x->st[t] = qj::gemm_run(*x->p, x->m, x->a, x->lda, x->c, x->ldc, t, n);
+        },
+        &ctx, num_threads);
+    for (int t = 0; t < num_threads; ++t)
+      if (ctx.st[t] != QJ_OK) return ctx.st[t];
+    return QJ_OK;
+  });
+}
+
+void qj_gemm_plan_destroy(qj_gemm_plan p) { delete p; }
+
+}  // extern "C"

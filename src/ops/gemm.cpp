@@ -1,0 +1,338 @@
+#include "src/ops/gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/core/isa.h"
+#include "src/core/log.h"
+#include "src/core/status.h"
+#include "src/core/threading.h"
+#include "src/ops/pack_a.h"
+
+namespace qj {
+
+GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels, int kg) {
+  GemmBlocking b;
+  b.nr = nr;
+  const int lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
+  const int regs = isa >= QJ_ISA_AVX512 ? 32 : 16;
+  const int nrv = nr / lanes;
+  // Accumulators (doubled when grouped: int32 group sums + fp32 totals), B vectors, A broadcasts,
+  // a product temp on the vpmaddwd path.
+  const int reserve = nrv + 2 + (isa >= QJ_ISA_AVX512_VNNI ? 0 : 1);
+  int mr = (regs - reserve) / (nrv * (grouped ? 2 : 1));
+  b.mr = std::max(1, std::min(mr, 16));
+  // A block: mc rows x kp bytes(u8) or 2*kp (s16) kept near 256 KiB; B block: ~1 MiB of panels.
+  const int64_t a_row_bytes = kp / kg * 4;
+  int64_t mc = (256 << 10) / std::max<int64_t>(a_row_bytes, 1);
+  mc = std::max<int64_t>(b.mr, mc / b.mr * b.mr);
+  b.mc = std::min<int64_t>(mc, 4096);
+  const int64_t panel_bytes = kp / kg * nr * 4;
+  b.nc_panels = std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(panel_bytes, 1));
+  b.nc_panels = std::min(b.nc_panels, n_panels);
+  return b;
+}
+
+namespace {
+
+qj_status check_desc(const qj_gemm_desc& d) {
+  if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16",
+                (int)d.a_type);
+  const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
+  if (!dynamic) {
+    if (!std::isfinite(d.a_scale) || !(d.a_scale > 0.0f))
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_scale=%g must be finite and > 0", (double)d.a_scale);
+    int lo = d.a_type == QJ_U8 ? 0 : -128, hi = d.a_type == QJ_U8 ? 255 : 127;
+    if (d.a_zero_point < lo || d.a_zero_point > hi)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_zero_point=%d is outside [%d, %d]", d.a_zero_point, lo, hi);
+  } else if (d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR) {
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_granularity=%d must be QJ_GRAN_ROW or QJ_GRAN_TENSOR for %s A",
+                (int)d.a_granularity, qj_dtype_name(d.a_type));
+  }
+  switch (d.c_type) {
+    case QJ_U8:
+    case QJ_S8: {
+      if (!std::isfinite(d.c_scale) || !(d.c_scale > 0.0f))
+        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_scale=%g must be finite and > 0", (double)d.c_scale);
+      int lo = d.c_type == QJ_U8 ? 0 : -128, hi = d.c_type == QJ_U8 ? 255 : 127;
+      if (d.c_zero_point < lo || d.c_zero_point > hi)
+        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_zero_point=%d is outside [%d, %d]", d.c_zero_point, lo, hi);
+      break;
+    }
+    case QJ_S32:
+      if (d.bias || d.activation != QJ_ACT_NONE || dynamic)
+        return fail(QJ_ERR_INVALID_ARGUMENT,
+                    "desc->c_type=QJ_S32 is the raw integer sum: bias, activation and fp32/bf16 A do not apply");
+      break;
+    case QJ_F32:
+    case QJ_BF16: break;
+    default:
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=%d must be QJ_U8, QJ_S8, QJ_S32, QJ_F32 or QJ_BF16",
+                  (int)d.c_type);
+  }
+  if (d.activation != QJ_ACT_NONE && d.activation != QJ_ACT_RELU)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->activation=%d is not a qj_activation", (int)d.activation);
+  if (!std::isfinite(d.beta))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->beta=%g must be finite", (double)d.beta);
+  if (d.beta != 0.0f && d.c_type != QJ_F32)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->beta=%g needs c_type QJ_F32 (got %s)", (double)d.beta,
+                qj_dtype_name(d.c_type));
+  return QJ_OK;
+}
+
+bool fill_buffer(AlignedBuffer& b, size_t bytes) { return b.allocate(bytes, true); }
+
+}  // namespace
+
+qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
+                           std::unique_ptr<GemmPlan>* out) {
+  QJ_TRY(check_desc(desc));
+  const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
+  if (desc.c_type == QJ_S32 && w->gran == QJ_GRAN_GROUP)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 needs per-tensor or per-channel weights "
+                "(group scales are applied in fp32)");
+  if (w->k * 255LL * 255LL > 2147483647LL)
+    return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= 33025",
+                (long long)w->k);
+  auto p = std::make_unique<GemmPlan>();
+  p->desc = desc;
+  if (desc.bias) {
+    p->bias.assign(desc.bias, desc.bias + w->n);
+    for (int64_t i = 0; i < w->n; ++i)
+      if (!std::isfinite(p->bias[i]))
+        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->bias[%lld]=%g is not finite", (long long)i, (double)p->bias[i]);
+    p->desc.bias = p->bias.data();
+  }
+  p->isa = max_isa();
+  // Weights packed for another tier (the cap changed since packing) are repacked for this plan.
+  if (w->kg != weights_kg(p->isa) || w->nr != weights_nr(p->isa, w->n)) {
+    std::shared_ptr<PackedWeights> rw;
+    QJ_TRY(repack_int_weights(*w, p->isa, &rw));
+    QJ_LOG(1, "gemm: weights packed for %s repacked for %s", isa_name(w->isa), isa_name(p->isa));
+    w = std::move(rw);
+  }
+  p->w = w;
+  const int64_t n = w->n, groups = w->groups();
+
+  // Zero point of A as the kernel sees it.
+  p->za = dynamic ? 0 : desc.a_zero_point;
+  if (w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
+
+  if (p->isa >= QJ_ISA_AVX2) {
+    p->blk = choose_blocking(p->isa, w->nr, w->gran == QJ_GRAN_GROUP, w->kp, w->n_panels, w->kg);
+    p->n_pad = w->n_panels * w->nr;
+    const size_t col_bytes = static_cast<size_t>(groups * p->n_pad) * 4;
+    if (!fill_buffer(p->col_corr, col_bytes) || !fill_buffer(p->b_zp, col_bytes) ||
+        !fill_buffer(p->group_scale, col_bytes) || !fill_buffer(p->col_mult, p->n_pad * 4) ||
+        !fill_buffer(p->col_bias, p->n_pad * 4))
+      return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's column vectors");
+    const int64_t gk = w->k / groups;
+    int32_t* cc = p->col_corr.data<int32_t>();
+    int32_t* bz = p->b_zp.data<int32_t>();
+    float* gs = p->group_scale.data<float>();
+    float* ml = p->col_mult.data<float>();
+    float* bi = p->col_bias.data<float>();
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t c = 0; c < n; ++c) {
+        int64_t zb = w->zp(g, c);
+        // sum (a - za)(b - zb) = sum a*b - za*colsum - zb*rowsum + gk*za*zb   (mod 2^32, exact)
+        int64_t corr = gk * static_cast<int64_t>(p->za) * zb - static_cast<int64_t>(p->za) * w->colsum[g * n + c];
+        cc[g * p->n_pad + c] = static_cast<int32_t>(static_cast<uint32_t>(corr));
+        bz[g * p->n_pad + c] = static_cast<int32_t>(zb);
+        gs[g * p->n_pad + c] = w->scale(g, c);
+      }
+    const double a_scale = dynamic ? 1.0 : desc.a_scale;
+    for (int64_t c = 0; c < n; ++c) {
+      ml[c] = ref::out_multiplier(desc, a_scale, w->gran == QJ_GRAN_GROUP ? 1.0 : w->scale(0, c));
+      bi[c] = ref::out_bias(desc, c);
+    }
+    cg::EpilogueConsts& k = p->consts;
+    k.c_zp = desc.c_zero_point;
+    k.q_lo = desc.c_type == QJ_U8 ? 0 : -128;
+    k.q_hi = desc.c_type == QJ_U8 ? 255 : 127;
+    if (desc.activation == QJ_ACT_RELU && desc.c_zero_point > k.q_lo) k.q_lo = desc.c_zero_point;
+    k.f_lo = -16777216.0f;
+    k.f_hi = 16777216.0f;
+    k.beta = desc.beta;
+    k.zero = 0.0f;
+    const int64_t n_tail = n % w->nr;
+    for (int l = 0; l < 16; ++l) k.tail_mask[l] = l < n_tail ? -1 : 0;
+
+    KernelKey key = KernelKey::zeroed();
+    key.op = KernelOp::kGemmInt;
+    key.isa = static_cast<uint8_t>(p->isa);
+    key.a_type = w->kg == 4 ? QJ_U8 : QJ_S8;
+    key.b_type = w->dtype;
+    key.c_type = desc.c_type;
+    key.nr = static_cast<uint16_t>(w->nr);
+    key.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
+    key.has_bias = desc.bias != nullptr;
+    key.activation = desc.activation;
+    key.has_b_zp = !w->zero_points.empty();
+    key.has_row_scale = dynamic;
+    key.has_beta = desc.beta != 0.0f;
+    key.n_tail = static_cast<uint8_t>(n_tail);
+    key.group_size = static_cast<uint32_t>(w->group_size);
+    qj_cache_stats_t before;
+    cache_stats(&before);
+    for (int r = 1; r <= p->blk.mr; ++r) {
+      key.mr = static_cast<uint8_t>(r);
+      // Few rows: two accumulator sets over alternate K groups hide the vpdpbusd latency.
+      key.flags = (r <= 2 && w->gran != QJ_GRAN_GROUP) ? 1 : 0;
+      KernelRef ref;
+      qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
+      if (st != QJ_OK) {
+        QJ_LOG(1, "gemm: JIT declined (%s); falling back to the scalar reference", last_error());
+        p->kernels.clear();
+        break;
+      }
+      p->gen_us += ref.gen_us();
+      p->kernels.push_back(std::move(ref));
+    }
+    p->jit = !p->kernels.empty();
+  } else {
+    QJ_LOG(1, "gemm: isa cap is scalar: using the scalar reference");
+  }
+  if (!p->jit) {
+    cache_note_fallback();
+    ref::IntWeights& r = p->ref_w;
+    r.k = w->k;
+    r.n = n;
+    r.gran = w->gran;
+    r.group_size = w->group_size;
+    r.scales = w->scales;
+    r.zero_points = w->zero_points;
+    r.q.resize(w->k * n);
+    for (int64_t kk = 0; kk < w->k; ++kk)
+      for (int64_t c = 0; c < n; ++c) r.q[kk * n + c] = w->q(kk, c);
+  }
+  clear_error();
+  *out = std::move(p);
+  return QJ_OK;
+}
+
+namespace {
+
+struct Scratch {
+  AlignedBuffer a_pack;
+  std::vector<int32_t> row_sum;
+  std::vector<float> amax, inv, row_scale;
+};
+
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+}  // namespace
+
+qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                   int32_t tid, int32_t nth) {
+  const PackedWeights& w = *p.w;
+  const qj_gemm_desc& d = p.desc;
+  const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
+  Scratch& s = scratch();
+
+  // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
+  // per-tensor scale) before anything is written, so non-finite input fails cleanly.
+  if (dynamic) {
+    s.amax.resize(m);
+    int64_t bad = row_amax(d.a_type, a, lda, m, w.k, s.amax.data());
+    if (bad >= 0) return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)bad);
+    if (d.a_granularity == QJ_GRAN_TENSOR) {
+      float t = 0.0f;
+      for (float x : s.amax) t = std::max(t, x);
+      std::fill(s.amax.begin(), s.amax.end(), t);
+    }
+  }
+
+  if (!p.jit) {
+    if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    ref::gemm_int(d, p.ref_w, m, a, lda, c, ldc);
+    return QJ_OK;
+  }
+
+  const GemmBlocking& b = p.blk;
+  const int mr = b.mr;
+  const int64_t m_tiles = (m + mr - 1) / mr;
+  const int64_t n_panels = w.n_panels;
+  // Split rows when there are enough of them, else columns: each thread owns whole tiles, so any
+  // partition computes every element identically.
+  Range mt{0, m_tiles}, np{0, n_panels};
+  if (nth > 1) {
+    if (m_tiles >= 4 * nth || n_panels < nth)
+      mt = split_range(m_tiles, tid, nth);
+    else
+      np = split_range(n_panels, tid, nth);
+  }
+  if (mt.begin >= mt.end || np.begin >= np.end) return QJ_OK;
+
+  const int64_t groups = w.groups();
+  const int64_t kgroups = w.k_groups();
+  const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
+  const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
+  if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
+  s.row_sum.resize(static_cast<size_t>(mc_tiles) * groups * mr);
+  s.inv.resize(static_cast<size_t>(mc_tiles) * mr);
+  s.row_scale.resize(static_cast<size_t>(mc_tiles) * mr);
+
+  PackASpec spec{d.a_type, w.kg, w.k, w.kp, groups, !w.zero_points.empty()};
+  const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
+  const int64_t n_tail = w.n % w.nr;
+
+  GemmIntArgs args;
+  args.consts = p.consts;
+  args.ldc = ldc * out_bytes;
+  args.k_groups = kgroups / groups;
+  args.groups = groups;
+  args.col_stride = p.n_pad * 4;
+
+  for (int64_t t0 = mt.begin; t0 < mt.end; t0 += mc_tiles) {
+    const int64_t t1 = std::min(mt.end, t0 + mc_tiles);
+    // Pack this block of row tiles (with quantization and row sums).
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row0 = t * mr;
+      const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+      const int64_t slot = t - t0;
+      float* inv = s.inv.data() + slot * mr;
+      float* rsc = s.row_scale.data() + slot * mr;
+      if (dynamic)
+        for (int i = 0; i < rows; ++i) {
+          float am = s.amax[row0 + i];
+          inv[i] = am > 0.0f ? 127.0f / am : 0.0f;
+          rsc[i] = am > 0.0f ? am / 127.0f : 1.0f;
+        }
+      const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
+      pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv,
+                  s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr);
+    }
+    // Then every N block of this thread for these tiles.
+    for (int64_t p0 = np.begin; p0 < np.end; p0 += b.nc_panels) {
+      const int64_t p1 = std::min(np.end, p0 + b.nc_panels);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t row0 = t * mr;
+        const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+        const int64_t slot = t - t0;
+        args.a = s.a_pack.data<uint8_t>() + slot * tile_bytes;
+        args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
+        args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
+        args.n_panels = p1 - p0;
+        args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;
+        args.col_corr = p.col_corr.data<int32_t>() + p0 * w.nr;
+        args.b_zp = p.b_zp.data<int32_t>() + p0 * w.nr;
+        args.group_scale = p.group_scale.data<float>() + p0 * w.nr;
+        args.row_sum = s.row_sum.data() + slot * groups * mr;
+        args.col_mult = p.col_mult.data<float>() + p0 * w.nr;
+        args.col_bias = p.col_bias.data<float>() + p0 * w.nr;
+        args.row_scale = s.row_scale.data() + slot * mr;
+        p.kernels[rows - 1].fn<GemmIntKernel>()(&args);
+      }
+    }
+  }
+  return QJ_OK;
+}
+
+}  // namespace qj

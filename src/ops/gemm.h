@@ -1,0 +1,50 @@
+// The GEMM driver: plan creation (blocking, kernel keys, precomputed output-stage vectors) and
+// the run loop (partition, A packing, kernel calls). Integer weights go through the JIT kernels of
+// codegen/gemm_int; the scalar tier (or a key the generator declines) runs src/ref, and says so
+// in the verbose log.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <memory>
+#include <vector>
+
+#include "codegen/gemm_int.h"
+#include "src/core/buffer.h"
+#include "src/core/kernel_cache.h"
+#include "src/ops/int_weights.h"
+#include "src/ref/gemm_ref.h"
+
+namespace qj {
+
+struct GemmBlocking {
+  int mr = 0, nr = 0;
+  int64_t mc = 0;      // rows of A packed at a time (L2-resident A block)
+  int64_t nc_panels = 0;  // panels per N block (L2-resident B block)
+};
+
+struct GemmPlan {
+  qj_gemm_desc desc{};
+  std::vector<float> bias;  // copy of desc.bias
+  std::shared_ptr<const PackedWeights> w;
+  qj_isa isa = QJ_ISA_SCALAR;
+  bool jit = false;
+  GemmBlocking blk;
+  std::vector<KernelRef> kernels;  // kernels[r - 1] computes r rows (r = 1..mr)
+  int32_t za = 0;                   // zero point of A as packed (s8 on VNNI is shifted by 128)
+  int64_t n_pad = 0;
+  AlignedBuffer col_corr, b_zp, group_scale, col_mult, col_bias;  // [groups][n_pad] / [n_pad]
+  cg::EpilogueConsts consts{};
+  ref::IntWeights ref_w;  // scalar path only
+  double gen_us = 0;      // generation time of the kernels this plan created (0 if all cached)
+};
+
+qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
+                           std::unique_ptr<GemmPlan>* out);
+qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                   int32_t thread_id, int32_t num_threads);
+
+// The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
+GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
+                             int kg);
+
+}  // namespace qj

@@ -1,0 +1,160 @@
+// Serialized packed weights: a versioned, checksummed image.
+//
+// Layout (little-endian, no padding between fields):
+//   Header (below) | scales (f32 x n_scales) | zero points (s32 x n_zps) | packed panels
+//   (packed_bytes) | column sums (s32 x n_colsum) | FNV-1a-64 of every preceding byte (u64)
+// A reader rejects a wrong magic or a short/long buffer (QJ_ERR_CORRUPT_DATA), another format
+// version (QJ_ERR_VERSION_MISMATCH), a checksum mismatch or inconsistent fields
+// (QJ_ERR_CORRUPT_DATA). Panels packed for another ISA tier are repacked for the current one.
+#include <cstring>
+
+#include "src/core/status.h"
+#include "src/ops/int_weights.h"
+
+namespace qj {
+namespace {
+
+constexpr char kMagic[8] = {'Q', 'J', 'W', 'E', 'I', 'G', 'H', 'T'};
+constexpr uint32_t kVersion = 1;
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t total_bytes;
+  int32_t dtype, gran, isa, nr, kg, reserved;
+  int64_t k, n, group_size, kp, n_panels;
+  uint64_t n_scales, n_zps, packed_bytes, n_colsum;
+  uint64_t reserved2;
+};
+static_assert(sizeof(Header) == 128, "stable header size");
+
+uint64_t fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+size_t payload_bytes(const Header& h) {
+  return h.n_scales * 4 + h.n_zps * 4 + h.packed_bytes + h.n_colsum * 4;
+}
+
+}  // namespace
+
+size_t weights_serialized_size(const PackedWeights& w) {
+  return sizeof(Header) + w.scales.size() * 4 + w.zero_points.size() * 4 +
+         w.n_panels * w.panel_bytes() + w.colsum.size() * 4 + 8;
+}
+
+qj_status weights_serialize(const PackedWeights& w, void* buf, size_t size) {
+  size_t need = weights_serialized_size(w);
+  if (size < need)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "size=%zu is smaller than the %zu bytes needed", size, need);
+  Header h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kVersion;
+  h.header_bytes = sizeof(Header);
+  h.total_bytes = need;
+  h.dtype = w.dtype;
+  h.gran = w.gran;
+  h.isa = w.isa;
+  h.nr = w.nr;
+  h.kg = w.kg;
+  h.k = w.k;
+  h.n = w.n;
+  h.group_size = w.group_size;
+  h.kp = w.kp;
+  h.n_panels = w.n_panels;
+  h.n_scales = w.scales.size();
+  h.n_zps = w.zero_points.size();
+  h.packed_bytes = w.n_panels * w.panel_bytes();
+  h.n_colsum = w.colsum.size();
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  uint8_t* q = p;
+  auto put = [&](const void* src, size_t n) {
+    if (n) std::memcpy(q, src, n);
+    q += n;
+  };
+  put(&h, sizeof h);
+  put(w.scales.data(), h.n_scales * 4);
+  put(w.zero_points.data(), h.n_zps * 4);
+  put(w.packed.data(), h.packed_bytes);
+  put(w.colsum.data(), h.n_colsum * 4);
+  uint64_t sum = fnv1a(p, q - p);
+  put(&sum, 8);
+  return QJ_OK;
+}
+
+qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
+                              std::shared_ptr<PackedWeights>* out) {
+  const uint8_t* p = static_cast<const uint8_t*>(buf);
+  if (size < sizeof(Header) + 8)
+    return fail(QJ_ERR_CORRUPT_DATA, "size=%zu is too small for a serialized weights image", size);
+  Header h;
+  std::memcpy(&h, p, sizeof h);
+  if (std::memcmp(h.magic, kMagic, 8) != 0)
+    return fail(QJ_ERR_CORRUPT_DATA, "buf does not start with the quantjit weights magic");
+  if (h.version != kVersion)
+    return fail(QJ_ERR_VERSION_MISMATCH, "serialized weights version %u, this library reads %u",
+                h.version, kVersion);
+  if (h.header_bytes != sizeof(Header) || h.total_bytes != size)
+    return fail(QJ_ERR_CORRUPT_DATA, "size=%zu does not match the image's recorded size %llu "
+                "(truncated or padded buffer)", size, (unsigned long long)h.total_bytes);
+  uint64_t sum;
+  std::memcpy(&sum, p + size - 8, 8);
+  if (fnv1a(p, size - 8) != sum)
+    return fail(QJ_ERR_CORRUPT_DATA, "checksum mismatch: the weights image is corrupted");
+  // Fields must describe a well-formed object (the checksum does not prove that the writer was us).
+  qj_isa img_isa = static_cast<qj_isa>(h.isa);
+  bool ok = h.dtype == QJ_S8 && h.k > 0 && h.n > 0 && h.k <= (int64_t(1) << 31) &&
+            h.n <= (int64_t(1) << 31) && h.isa >= QJ_ISA_SCALAR && h.isa <= QJ_ISA_AVX512_VNNI &&
+            h.kg == weights_kg(img_isa) && h.nr == weights_nr(img_isa, h.n) &&
+            h.kp == (h.k + h.kg - 1) / h.kg * h.kg && h.n_panels == (h.n + h.nr - 1) / h.nr &&
+            (h.gran == QJ_GRAN_TENSOR || h.gran == QJ_GRAN_CHANNEL || h.gran == QJ_GRAN_GROUP);
+  if (ok && h.gran == QJ_GRAN_GROUP) ok = h.group_size > 0 && h.k % h.group_size == 0;
+  int64_t groups = ok && h.gran == QJ_GRAN_GROUP ? h.k / h.group_size : 1;
+  uint64_t count = h.gran == QJ_GRAN_TENSOR ? 1 : h.gran == QJ_GRAN_CHANNEL ? h.n : groups * h.n;
+  if (ok)
+    ok = h.n_scales == count && (h.n_zps == 0 || h.n_zps == count) &&
+         h.packed_bytes == static_cast<uint64_t>(h.n_panels) * (h.kp / h.kg) * h.nr * 4 &&
+         h.n_colsum == static_cast<uint64_t>(groups * h.n) &&
+         sizeof(Header) + payload_bytes(h) + 8 == size;
+  if (!ok) return fail(QJ_ERR_CORRUPT_DATA, "the weights image has inconsistent fields");
+
+  auto w = std::make_shared<PackedWeights>();
+  w->dtype = static_cast<qj_dtype>(h.dtype);
+  w->k = h.k;
+  w->n = h.n;
+  w->gran = static_cast<qj_granularity>(h.gran);
+  w->group_size = h.group_size;
+  w->isa = img_isa;
+  w->nr = h.nr;
+  w->kg = h.kg;
+  w->kp = h.kp;
+  w->n_panels = h.n_panels;
+  const uint8_t* q = p + sizeof(Header);
+  w->scales.resize(h.n_scales);
+  std::memcpy(w->scales.data(), q, h.n_scales * 4);
+  q += h.n_scales * 4;
+  w->zero_points.resize(h.n_zps);
+  if (h.n_zps) std::memcpy(w->zero_points.data(), q, h.n_zps * 4);
+  q += h.n_zps * 4;
+  if (!w->packed.allocate(h.packed_bytes, false))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes", (unsigned long long)h.packed_bytes);
+  std::memcpy(w->packed.data(), q, h.packed_bytes);
+  q += h.packed_bytes;
+  w->colsum.resize(h.n_colsum);
+  std::memcpy(w->colsum.data(), q, h.n_colsum * 4);
+  for (float s : w->scales)
+    if (!(s > 0.0f) || s != s || s > 3.4e38f)
+      return fail(QJ_ERR_CORRUPT_DATA, "the weights image holds a scale that is not finite and > 0");
+  if (w->kg != weights_kg(isa) || w->nr != weights_nr(isa, w->n))
+    return repack_int_weights(*w, isa, out);  // another tier's layout: repack, never misread
+  *out = std::move(w);
+  return QJ_OK;
+}
+
+}  // namespace qj

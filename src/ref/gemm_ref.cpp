@@ -1,0 +1,153 @@
+#include "src/ref/gemm_ref.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "src/formats/half.h"
+
+namespace qj::ref {
+
+float IntWeights::scale(int64_t g, int64_t col) const {
+  switch (gran) {
+    case QJ_GRAN_TENSOR: return scales[0];
+    case QJ_GRAN_CHANNEL: return scales[col];
+    default: return scales[g * n + col];
+  }
+}
+
+int32_t IntWeights::zp(int64_t g, int64_t col) const {
+  if (zero_points.empty()) return 0;
+  switch (gran) {
+    case QJ_GRAN_TENSOR: return zero_points[0];
+    case QJ_GRAN_CHANNEL: return zero_points[col];
+    default: return zero_points[g * n + col];
+  }
+}
+
+static float load_float_a(const qj_gemm_desc& d, const void* a, int64_t idx) {
+  if (d.a_type == QJ_BF16) return bf16_to_f32(static_cast<const uint16_t*>(a)[idx]);
+  return static_cast<const float*>(a)[idx];
+}
+
+bool dynamic_quantize_rows(const qj_gemm_desc& d, int64_t m, int64_t k, const void* a, int64_t lda,
+                           std::vector<int32_t>* q, std::vector<float>* row_scale) {
+  q->assign(m * k, 0);
+  row_scale->assign(m, 1.0f);
+  std::vector<float> amax(m, 0.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      float v = load_float_a(d, a, i * lda + j);
+      if (!std::isfinite(v)) return false;
+      amax[i] = std::fmax(amax[i], std::fabs(v));
+    }
+  if (d.a_granularity == QJ_GRAN_TENSOR) {
+    float t = 0.0f;
+    for (float x : amax) t = std::fmax(t, x);
+    for (float& x : amax) x = t;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    if (amax[i] == 0.0f) continue;  // all zero: q = 0, scale 1
+    float inv = 127.0f / amax[i];
+    (*row_scale)[i] = amax[i] / 127.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      float t = std::nearbyint(load_float_a(d, a, i * lda + j) * inv);
+      t = std::fmin(std::fmax(t, -127.0f), 127.0f);
+      (*q)[i * k + j] = static_cast<int32_t>(t);
+    }
+  }
+  return true;
+}
+
+float out_multiplier(const qj_gemm_desc& d, double a_scale, double b_scale) {
+  double mlt = a_scale * b_scale;
+  if (d.c_type == QJ_U8 || d.c_type == QJ_S8) mlt /= d.c_scale;
+  return static_cast<float>(mlt);
+}
+
+float out_bias(const qj_gemm_desc& d, int64_t col) {
+  if (!d.bias) return 0.0f;
+  if (d.c_type == QJ_U8 || d.c_type == QJ_S8)
+    return static_cast<float>(static_cast<double>(d.bias[col]) / d.c_scale);
+  return d.bias[col];
+}
+
+void store_output(const qj_gemm_desc& d, float y, void* c, int64_t ldc, int64_t row, int64_t col) {
+  int64_t idx = row * ldc + col;
+  if (d.c_type == QJ_F32 || d.c_type == QJ_BF16) {
+    if (d.activation == QJ_ACT_RELU) y = y > 0.0f ? y : 0.0f;
+    if (d.c_type == QJ_F32) {
+      float* cf = static_cast<float*>(c);
+      if (d.beta != 0.0f) y = std::fma(d.beta, cf[idx], y);
+      cf[idx] = y;
+    } else {
+      static_cast<uint16_t*>(c)[idx] = f32_to_bf16(y);
+    }
+    return;
+  }
+  // u8 / s8: clamp to +-2^24 (exact in fp32, keeps the integer add below from overflowing),
+  // round half to even, add the zero point, saturate (ReLU clamps at the zero point).
+  float t = std::fmin(std::fmax(y, -16777216.0f), 16777216.0f);
+  int32_t q = static_cast<int32_t>(std::nearbyint(t)) + d.c_zero_point;
+  int32_t lo = d.c_type == QJ_U8 ? 0 : -128, hi = d.c_type == QJ_U8 ? 255 : 127;
+  if (d.activation == QJ_ACT_RELU && d.c_zero_point > lo) lo = d.c_zero_point;
+  q = q < lo ? lo : (q > hi ? hi : q);
+  if (d.c_type == QJ_U8)
+    static_cast<uint8_t*>(c)[idx] = static_cast<uint8_t>(q);
+  else
+    static_cast<int8_t*>(c)[idx] = static_cast<int8_t>(q);
+}
+
+void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void* a, int64_t lda,
+              void* c, int64_t ldc) {
+  const int64_t k = w.k, n = w.n;
+  const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
+  std::vector<int32_t> qa;
+  std::vector<float> rs;
+  int32_t za = 0;
+  int64_t qa_ld = k;
+  if (dynamic) {
+    dynamic_quantize_rows(d, m, k, a, lda, &qa, &rs);
+  } else {
+    qa.resize(m * k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        qa[i * k + j] = d.a_type == QJ_U8 ? static_cast<const uint8_t*>(a)[i * lda + j]
+                                          : static_cast<const int8_t*>(a)[i * lda + j];
+    za = d.a_zero_point;
+  }
+  const double a_scale = dynamic ? 1.0 : d.a_scale;
+  const int64_t groups = w.groups();
+  const int64_t gk = groups == 1 ? k : w.group_size;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t col = 0; col < n; ++col) {
+      float y;
+      if (w.gran != QJ_GRAN_GROUP) {
+        int64_t acc = 0;
+        for (int64_t j = 0; j < k; ++j)
+          acc += static_cast<int64_t>(qa[i * qa_ld + j] - za) * (w.q[j * n + col] - w.zp(0, col));
+        if (d.c_type == QJ_S32) {
+          static_cast<int32_t*>(c)[i * ldc + col] = static_cast<int32_t>(acc);
+          continue;
+        }
+        float f = static_cast<float>(static_cast<int32_t>(acc));
+        if (dynamic) f = f * rs[i];
+        float mlt = out_multiplier(d, a_scale, w.scale(0, col));
+        y = d.bias ? std::fma(f, mlt, out_bias(d, col)) : f * mlt;
+      } else {
+        float facc = 0.0f;
+        for (int64_t g = 0; g < groups; ++g) {
+          int64_t acc = 0;
+          for (int64_t j = g * gk; j < (g + 1) * gk; ++j)
+            acc += static_cast<int64_t>(qa[i * qa_ld + j] - za) * (w.q[j * n + col] - w.zp(g, col));
+          facc = std::fma(static_cast<float>(static_cast<int32_t>(acc)), w.scale(g, col), facc);
+        }
+        float f = dynamic ? facc * rs[i] : facc;
+        float mlt = out_multiplier(d, a_scale, 1.0);
+        y = d.bias ? std::fma(f, mlt, out_bias(d, col)) : f * mlt;
+      }
+      store_output(d, y, c, ldc, i, col);
+    }
+  }
+}
+
+}  // namespace qj::ref
