@@ -79,18 +79,23 @@ void load_vec(Assembler& a, const cg::Simd& s, int reg, const Mem& m) {
 // One K group (4 bytes of A per row, nr*4 bytes of B) into accumulator set `acc`.
 void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
   const cg::Simd& s = p.s;
-  for (int j = 0; j < p.nrv; ++j)
-    load_vec(a, s, p.breg + j, ptr(rdx, u * p.nr * 4 + j * s.bytes));
+  // With one row each B vector is used once: fold its load into the multiply (fewer uops, which
+  // is what bounds a GEMV streaming weights from L1/L2).
+  const bool b_from_mem = p.mr == 1;
+  if (!b_from_mem)
+    for (int j = 0; j < p.nrv; ++j)
+      load_vec(a, s, p.breg + j, ptr(rdx, u * p.nr * 4 + j * s.bytes));
   for (int i = 0; i < p.mr; ++i) {
     Vec av = s.v(p.areg + (i % p.nareg));
     a.vpbroadcastd(av, dword_ptr(rsi, u * p.mr * 4 + i * 4));
     for (int j = 0; j < p.nrv; ++j) {
       Vec c = s.v(acc + i * p.nrv + j);
+      Operand b = b_from_mem ? Operand(ptr(rdx, u * p.nr * 4 + j * s.bytes)) : Operand(s.v(p.breg + j));
       if (p.vnni) {
-        a.vpdpbusd(c, av, s.v(p.breg + j));
+        a.emit(Inst::kIdVpdpbusd, c, av, b);
       } else {
         Vec t = s.v(p.treg);
-        a.vpmaddwd(t, av, s.v(p.breg + j));
+        a.emit(Inst::kIdVpmaddwd, t, av, b);
         a.vpaddd(c, c, t);
       }
     }

@@ -283,6 +283,10 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
   const int64_t n_tail = w.n % w.nr;
 
+  // A one-row tile of u8 A in the VNNI layout is the row itself (K groups of 4 bytes), so it needs
+  // no packing when K needs no padding and no row sums are needed: the GEMV case.
+  const bool direct_row = d.a_type == QJ_U8 && w.kg == 4 && w.k == w.kp && w.zero_points.empty();
+
   GemmIntArgs args;
   args.consts = p.consts;
   args.ldc = ldc * out_bytes;
@@ -306,6 +310,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
           rsc[i] = am > 0.0f ? am / 127.0f : 1.0f;
         }
       const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
+      if (direct_row && rows == 1) continue;  // GEMV: the kernel streams the row of A in place
       pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv,
                   s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr);
     }
@@ -316,7 +321,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
         const int64_t row0 = t * mr;
         const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
         const int64_t slot = t - t0;
-        args.a = s.a_pack.data<uint8_t>() + slot * tile_bytes;
+        args.a = direct_row && rows == 1 ? static_cast<const uint8_t*>(a) + row0 * lda
+                                         : s.a_pack.data<uint8_t>() + slot * tile_bytes;
         args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
         args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
         args.n_panels = p1 - p0;
