@@ -286,6 +286,54 @@ QJ_API qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table
                                       void* out, const qj_partition* part);
 QJ_API void qj_embedding_bag_plan_destroy(qj_embedding_bag_plan p);
 
+/* Fused-rowwise table conversion (FBGEMM / PyTorch compatible bytes).
+ *
+ * Row layouts (dim values per row; value = q * scale + bias):
+ *  - QJ_FUSED_8BIT:  [dim x u8][fp32 scale][fp32 bias]                        dim + 8 bytes
+ *  - QJ_FUSED_4BIT:  [ceil(dim/2) bytes][fp16 scale][fp16 bias]               ceil(dim/2) + 4 bytes
+ *  - QJ_FUSED_2BIT:  [ceil(dim/4) bytes][fp16 scale][fp16 bias]               ceil(dim/4) + 4 bytes
+ *  - with QJ_ROWWISE_SCALE_BIAS_FIRST (FBGEMM's TBE rows, its scale_bias_last = false), any width:
+ *                    [fp16 scale][fp16 bias][packed values]                   packed + 4 bytes
+ *  Packed values: element j is in byte j / (8/bits) at bit (j % (8/bits)) * bits, low bits first;
+ *  unused bits of the last byte are zero when written and ignored when read.
+ *
+ * qj_quantize_rowwise (FBGEMM's FloatOrHalfToFused{8,N}BitRowwiseQuantizedSB{Float,Half} formulas,
+ * byte for byte; rounding is to nearest, ties to even):
+ *  - fp32 scale/bias (8-bit, scale/bias last): scale = (max - min) / 255, bias = min,
+ *    q = rint((x - min) * (255 / (max - min + 1e-8))).
+ *  - fp16 scale/bias (4-bit, 2-bit, and 8-bit scale/bias first): bias = fp16(min) and min is
+ *    replaced by that fp16 value; scale = fp16((max - min) / (2^bits - 1)) (1 when max == min or
+ *    when it rounds to 0); q = clamp(rint((x - min) / scale), 0, 2^bits - 1), the division done as
+ *    a multiplication by the fp32 reciprocal 1 / scale.
+ *  Errors (nothing is written): a non-finite value (QJ_ERR_INVALID_ARGUMENT naming row and column),
+ *  max - min overflowing fp32, or a min / scale outside the fp16 range (naming the row).
+ * qj_dequantize_rowwise: x = q * scale + bias, the product rounded to fp32 before the sum (FBGEMM's
+ *  Fused*RowwiseQuantizedSB*ToFloatOrHalf); fp16 output rounds that fp32 to nearest even.
+ * rows == 0 is a no-op (pointers may be NULL); dim must be >= 1. The results are identical at every
+ * ISA tier.
+ */
+#define QJ_ROWWISE_SCALE_BIAS_FIRST 1u
+
+/** Bytes of one natural (unpadded) fused row of `dim` values; flags: QJ_ROWWISE_SCALE_BIAS_FIRST.
+ *  Also accepts QJ_F32 / QJ_F16 / QJ_BF16 (dim * element size). Returns -1 for an unknown type, a
+ *  dim < 1 or an overflowing size. */
+QJ_API int64_t qj_rowwise_row_bytes(qj_dtype type, int64_t dim, uint32_t flags);
+/** qj_quantize_rowwise with fp16 (IEEE binary16) source values. */
+QJ_API qj_status qj_quantize_rowwise_f16(qj_dtype dst_type, const uint16_t* src, int64_t rows,
+                                         int64_t dim, void* dst);
+/** qj_dequantize_rowwise with fp16 output (rounded to nearest even). */
+QJ_API qj_status qj_dequantize_rowwise_f16(qj_dtype src_type, const void* src, int64_t rows,
+                                           int64_t dim, uint16_t* dst);
+/** General form: src_type QJ_F32 or QJ_F16 (rows x dim, dense); dst rows dst_stride bytes apart
+ *  (0: the natural row size; otherwise >= it). flags: QJ_ROWWISE_SCALE_BIAS_FIRST. */
+QJ_API qj_status qj_quantize_rowwise_ex(qj_dtype dst_type, uint32_t flags, qj_dtype src_type,
+                                        const void* src, int64_t rows, int64_t dim, void* dst,
+                                        int64_t dst_stride);
+/** General form: src rows src_stride bytes apart (0: natural), dst_type QJ_F32 or QJ_F16. */
+QJ_API qj_status qj_dequantize_rowwise_ex(qj_dtype src_type, uint32_t flags, const void* src,
+                                          int64_t src_stride, int64_t rows, int64_t dim,
+                                          qj_dtype dst_type, void* dst);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Conversions                                                                                */
 /* ------------------------------------------------------------------------------------------ */
