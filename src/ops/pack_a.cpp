@@ -46,8 +46,42 @@ inline int32_t quant(float v, float inv) {
 
 }  // namespace
 
+// Integer A on the VNNI path: whole 4-byte groups are copied as words (s8 shifted to u8 by
+// flipping the sign bits), the partial last group zero-padded. Same result as the general loop.
+static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t lda, int mr,
+                                  uint8_t* dst, int32_t* row_sum) {
+  const int64_t kgroups = s.kp / 4, kfull = s.k / 4;
+  const int64_t gk = s.k / s.groups;
+  const uint32_t flip = s.a_type == QJ_S8 ? 0x80808080u : 0u;
+  for (int i = 0; i < mr; ++i) {
+    const uint8_t* r = a + i * lda;
+    for (int64_t kk = 0; kk < kfull; ++kk) {
+      uint32_t w;
+      std::memcpy(&w, r + kk * 4, 4);
+      w ^= flip;
+      std::memcpy(dst + (kk * mr + i) * 4, &w, 4);
+    }
+    if (kfull < kgroups) {
+      uint8_t tail[4] = {0, 0, 0, 0};
+      for (int64_t j = kfull * 4; j < s.k; ++j) tail[j - kfull * 4] = r[j] ^ static_cast<uint8_t>(flip);
+      std::memcpy(dst + (kfull * mr + i) * 4, tail, 4);
+    }
+    if (s.row_sums) {
+      for (int64_t g = 0; g < s.groups; ++g) {
+        int32_t sum = 0;
+        for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += static_cast<uint8_t>(r[j] ^ static_cast<uint8_t>(flip));
+        row_sum[g * mr + i] = sum;
+      }
+    }
+  }
+}
+
 void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,
                  const float* inv_scale, uint8_t* dst, int32_t* row_sum) {
+  if (s.kg == 4 && mr_t == mr && (s.a_type == QJ_U8 || s.a_type == QJ_S8)) {
+    pack_a_tile_int_quads(s, static_cast<const uint8_t*>(a), lda, mr, dst, row_sum);
+    return;
+  }
   const int64_t kgroups = s.kp / s.kg;
   const int64_t gk = s.k / s.groups;  // K per scale group
   if (s.row_sums)
