@@ -1,0 +1,64 @@
+// This machine's measured limits, for `quantjit-bench peak` and for the "% of peak" columns of
+// every other subcommand.
+//
+// Every figure is measured on the calling thread (pin it: `taskset -c 1`), in a few milliseconds,
+// the first time it is asked for, and cached in the process; later calls return the cached value.
+// Compute loops are generated with asmjit here in the bench (not in the library): chains of
+// vpdpbusd / vfmadd231ps on independent accumulators, so the figure is the issue-rate limit.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace bench {
+
+// Peaks of one core (ops = 2 per multiply-add). width is 512 (zmm) or 256 (ymm).
+double measure_vnni_gops(int width = 512);   // vpdpbusd u8*s8->s32; 0 if the CPU lacks AVX512-VNNI
+double measure_fma_gflops(int width = 512);  // vfmadd231ps fp32;   0 if the CPU lacks it
+double measure_core_ghz();                   // from a chain of dependent integer adds
+
+// Detailed compute result: the best of several accumulator counts.
+struct ComputePeak {
+  double gops = 0;          // GOPS (VNNI) or GFLOPS (FMA)
+  int accumulators = 0;     // independent accumulators of the best loop
+  double instr_per_clock = 0;
+};
+ComputePeak measure_vnni(int width);
+ComputePeak measure_fma(int width);
+
+// Cache capacities of this core (bytes), from sysconf / sysfs; L3 is the whole shared L3.
+struct CacheSizes {
+  size_t l1 = 32 << 10, l2 = 1 << 20, l3 = 32 << 20;
+};
+const CacheSizes& cache_sizes();
+
+// Sequential-read bandwidth (GB/s, 1e9 bytes/s) of one core over a working set of `bytes`
+// (zmm loads, read repeatedly).
+double measure_bandwidth(size_t bytes);
+
+// The memory level a working set sits in when warm, its representative working set, and that
+// level's measured bandwidth (the roof for bandwidth-bound kernels such as M = 1 GEMM).
+enum class MemLevel { kL1 = 0, kL2 = 1, kL3 = 2, kDram = 3 };
+const char* level_name(MemLevel l);               // "l1", "l2", "l3", "dram"
+MemLevel level_of(size_t bytes);                  // smallest level holding bytes (<= 3/4 of it)
+size_t level_working_set(MemLevel l);             // the size measure_level_bandwidth() uses
+double level_bandwidth(MemLevel l);               // GB/s, cached
+
+// Random row gather + sum (the embedding-bag limit): random rows of row_bytes (a multiple of 64)
+// from a table of table_bytes, summed into zmm accumulators, with software prefetch of the row
+// `prefetch` lookups ahead (0: none). huge_pages: table mapped with madvise(MADV_HUGEPAGE) (2 MiB
+// transparent huge pages), else MADV_NOHUGEPAGE (4 KiB pages). The table is kept for later calls
+// with the same (table_bytes, huge_pages); release_gather_tables() frees it.
+struct GatherResult {
+  double ns_per_row = 0;
+  double rows_per_s = 0;
+  double gbs = 0;            // useful bytes (row_bytes * rows/s)
+  int prefetch = 0;          // the distance used
+  double thp_fraction = 0;   // share of the table actually backed by huge pages
+};
+GatherResult measure_gather(size_t row_bytes, bool huge_pages, int prefetch,
+                            size_t table_bytes = size_t{1} << 30);
+// The best over prefetch distances {4, 8, 16, 32}: the limit quoted in PERF.md's table. Cached.
+GatherResult gather_limit(size_t row_bytes, bool huge_pages, size_t table_bytes = size_t{1} << 30);
+void release_gather_tables();
+
+}  // namespace bench
