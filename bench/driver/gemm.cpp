@@ -1,0 +1,639 @@
+// `quantjit-bench gemm`: GEMM sweeps over shape lists, side by side with oneDNN.
+//
+// One code path for every weight type: a WeightKind row says how the weights are prepared
+// (qj_weights_pack of random s8, or qj_weights_quantize_pack of random fp32), what A and C are,
+// which peak the GOPS are divided by, how many bytes a weight costs (the M = 1 bandwidth roof),
+// and which peer (if any) computes the same thing. Adding a type means adding a row (and, if the
+// peer or the exact check needs it, a case in make_peer / check_reference).
+//
+// Per shape: plan creation right after qj_cache_clear() (gen_us = the generation_ns delta of
+// qj_cache_stats: first-call kernel generation, reported apart from run time as STYLE.md asks),
+// the median run time (warm: same buffers; --cold: 512 MiB flushed through the caches before
+// every call), GOPS = 2*M*N*K / time, the fraction of the measured peak, for M = 1 the fraction
+// of the bandwidth roof of the level the weights sit in, and with --vs onednn the peer's time on
+// the same data in the same process, and the ratio peer_seconds / seconds (> 1: we are faster).
+// Outputs are checked: against an exact double-precision reference on sampled rows, and against
+// the peer's output on every element (both may differ from ours by one unit where the float
+// scale path rounds a value that sits on a .5 boundary).
+#include <quantjit/quantjit.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "driver/commands.h"
+#include "driver/onednn_peer.h"
+#include "driver/peak.h"
+#include "driver/report.h"
+#include "driver/shapes.h"
+#include "driver/timing.h"
+#include "src/formats/half.h"
+
+namespace {
+
+using namespace bench;
+
+enum class PeerKind { kNone, kInt8, kF32 };
+
+struct WeightKind {
+  const char* name;       // --weights value
+  qj_dtype w;             // packed weight type
+  qj_dtype a;             // A as fed to qj_gemm_run
+  qj_dtype c;             // output type
+  bool quantize_pack;     // weights from random fp32 through qj_weights_quantize_pack
+  qj_granularity gran;    // weight scale granularity
+  int64_t group;          // K group for QJ_GRAN_GROUP (a --group option overrides it)
+  double bits;            // bits per weight moved from memory, scales included (bandwidth roof)
+  bool float_peak;        // divide by the FMA peak (float math) instead of the VNNI peak
+  PeerKind peer;          // what --vs runs for this type
+};
+
+// The setting of PERF.md's side-by-side for s8. Rows other than s8 are provisional: the helpers
+// who land each weight type own their row (A/C types, group size, peer).
+const WeightKind kKinds[] = {
+    {"s8", QJ_S8, QJ_U8, QJ_U8, false, QJ_GRAN_CHANNEL, 0, 8.0, false, PeerKind::kInt8},
+    {"s4", QJ_S4, QJ_U8, QJ_U8, true, QJ_GRAN_GROUP, 128, 4.0 + 32.0 / 128, false, PeerKind::kNone},
+    {"u4", QJ_U4, QJ_U8, QJ_U8, true, QJ_GRAN_GROUP, 128, 4.0 + 32.0 / 128, false, PeerKind::kNone},
+    {"f16", QJ_F16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
+    {"bf16", QJ_BF16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
+    {"mxfp4", QJ_MXFP4_E2M1, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 4.25, false, PeerKind::kF32},
+    {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 6.25, false, PeerKind::kF32},
+    {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 6.25, false, PeerKind::kF32},
+    {"mxfp8_e4m3", QJ_MXFP8_E4M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
+    {"mxfp8_e5m2", QJ_MXFP8_E5M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
+    {"mxint8", QJ_MXINT8, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
+};
+
+const WeightKind* find_kind(const std::string& name) {
+  for (const WeightKind& k : kKinds)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+const std::vector<NamedShapeList>& gemm_lists() {
+  static const std::vector<NamedShapeList> v = {
+      {"fbgemm", {"gemm-fbgemm-acc32.csv", "gemm-fbgemm-gemms.csv"}},
+      {"acc32", {"gemm-fbgemm-acc32.csv"}},
+      {"gemms", {"gemm-fbgemm-gemms.csv"}},
+      {"llm", {"gemm-llm.csv"}},
+      {"fp16", {"gemm-fbgemm-fp16.csv"}},
+  };
+  return v;
+}
+
+struct Options {
+  std::string shapes = "gemms";
+  const WeightKind* kind = &kKinds[0];
+  int64_t group = -1;  // -1: the kind's default
+  int threads = 1;
+  Format fmt = Format::kTable;
+  bool vs_onednn = false;
+  bool cold = false;
+  int reps = 0;
+  std::string plot;
+  int isa = -1;  // -1: leave the cap alone
+};
+
+int usage() {
+  std::string kinds;
+  for (const WeightKind& k : kKinds) kinds += std::string(kinds.empty() ? "" : "|") + k.name;
+  std::fprintf(
+      stderr,
+      "usage: quantjit-bench gemm [options]   (pin it: taskset -c 1)\n"
+      "  --shapes S      fbgemm (= acc32 + gemms) | acc32 | gemms | llm | fp16 | FILE.csv |\n"
+      "                  inline \"M,N,K[;M,N,K...]\"   (default gemms; files in bench/shapes/)\n"
+      "  --weights W     %s (default s8)\n"
+      "  --group G       K group of the weight scales for grouped types\n"
+      "  --threads N     threads (default 1); N > 1 uses qj_gemm_run_parallel\n"
+      "  --format F      table | csv | json (JSON Lines, one object per shape)\n"
+      "  --vs onednn     also run oneDNN matmul on the same data, same output stage\n"
+      "  --cold          stream 512 MiB through the caches before every timed call\n"
+      "  --reps R        timed calls per shape (default: enough for ~0.25 s, at least 5)\n"
+      "  --isa I         cap quantjit's ISA: scalar | avx2 | avx512 | avx512_vnni\n"
+      "  --plot F.png    draw GOPS per shape against the measured peak and the peer\n"
+      "s8 (default): u8 A (zero point 3), s8 B full range, per-channel scales, fp32 bias,\n"
+      "u8 C (zero point 5): the setting of PERF.md's FBGEMM/oneDNN side-by-side.\n",
+      kinds.c_str());
+  return 2;
+}
+
+bool parse_options(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    const char* v = nullptr;
+    if (a == "--shapes") {
+      if (!(v = next())) return false;
+      o->shapes = v;
+    } else if (a == "--weights") {
+      if (!(v = next()) || !(o->kind = find_kind(v))) return false;
+    } else if (a == "--group") {
+      if (!(v = next()) || std::atoll(v) <= 0) return false;
+      o->group = std::atoll(v);
+    } else if (a == "--threads") {
+      if (!(v = next()) || std::atoi(v) <= 0) return false;
+      o->threads = std::atoi(v);
+    } else if (a == "--format") {
+      if (!parse_format(next(), &o->fmt)) return false;
+    } else if (a == "--vs") {
+      if (!(v = next()) || std::string(v) != "onednn") return false;
+      o->vs_onednn = true;
+    } else if (a == "--cold") {
+      o->cold = true;
+    } else if (a == "--warm") {
+      o->cold = false;
+    } else if (a == "--reps") {
+      if (!(v = next()) || std::atoi(v) <= 0) return false;
+      o->reps = std::atoi(v);
+    } else if (a == "--plot") {
+      if (!(v = next())) return false;
+      o->plot = v;
+    } else if (a == "--isa") {
+      if (!(v = next())) return false;
+      const char* names[] = {"scalar", "avx2", "avx512", "avx512_vnni"};
+      o->isa = -1;
+      for (int t = 0; t < 4; ++t)
+        if (!std::strcmp(v, names[t])) o->isa = t;
+      if (o->isa < 0) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// xorshift64*: fast, reproducible data (the same shape always gets the same numbers).
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) {}
+  uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545f4914f6cdd1dull;
+  }
+  float uniform(float lo, float hi) {
+    return lo + (hi - lo) * static_cast<float>((next() >> 40) * (1.0 / 16777216.0));
+  }
+};
+
+// Everything one shape needs; vectors are 64-byte aligned through AlignedVec.
+template <class T>
+struct AlignedVec {
+  T* p = nullptr;
+  size_t n = 0;
+  void resize(size_t count) {
+    std::free(p);
+    n = count;
+    p = static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64 + 64));
+    std::memset(static_cast<void*>(p), 0, count * sizeof(T));
+  }
+  T& operator[](size_t i) { return p[i]; }
+  const T& operator[](size_t i) const { return p[i]; }
+  T* data() { return p; }
+  const T* data() const { return p; }
+  ~AlignedVec() { std::free(p); }
+};
+
+struct CaseData {
+  int64_t m, n, k;
+  // A
+  AlignedVec<uint8_t> a_u8;
+  AlignedVec<float> a_f32;
+  float a_scale = 1;
+  int32_t a_zp = 0;
+  // B
+  AlignedVec<int8_t> b_s8;   // s8 kinds: K x N
+  AlignedVec<float> b_f32;   // quantize_pack kinds: K x N
+  std::vector<float> b_scale;
+  // output stage
+  std::vector<float> bias;
+  float c_scale = 1;
+  int32_t c_zp = 0;
+  AlignedVec<uint8_t> c_u8, peer_u8;
+  AlignedVec<float> c_f32, peer_f32;
+};
+
+void make_data(const WeightKind& kind, CaseData* d) {
+  const int64_t m = d->m, n = d->n, k = d->k;
+  Rng r(static_cast<uint64_t>(m * 1000003 + n * 1009 + k));
+  if (kind.a == QJ_U8) {
+    d->a_u8.resize(m * k);
+    for (int64_t i = 0; i < m * k; ++i) d->a_u8[i] = static_cast<uint8_t>(r.next() >> 56);
+    d->a_scale = 0.02f;
+    d->a_zp = 3;
+  } else {
+    d->a_f32.resize(m * k);
+    for (int64_t i = 0; i < m * k; ++i) d->a_f32[i] = r.uniform(-1, 1);
+  }
+  if (kind.quantize_pack) {
+    d->b_f32.resize(k * n);
+    for (int64_t i = 0; i < k * n; ++i) d->b_f32[i] = r.uniform(-1, 1);
+  } else {
+    d->b_s8.resize(k * n);
+    for (int64_t i = 0; i < k * n; ++i) d->b_s8[i] = static_cast<int8_t>(r.next() >> 56);
+    d->b_scale.resize(n);
+    for (auto& s : d->b_scale) s = r.uniform(0.004f, 0.012f);
+  }
+  d->bias.resize(n);
+  if (kind.c == QJ_U8 || kind.c == QJ_S8) {
+    // Put most outputs inside [0, 255] so the check sees real values, not saturated ones: the
+    // accumulator's spread is about sqrt(K) * 147 * 74 (u8 - 3 against full-range s8), scaled to
+    // ~40 output units around 100.
+    const double spread = std::sqrt(static_cast<double>(k)) * 147.0 * 74.0;
+    d->c_scale = static_cast<float>(d->a_scale * 0.008 * spread / 40.0);
+    d->c_zp = 5;
+    for (auto& b : d->bias) b = d->c_scale * r.uniform(80, 120);
+    d->c_u8.resize(m * n);
+  } else {
+    for (auto& b : d->bias) b = r.uniform(-1, 1);
+    d->c_f32.resize(m * n);
+  }
+}
+
+// Exact output of the s8 setting for row i, column j (double precision, ties to even).
+uint8_t reference_u8(const CaseData& d, int64_t i, int64_t j) {
+  int64_t sum = 0;
+  for (int64_t p = 0; p < d.k; ++p)
+    sum += (static_cast<int64_t>(d.a_u8[i * d.k + p]) - d.a_zp) * d.b_s8[p * d.n + j];
+  double y = static_cast<double>(d.a_scale) * d.b_scale[j] * static_cast<double>(sum) + d.bias[j];
+  double q = std::nearbyint(y / d.c_scale) + d.c_zp;
+  return static_cast<uint8_t>(std::min(255.0, std::max(0.0, q)));
+}
+
+struct Diff {
+  int64_t off_by_one = 0;  // elements differing by exactly one unit (float rounding of a tie)
+  int64_t worse = 0;       // elements differing by more
+  int max = 0;
+};
+
+// Our u8 output against the exact reference on up to 8 rows spread over M.
+Diff check_reference(const CaseData& d) {
+  Diff r;
+  const int64_t rows = std::min<int64_t>(d.m, 8);
+  for (int64_t s = 0; s < rows; ++s) {
+    int64_t i = rows == 1 ? 0 : s * (d.m - 1) / (rows - 1);
+    for (int64_t j = 0; j < d.n; ++j) {
+      int diff = std::abs(static_cast<int>(d.c_u8[i * d.n + j]) - reference_u8(d, i, j));
+      r.max = std::max(r.max, diff);
+      if (diff == 1) ++r.off_by_one;
+      else if (diff > 1) ++r.worse;
+    }
+  }
+  return r;
+}
+
+Diff compare_u8(const AlignedVec<uint8_t>& x, const AlignedVec<uint8_t>& y, size_t n) {
+  Diff r;
+  for (size_t i = 0; i < n; ++i) {
+    int diff = std::abs(static_cast<int>(x[i]) - static_cast<int>(y[i]));
+    r.max = std::max(r.max, diff);
+    if (diff == 1) ++r.off_by_one;
+    else if (diff > 1) ++r.worse;
+  }
+  return r;
+}
+
+// Largest |x - y| relative to the largest |y| (float outputs: the peer sums in another order).
+double compare_f32(const AlignedVec<float>& x, const AlignedVec<float>& y, size_t n) {
+  double amax = 0, dmax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    amax = std::max(amax, std::fabs(static_cast<double>(y[i])));
+    dmax = std::max(dmax, std::fabs(static_cast<double>(x[i]) - y[i]));
+  }
+  return amax > 0 ? dmax / amax : dmax;
+}
+
+// The fp32 weights the float peer multiplies by: the type's own rounding where the bench can
+// reproduce it exactly (f16, bf16), else the unquantized values (then only the timing compares).
+std::vector<float> peer_weights(const WeightKind& kind, const CaseData& d) {
+  std::vector<float> w(d.b_f32.data(), d.b_f32.data() + d.k * d.n);
+  if (kind.w == QJ_F16)
+    for (float& x : w) x = qj::f16_to_f32(qj::f32_to_f16(x));
+  else if (kind.w == QJ_BF16)
+    for (float& x : w) x = qj::bf16_to_f32(qj::f32_to_bf16(x));
+  return w;
+}
+
+std::string status_text(qj_status s, const char* what) {
+  std::string msg = std::string(what) + ": " + qj_status_name(s);
+  const char* e = qj_last_error();
+  return e && *e ? msg + ": " + e : msg;
+}
+
+struct CaseResult {
+  bool ok = false;
+  bool mismatch = false;
+  double seconds = 0, gops = 0, peer_gops = 0, ratio = 0;
+};
+
+// Packs, plans (gen_us), times and checks quantjit on d; fills rec. False (with an "error" field)
+// if a call failed.
+bool run_ours(const Options& o, const WeightKind& kind, CaseData& d, const TimingOptions& topt,
+              Record& rec, CaseResult* res) {
+  const int64_t m = d.m, n = d.n, k = d.k;
+  // ---- weights and plan ----
+  qj_weights_desc wd{};
+  wd.dtype = kind.w;
+  wd.k = k;
+  wd.n = n;
+  wd.layout = QJ_LAYOUT_KN;
+  wd.granularity = kind.gran;
+  wd.group_size = kind.gran == QJ_GRAN_GROUP ? (o.group > 0 ? o.group : kind.group) : 0;
+  qj_weights w = nullptr;
+  qj_status st;
+  double t0 = now_seconds();
+  if (kind.quantize_pack) {
+    st = qj_weights_quantize_pack(&wd, d.b_f32.data(), n, &w);
+  } else {
+    wd.scales = d.b_scale.data();
+    st = qj_weights_pack(&wd, d.b_s8.data(), n, &w);
+  }
+  const double pack_ms = (now_seconds() - t0) * 1e3;
+  if (st != QJ_OK) {
+    rec.set("error", status_text(st, "qj_weights_pack"));
+    return false;
+  }
+  qj_gemm_desc gd{};
+  gd.a_type = kind.a;
+  gd.a_scale = d.a_scale;
+  gd.a_zero_point = d.a_zp;
+  gd.a_granularity = kind.a == QJ_F32 ? QJ_GRAN_ROW : QJ_GRAN_TENSOR;
+  gd.c_type = kind.c;
+  gd.c_scale = d.c_scale;
+  gd.c_zero_point = d.c_zp;
+  gd.bias = d.bias.data();
+  gd.activation = QJ_ACT_NONE;
+  gd.beta = 0;
+  qj_cache_clear();  // every earlier plan is destroyed: this plan generates its kernels afresh
+  qj_cache_stats_t s0, s1;
+  qj_cache_stats(&s0);
+  qj_gemm_plan plan = nullptr;
+  t0 = now_seconds();
+  st = qj_gemm_plan_create(&gd, w, &plan);
+  const double plan_us = (now_seconds() - t0) * 1e6;
+  qj_cache_stats(&s1);
+  qj_weights_destroy(w);  // the plan holds its own reference
+  if (st != QJ_OK) {
+    rec.set("error", status_text(st, "qj_gemm_plan_create"));
+    return false;
+  }
+  const double gen_us = (s1.generation_ns - s0.generation_ns) * 1e-3;
+  const int64_t fallbacks = static_cast<int64_t>(s1.fallbacks - s0.fallbacks);
+
+  // ---- timed runs ----
+  const void* a_ptr = kind.a == QJ_U8 ? static_cast<const void*>(d.a_u8.data())
+                                      : static_cast<const void*>(d.a_f32.data());
+  void* c_ptr = kind.c == QJ_U8 ? static_cast<void*>(d.c_u8.data())
+                                : static_cast<void*>(d.c_f32.data());
+  qj_status run_st = QJ_OK;
+  auto run = [&] {
+    qj_status s = o.threads == 1 ? qj_gemm_run(plan, m, a_ptr, k, c_ptr, n, nullptr)
+                                 : qj_gemm_run_parallel(plan, m, a_ptr, k, c_ptr, n, o.threads);
+    if (s != QJ_OK && run_st == QJ_OK) run_st = s;
+  };
+  run();
+  if (run_st != QJ_OK) {
+    rec.set("error", status_text(run_st, "qj_gemm_run"));
+    qj_gemm_plan_destroy(plan);
+    return false;
+  }
+  Timing t = time_median(run, topt);
+  qj_gemm_plan_destroy(plan);
+
+  const double ops = 2.0 * m * n * k;
+  const double gops = ops / t.median * 1e-9;
+  const double peak1 = kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
+  const double peak = peak1 * o.threads;  // single-core peak times threads
+  rec.set("seconds", t.median, 9).set("time_us", t.median * 1e6, 1);
+  rec.set("gops", gops, 1).set("peak_fraction", gops / peak, 3);
+  if (m == 1) {
+    const double wbytes = kind.bits / 8.0 * static_cast<double>(k) * n;
+    MemLevel lvl = o.cold ? MemLevel::kDram : level_of(static_cast<size_t>(wbytes));
+    const double roof = level_bandwidth(lvl);
+    rec.set("level", level_name(lvl));
+    rec.set("weight_gbs", wbytes / t.median * 1e-9, 1);
+    rec.set("roof_gbs", roof, 1);
+    rec.set("roof_fraction", wbytes / t.median * 1e-9 / roof, 3);
+  }
+  rec.set("gen_us", gen_us, 1).set("plan_us", plan_us, 1).set("pack_ms", pack_ms, 2);
+  rec.set("fallbacks", fallbacks).set("reps", t.reps);
+  res->gops = gops;
+  res->seconds = t.median;
+
+  // ---- exact check (integer outputs of the s8 setting) ----
+  if (!kind.quantize_pack && kind.c == QJ_U8) {
+    Diff r = check_reference(d);
+    rec.set("ref_max_diff", r.max);
+    if (r.worse) res->mismatch = true;
+  }
+  return true;
+}
+
+CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t n, int64_t k,
+                    Report& rep) {
+  CaseResult res;
+  CaseData d;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  Record& rec = rep.add();
+  rec.set("m", m).set("n", n).set("k", k);
+  rec.set("a_type", qj_dtype_name(kind.a)).set("w_type", qj_dtype_name(kind.w));
+  rec.set("c_type", qj_dtype_name(kind.c));
+  rec.set("isa", qj_isa_name(qj_max_isa())).set("threads", o.threads);
+  rec.set("mode", o.cold ? "cold" : "warm");
+  // Single-core measured peak times threads (peak.h caches it: measured once per process).
+  rec.set("peak_gops", (kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512)) * o.threads, 1);
+  make_data(kind, &d);
+
+  const double ops = 2.0 * m * n * k;
+  TimingOptions topt;
+  topt.cold = o.cold;
+  topt.reps = o.reps;
+  res.ok = run_ours(o, kind, d, topt, rec, &res);
+
+  // ---- peer ----
+  if (o.vs_onednn) {
+    std::string err;
+    std::unique_ptr<GemmPeer> peer;
+    std::vector<float> out_scale, bias_acc, wpeer;
+    if (kind.peer == PeerKind::kInt8) {
+      out_scale.resize(n);
+      bias_acc.resize(n);
+      for (int64_t j = 0; j < n; ++j) {
+        const double ab = static_cast<double>(d.a_scale) * d.b_scale[j];
+        out_scale[j] = static_cast<float>(ab / d.c_scale);
+        bias_acc[j] = static_cast<float>(d.bias[j] / ab);
+      }
+      d.peer_u8.resize(m * n);
+      PeerInt8Problem p;
+      p.m = m, p.n = n, p.k = k;
+      p.a = d.a_u8.data(), p.a_zp = d.a_zp, p.b = d.b_s8.data();
+      p.out_scale = out_scale.data(), p.bias_acc = bias_acc.data();
+      p.c = d.peer_u8.data(), p.c_zp = d.c_zp;
+      peer = make_onednn_int8(p, &err);
+    } else if (kind.peer == PeerKind::kF32) {
+      wpeer = peer_weights(kind, d);
+      d.peer_f32.resize(m * n);
+      PeerF32Problem p;
+      p.m = m, p.n = n, p.k = k;
+      p.a = d.a_f32.data(), p.b = wpeer.data(), p.bias = d.bias.data(), p.c = d.peer_f32.data();
+      peer = make_onednn_f32(p, &err);
+    } else {
+      err = std::string("no oneDNN peer for ") + kind.name + " weights";
+    }
+    if (peer && !peer->run()) {
+      err = "oneDNN matmul execute failed";
+      peer.reset();
+    }
+    if (!peer) {
+      rec.set("peer", "onednn").set("peer_error", err);
+    } else {
+      Timing pt = time_median([&] { peer->run(); }, topt);
+      const double pg = ops / pt.median * 1e-9;
+      rec.set("peer", peer->name()).set("peer_impl", peer->impl());
+      rec.set("peer_seconds", pt.median, 9).set("peer_us", pt.median * 1e6, 1);
+      rec.set("peer_gops", pg, 1);
+      if (res.ok) rec.set("ratio", pt.median / res.seconds, 3);
+      rec.set("peer_create_us", peer->create_us, 1);
+      res.peer_gops = pg;
+      res.ratio = res.ok ? pt.median / res.seconds : 0;
+      if (!res.ok) {
+        // nothing of ours to compare
+      } else if (kind.peer == PeerKind::kInt8) {
+        Diff r = compare_u8(d.c_u8, d.peer_u8, static_cast<size_t>(m * n));
+        rec.set("peer_max_diff", r.max).set("peer_off_by_one", r.off_by_one);
+        if (r.worse) res.mismatch = true;
+      } else if (kind.w == QJ_F16 || kind.w == QJ_BF16) {
+        rec.set("peer_rel_diff", compare_f32(d.c_f32, d.peer_f32, static_cast<size_t>(m * n)), 6);
+      }
+    }
+  }
+  if (rec.find("ref_max_diff") || rec.find("peer_max_diff"))
+    rec.set("check", res.mismatch ? "MISMATCH" : "ok");
+  return res;
+}
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += std::log(x);
+  return std::exp(s / v.size());
+}
+
+// Writes the records as JSON Lines to a temporary file and runs bench/plot.py on it.
+bool draw_plot(const Report& rep, const std::string& png) {
+  char tmp[] = "/tmp/quantjit-bench-XXXXXX";
+  int fd = mkstemp(tmp);
+  if (fd < 0) return false;
+  FILE* f = fdopen(fd, "w");
+  rep.write_json(f);
+  std::fclose(f);
+  // matplotlib comes from Debian's python3-matplotlib: prefer the system interpreter over
+  // whatever python3 is first on PATH (a pyenv or venv python usually lacks it). QJ_PYTHON wins.
+  std::string py = "python3";
+  if (const char* e = std::getenv("QJ_PYTHON")) py = e;
+  else if (access("/usr/bin/python3", X_OK) == 0) py = "/usr/bin/python3";
+  std::string cmd = py + " '" + bench_dir() + "/plot.py' '" + tmp + "' '" + png + "'";
+  int rc = std::system(cmd.c_str());
+  unlink(tmp);
+  return rc == 0;
+}
+
+}  // namespace
+
+int cmd_gemm(int argc, char** argv) {
+  Options o;
+  if (!parse_options(argc, argv, &o)) return usage();
+  CsvTable shapes;
+  std::string err;
+  if (!resolve_shapes(o.shapes, gemm_lists(), {"M", "N", "K"}, &shapes, &err)) {
+    std::fprintf(stderr, "quantjit-bench gemm: %s\n", err.c_str());
+    return 2;
+  }
+  const int cm = shapes.column("M"), cn = shapes.column("N"), ck = shapes.column("K");
+  if (cm < 0 || cn < 0 || ck < 0) {
+    std::fprintf(stderr, "quantjit-bench gemm: shape list needs columns M,N,K\n");
+    return 2;
+  }
+  if (o.isa >= 0) {
+    qj_status s = qj_set_max_isa(static_cast<qj_isa>(o.isa));
+    if (s != QJ_OK) {
+      std::fprintf(stderr, "quantjit-bench gemm: --isa: %s\n", qj_last_error());
+      return 2;
+    }
+  }
+  if (o.vs_onednn) onednn_set_threads(o.threads);
+  const WeightKind& kind = *o.kind;
+
+  Report rep(o.fmt);
+  rep.declare({"m", "n", "k", "a_type", "w_type", "c_type", "isa", "threads", "mode", "seconds",
+               "time_us", "gops", "peak_gops", "peak_fraction", "level", "weight_gbs", "roof_gbs",
+               "roof_fraction", "gen_us", "plan_us", "pack_ms", "fallbacks", "reps",
+               "ref_max_diff", "peer", "peer_impl", "peer_seconds", "peer_us", "peer_gops",
+               "ratio", "peer_create_us", "peer_max_diff", "peer_off_by_one", "peer_rel_diff",
+               "check", "error", "peer_error"});
+  // The table shows microseconds; JSON/CSV carry seconds (the documented field).
+  rep.hide(Format::kTable, {"a_type", "w_type", "c_type", "isa", "threads", "mode", "seconds",
+                            "peer_seconds", "peak_gops", "pack_ms", "reps", "peer_impl",
+                            "weight_gbs", "roof_gbs", "peer_create_us", "plan_us"});
+  rep.hide(Format::kCsv, {"time_us", "peer_us"});
+  rep.hide(Format::kJson, {"time_us", "peer_us"});
+
+  const double peak = kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
+  std::vector<double> gops, peer_gops, ratios;
+  int failed = 0, mismatched = 0;
+  for (const auto& row : shapes.rows) {
+    const int64_t m = row[cm], n = row[cn], k = row[ck];
+    if (m <= 0 || n <= 0 || k <= 0) {
+      std::fprintf(stderr, "quantjit-bench gemm: skipping non-positive shape %lld,%lld,%lld\n",
+                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
+      continue;
+    }
+    CaseResult r = run_case(o, kind, m, n, k, rep);
+    if (!r.ok) ++failed;
+    if (r.mismatch) ++mismatched;
+    if (r.ok) gops.push_back(r.gops);
+    if (r.peer_gops > 0) peer_gops.push_back(r.peer_gops);
+    if (r.ok && r.peer_gops > 0) ratios.push_back(r.ratio);
+  }
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%s weights, %s A, %s C, isa %s, %d thread(s), %s; measured peak %.1f %s per core",
+                kind.name, qj_dtype_name(kind.a), qj_dtype_name(kind.c), qj_isa_name(qj_max_isa()),
+                o.threads, o.cold ? "cold (512 MiB flushed before each call)" : "warm", peak,
+                kind.float_peak ? "GFLOPS (fp32 FMA)" : "GOPS (vpdpbusd zmm)");
+  rep.note(line);
+  std::snprintf(line, sizeof line, "geomean over %zu shapes: %.1f GOPS (%.1f%% of peak)",
+                gops.size(), geomean(gops), peak > 0 ? 100 * geomean(gops) / (peak * o.threads) : 0);
+  rep.note(line);
+  if (!peer_gops.empty()) {
+    std::snprintf(line, sizeof line, "oneDNN geomean over %zu shapes: %.1f GOPS (%.1f%% of peak)",
+                  peer_gops.size(), geomean(peer_gops),
+                  peak > 0 ? 100 * geomean(peer_gops) / (peak * o.threads) : 0);
+    rep.note(line);
+  }
+  if (!ratios.empty()) {
+    std::snprintf(line, sizeof line,
+                  "geomean ratio over %zu shapes (oneDNN time / ours; > 1: quantjit faster): %.3f",
+                  ratios.size(), geomean(ratios));
+    rep.note(line);
+  }
+  if (failed) rep.note("FAILED shapes: " + std::to_string(failed) + " (see the error column)");
+  if (mismatched) rep.note("MISMATCHED shapes: " + std::to_string(mismatched));
+  rep.finish();
+  if (!o.plot.empty()) {
+    if (draw_plot(rep, o.plot)) std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
+    else std::fprintf(stderr, "quantjit-bench gemm: plotting %s failed\n", o.plot.c_str());
+  }
+  return failed || mismatched ? 1 : 0;
+}
