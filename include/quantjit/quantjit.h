@@ -335,6 +335,68 @@ QJ_API qj_status qj_dequantize_rowwise_ex(qj_dtype src_type, uint32_t flags, con
                                           qj_dtype dst_type, void* dst);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Training: the fused embedding-bag backward with a row-wise sparse optimizer                 */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum qj_sparse_optimizer {
+  QJ_OPT_ROWWISE_ADAGRAD = 0, /**< h[row] += mean_j(G_j^2); w -= lr * G / (sqrt(h[row]) + eps) */
+  QJ_OPT_SGD = 1              /**< w -= lr * G (momentum unused, may be NULL) */
+} qj_sparse_optimizer;
+
+typedef enum qj_update_mode {
+  /** Deterministic: the occurrences of each row are coalesced first (sorted by index, then by
+   *  position), G = the sum of their gradients in that order, and each row is updated once.
+   *  Bit-identical for any thread count and any run. */
+  QJ_UPDATE_COALESCED = 0,
+  /** FBGEMM's RowWiseSparseAdaGradFused order: every occurrence updates its row immediately, bag
+   *  by bag in index order. With one thread this is deterministic; with several, occurrences of one
+   *  row in bags of different threads race and the result depends on timing. */
+  QJ_UPDATE_PER_OCCURRENCE_RACY = 1
+} qj_update_mode;
+
+/** A fused backward + row-wise optimizer step for one embedding table.
+ *
+ *  Exact arithmetic (fp32; identical at every ISA tier, in src/ref/rowwise_adagrad_ref.h):
+ *   - Occurrence i of bag b at position p: e_i = (weighted ? weights[positional ? p : i] : 1)
+ *     * (pooling == QJ_POOL_MEAN ? 1.0f / len_b : 1) (one rounded product; the factor 1 is exact).
+ *   - G_j = fma(e_i, grad[b][j], G_j) over the row's occurrences, starting from +0.
+ *   - AdaGrad: P_k = fma(G_j, G_j, P_k) for j = k mod 8 in increasing j, then
+ *     m = (((P0 + P1) + (P2 + P3)) + ((P4 + P5) + (P6 + P7))) / dim; h[row] = h[row] + m;
+ *     step = learning_rate / (sqrtf(h[row]) + epsilon); w_j = fma(-step, G_j, w_j).
+ *   - SGD: w_j = fma(-learning_rate, G_j, w_j).
+ *   - F16 tables: w_j is widened to fp32, updated, then rounded to nearest even, or with
+ *     stochastic_rounding != 0 rounded stochastically with 13 random bits that are a pure function
+ *     of (seed, row, j) (reproducible; src/formats/fp16_stochastic.h).
+ *  Pruned-row remaps are not supported here. */
+typedef struct qj_rowwise_adagrad_desc {
+  qj_dtype table_type;           /**< QJ_F32 or QJ_F16 rows of dim elements, dense */
+  int64_t dim;
+  int32_t index_bits;            /**< 32 or 64 */
+  int32_t offset_bits;           /**< 32 or 64 */
+  int32_t use_lengths;           /**< 0: offsets (num_bags + 1 entries), 1: lengths */
+  int32_t weighted;              /**< per-index (or positional) weights scaled the forward rows */
+  int32_t positional;
+  qj_pooling pooling;            /**< QJ_POOL_SUM or QJ_POOL_MEAN (the forward pooling) */
+  qj_sparse_optimizer optimizer;
+  qj_update_mode mode;
+  float learning_rate;
+  float epsilon;
+  int32_t stochastic_rounding;   /**< F16 tables only */
+  int64_t grad_stride;           /**< floats between gradient rows (0: dim) */
+} qj_rowwise_adagrad_desc;
+
+/** Update table rows (and momentum, one float per table row) in place from the pooled-output
+ *  gradients grad[num_bags][grad_stride] of one embedding-bag call. Inputs are validated like
+ *  qj_embedding_bag_run (bad index: QJ_ERR_OUT_OF_RANGE naming bag and index; bad offsets or
+ *  lengths: QJ_ERR_INVALID_ARGUMENT) before anything is written. num_threads >= 1 threads of the
+ *  installed pool (qj_set_parallel_for) share the work. */
+QJ_API qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* desc, void* table,
+                                          float* momentum, int64_t num_rows, int64_t num_bags,
+                                          const void* indices, int64_t num_indices,
+                                          const void* offsets_or_lengths, const float* weights,
+                                          const float* grad, uint64_t seed, int32_t num_threads);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Conversions                                                                                */
 /* ------------------------------------------------------------------------------------------ */
 

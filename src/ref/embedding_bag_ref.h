@@ -1,0 +1,51 @@
+// Scalar reference of embedding-bag: obviously correct and slow, one element at a time.
+//
+// It fixes the exact fp32 arithmetic every generated kernel reproduces bit for bit (all row
+// formats; the quantized ones are integer-decoded, so "bit-exact with the summation order" holds):
+//
+//   For each bag, acc[j] = +0.0f, then for each position p of the bag in index order (i = start + p):
+//     idx = indices[i]; row = remap ? remap[idx] : idx; a pruned row (row == -1) adds nothing.
+//     w = weighted ? weights[positional ? p : i] : 1.0f
+//     float rows (F32 / F16 / BF16), x = the element widened to fp32 exactly:
+//         acc[j] = fma(w, x, acc[j])             (unweighted: acc[j] + x, the same value)
+//     fused rows (8/4/2-bit), q = the integer code, s / b = the row's scale / bias as fp32:
+//         sw = w * s, bw = w * b                 (unweighted: s, b)
+//         acc[j] = acc[j] + fma(q, sw, bw)       (the row's value is rounded once, then summed)
+//   QJ_POOL_MEAN with len = end - start > 0 (pruned positions count): acc[j] *= (1.0f / (float)len).
+//   QJ_POOL_NONE (gather): one output row per index, y = w * x (float rows; x if unweighted) or
+//     y = fma(q, sw, bw) (fused rows); a pruned row gives zeros.
+//   Output: fp32 as is; fp16 / bf16 rounded to nearest even (src/formats/half.h).
+//
+// Differences from FBGEMM's reference (EmbeddingSpMDM*_ref): identical for float rows; for fused
+// rows FBGEMM computes fma(sw, q, acc + bw), which chains two roundings through the accumulator.
+// Both round twice per element; ours keeps the add alone on the dependency chain (a third of the
+// latency per row), which is what lets short-dim bags run faster than FBGEMM's.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <cstdint>
+
+namespace qj::ref {
+
+// The row layout of a table, resolved from a desc.
+struct EmbTable {
+  qj_dtype row_type = QJ_F32;
+  int64_t dim = 0;
+  bool sb_first = false;
+  int64_t row_stride = 0;  // bytes between rows (0: natural)
+  const void* data = nullptr;
+  int64_t num_rows = 0;
+};
+
+// Natural row size in bytes of a row format (float or fused), or -1.
+int64_t emb_row_bytes(qj_dtype row_type, int64_t dim, bool sb_first);
+
+// Runs bags [bag_begin, bag_end) (POOL_NONE: indices [bag_begin, bag_end)) and writes their output
+// rows (row r of the whole problem at out + r * out_stride elements). Inputs must be valid (the
+// driver validates them first); returns false if it meets an index, offset or remap entry outside
+// its range anyway (without writing that bag).
+bool embedding_bag(const qj_embedding_bag_desc& d, const EmbTable& t, int64_t num_bags,
+                   const void* indices, int64_t num_indices, const void* offsets_or_lengths,
+                   const float* weights, void* out, int64_t bag_begin, int64_t bag_end);
+
+}  // namespace qj::ref
