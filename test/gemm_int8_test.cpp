@@ -1,0 +1,913 @@
+// The INT8 GEMM against src/ref, bit for bit, at every ISA tier this CPU supports (the scalar tier
+// runs the reference fallback through the same driver and C API).
+//
+// Sweeps cover each dimension's edge values against a representative of the others (M around the
+// register tile MR of the ISA and shape, N around the panel width NR, K around the 4-byte K group
+// and the scale groups, every output type and epilogue option, every A type, both layouts, odd
+// leading dimensions, partitions), FBGEMM's own test shapes, and a seeded random sample of
+// combinations. run_gemm_case (test/gemm_case.cpp) compares the whole output buffer, padding
+// included, so a write outside the m x n result is caught too.
+#include <gtest/gtest.h>
+#include <quantjit/quantjit.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "src/formats/half.h"
+#include "src/ops/gemm.h"
+#include "src/ops/int_weights.h"
+#include "src/ref/gemm_ref.h"
+#include "test/gemm_case.h"
+#include "test/test_util.h"
+
+namespace {
+
+using qjt::GemmCase;
+
+#define EXPECT_CASE(c) EXPECT_EQ(qjt::run_gemm_case(c), "") << (c).str()
+
+class GemmInt8 : public ::testing::TestWithParam<qj_isa> {
+ protected:
+  void SetUp() override { cap_ = std::make_unique<qjt::IsaCap>(GetParam()); }
+  // Keeps the process-wide cache small between sweeps (no plan is alive here).
+  void TearDown() override {
+    cap_.reset();
+    qj_cache_clear();
+  }
+  qj_isa isa() const { return GetParam(); }
+  // The register tile rows the driver uses for this ISA and shape (the scalar tier has no tiles:
+  // 4 is as good as any value there).
+  int mr(int64_t n, int64_t k, bool grouped) const {
+    if (isa() == QJ_ISA_SCALAR) return 4;
+    const int nr = qj::weights_nr(isa(), n), kg = qj::weights_kg(isa());
+    const int64_t kp = (k + kg - 1) / kg * kg, panels = (n + nr - 1) / nr;
+    return qj::choose_blocking(isa(), nr, grouped, kp, panels, kg).mr;
+  }
+  // M values around the tile: 1, 2, 3, MR-1, MR, MR+1, 2MR+1 and larger ones.
+  std::vector<int64_t> m_values(int64_t n, int64_t k, bool grouped, std::vector<int64_t> extra) const {
+    const int r = mr(n, k, grouped);
+    std::set<int64_t> s{1, 2, 3, r - 1, r, r + 1, 2 * r + 1};
+    for (int64_t x : extra) s.insert(x);
+    s.erase(0);
+    return {s.begin(), s.end()};
+  }
+
+ private:
+  std::unique_ptr<qjt::IsaCap> cap_;
+};
+
+const qj_dtype kOutTypes[] = {QJ_U8, QJ_S8, QJ_S32, QJ_F32, QJ_BF16};
+
+// A case with the output type set and its options made legal (S32 takes no bias or ReLU; group
+// scales need a float stage).
+GemmCase with_out(GemmCase c, qj_dtype ct) {
+  c.c_type = ct;
+  if (ct == QJ_S32) {
+    c.bias = false;
+    c.relu = false;
+    if (c.gran == QJ_GRAN_GROUP && c.group != c.k) c.c_type = QJ_F32;
+    if (c.a_type == QJ_F32 || c.a_type == QJ_BF16) c.c_type = QJ_F32;
+  }
+  if (c.c_type != QJ_F32) c.beta = 0.0f;
+  return c;
+}
+
+// --- M: around the register tile, for plain, grouped and tensor scales ----------------------------
+TEST_P(GemmInt8, MTails) {
+  struct Shape {
+    int64_t n, k;
+    qj_granularity gran;
+    int64_t group;
+  };
+  const Shape shapes[] = {{37, 70, QJ_GRAN_CHANNEL, 0},
+                          {16, 64, QJ_GRAN_GROUP, 32},
+                          {100, 128, QJ_GRAN_GROUP, 64},
+                          {8, 33, QJ_GRAN_TENSOR, 0},
+                          {48, 64, QJ_GRAN_CHANNEL, 0}};
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    const bool grouped = s.gran == QJ_GRAN_GROUP;
+    for (int64_t m : m_values(s.n, s.k, grouped, {97, 256})) {
+      GemmCase c;
+      c.m = m;
+      c.n = s.n;
+      c.k = s.k;
+      c.gran = s.gran;
+      c.group = s.group;
+      c.seed = ++seed;
+      c.b_zp = (m & 1) != 0;
+      c.a_type = (m % 3 == 0) ? QJ_S8 : QJ_U8;
+      for (qj_dtype ct : {QJ_U8, QJ_F32, QJ_S32}) EXPECT_CASE(with_out(c, ct));
+    }
+  }
+}
+
+// --- N: every tail of every panel width (AVX2 8/16, AVX-512 16/32/48), for each output type ------
+TEST_P(GemmInt8, NTails) {
+  uint32_t seed = 200;
+  for (int64_t n = 1; n <= 97; ++n) {
+    GemmCase c;
+    c.n = n;
+    c.k = 37;
+    c.m = mr(n, c.k, false) + 1;
+    c.seed = ++seed;
+    c.b_zp = (n % 3) == 0;
+    c.relu = (n % 4) == 1;
+    c.ldc_pad = n % 2;
+    EXPECT_CASE(with_out(c, kOutTypes[n % 5]));
+    // Same tail, the neighbouring output type: every store width sees many tails.
+    EXPECT_CASE(with_out(c, kOutTypes[(n + 2) % 5]));
+  }
+  for (int64_t n : {1, 15, 16, 17, 31, 33, 47, 49, 257}) {
+    for (qj_dtype ct : kOutTypes) {
+      GemmCase c;
+      c.n = n;
+      c.k = 64;
+      c.m = mr(n, c.k, false) + 2;
+      c.seed = ++seed;
+      EXPECT_CASE(with_out(c, ct));
+      c.gran = QJ_GRAN_GROUP;  // grouped accumulation has its own tail stores
+      c.group = 32;
+      c.m = mr(n, c.k, true) + 1;
+      c.b_zp = true;
+      EXPECT_CASE(with_out(c, ct));
+    }
+  }
+}
+
+// --- K: both sides of the 4-byte group, of powers of two, and K = 1 ---------------------------------
+TEST_P(GemmInt8, KTails) {
+  const int64_t ks[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65,
+                        127, 128, 129, 255, 256, 257, 511, 512, 513, 1023, 1024, 1025};
+  uint32_t seed = 300;
+  for (int64_t k : ks) {
+    GemmCase c;
+    c.k = k;
+    c.n = 37;
+    // m = 1 and 2 use the dual-accumulator kernels (odd and even K-group counts); m = 1 with u8 A,
+    // K % 4 == 0 and no weight zero point is the GEMV path that reads A in place.
+    c.m = 1;
+    c.seed = ++seed;
+    EXPECT_CASE(with_out(c, QJ_U8));
+    c.m = 2;
+    c.a_type = QJ_S8;
+    c.b_zp = true;
+    c.seed = ++seed;
+    EXPECT_CASE(with_out(c, QJ_F32));
+    c.m = mr(c.n, k, false) + 1;
+    c.a_type = QJ_U8;
+    c.gran = QJ_GRAN_TENSOR;
+    c.seed = ++seed;
+    EXPECT_CASE(with_out(c, QJ_S32));
+    c.b_zp = false;
+    c.gran = QJ_GRAN_CHANNEL;
+    c.a_type = QJ_F32;
+    c.n = 16;
+    c.m = mr(c.n, k, false);
+    c.seed = ++seed;
+    EXPECT_CASE(with_out(c, QJ_BF16));
+  }
+}
+
+// --- Group scales: G in {4, 32, 64, 128, K}, K tails of groups, with and without zero points -------
+TEST_P(GemmInt8, GroupScales) {
+  struct G {
+    int64_t k, group;
+  };
+  const G gs[] = {{128, 32}, {128, 64}, {128, 128}, {256, 32}, {256, 64}, {256, 128}, {384, 128},
+                  {512, 64}, {96, 32},  {72, 36},   {16, 4},   {40, 8},   {70, 70},   {37, 37},
+                  {1, 1},    {3, 3},    {513, 513}, {64, 4}};
+  uint32_t seed = 400;
+  int i = 0;
+  for (const G& g : gs) {
+    for (int64_t n : {16, 37, 100}) {
+      ++i;
+      GemmCase c;
+      c.k = g.k;
+      c.n = n;
+      c.gran = QJ_GRAN_GROUP;
+      c.group = g.group;
+      const bool grouped = g.group != g.k;
+      c.m = (i % 3 == 0) ? 1 : mr(n, g.k, grouped) + (i % 2);
+      c.b_zp = (i % 2) == 0;
+      c.a_type = (i % 4 == 0) ? QJ_S8 : (i % 4 == 1) ? QJ_F32 : QJ_U8;
+      c.relu = (i % 5) == 0;
+      c.seed = ++seed;
+      EXPECT_CASE(with_out(c, kOutTypes[i % 5]));
+    }
+  }
+}
+
+// --- Zero points of A and B: none, typical and the extremes of their ranges ------------------------
+TEST_P(GemmInt8, ZeroPoints) {
+  uint32_t seed = 500;
+  const int32_t za_u8[] = {0, 1, 128, 254, 255}, za_s8[] = {-128, -1, 0, 1, 127};
+  const int32_t zb[] = {GemmCase::kAuto, -128, 127, 0, 1};
+  for (qj_granularity gran : {QJ_GRAN_TENSOR, QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+    for (int i = 0; i < 5; ++i) {
+      for (qj_dtype at : {QJ_U8, QJ_S8}) {
+        GemmCase c;
+        c.a_type = at;
+        c.a_zp_val = at == QJ_U8 ? za_u8[i] : za_s8[i];
+        c.b_zp = true;
+        c.b_zp_val = zb[(i + (at == QJ_S8)) % 5];  // 0 for all: the library drops the zero points
+        c.gran = gran;
+        c.group = gran == QJ_GRAN_GROUP ? 32 : 0;
+        c.k = 96;
+        c.n = 37;
+        c.m = mr(c.n, c.k, gran == QJ_GRAN_GROUP) + 1;
+        c.seed = ++seed;
+        c.values = (i % 2) ? qjt::kExtremes : qjt::kRandom;
+        EXPECT_CASE(with_out(c, gran == QJ_GRAN_GROUP ? QJ_F32 : QJ_S32));
+        EXPECT_CASE(with_out(c, QJ_U8));
+        c.b_zp = false;  // A zero point alone
+        c.m = 1;
+        EXPECT_CASE(with_out(c, QJ_S8));
+      }
+    }
+  }
+}
+
+// --- The largest exact int32 sums: K = 33025 with every product at +-255*255 ----------------------
+TEST_P(GemmInt8, ExtremeAccumulation) {
+  struct E {
+    qj_dtype at;
+    int values;
+    int32_t za;
+  };
+  const E es[] = {{QJ_U8, qjt::kMaxPos, 0}, {QJ_U8, qjt::kMaxNeg, 255},
+                  {QJ_S8, qjt::kMaxPos, -128}, {QJ_S8, qjt::kMaxNeg, 127}};
+  for (const E& e : es) {
+    for (int64_t k : {33025, 4097}) {
+      GemmCase c;
+      c.a_type = e.at;
+      c.values = e.values;
+      c.a_zp_val = e.za;
+      c.b_zp = true;
+      c.b_zp_val = -128;
+      c.k = k;
+      c.n = 17;
+      c.m = 2;
+      c.gran = QJ_GRAN_TENSOR;
+      EXPECT_CASE(with_out(c, QJ_S32));
+      EXPECT_CASE(with_out(c, QJ_F32));
+      c.m = mr(c.n, c.k, false) + 1;
+      c.gran = QJ_GRAN_CHANNEL;
+      EXPECT_CASE(with_out(c, QJ_U8));
+      EXPECT_CASE(with_out(c, QJ_S32));
+    }
+  }
+  // Every product at the extremes, random signs (sums far from the int32 limit but every
+  // vpmaddwd pair / vpdpbusd quad at its largest magnitude).
+  for (int64_t k : {4, 64, 1024}) {
+    for (qj_dtype at : {QJ_U8, QJ_S8, QJ_F32, QJ_BF16}) {
+      GemmCase c;
+      c.a_type = at;
+      c.values = qjt::kExtremes;
+      c.k = k;
+      c.n = 33;
+      c.m = 5;
+      c.b_zp = true;
+      EXPECT_CASE(with_out(c, QJ_S32));
+      EXPECT_CASE(with_out(c, QJ_S8));
+    }
+  }
+}
+
+// --- Output stage: every output type, bias, ReLU, zero points, saturation, ties, beta -------------
+TEST_P(GemmInt8, OutputStage) {
+  uint32_t seed = 600;
+  for (qj_dtype ct : {QJ_U8, QJ_S8}) {
+    const int32_t zcs[] = {ct == QJ_U8 ? 0 : -128, ct == QJ_U8 ? 100 : -3, ct == QJ_U8 ? 255 : 127};
+    for (int32_t zc : zcs)
+      for (bool bias : {false, true})
+        for (bool relu : {false, true})
+          for (float cs : {0.7f, 0.01f, 500.0f}) {  // typical, saturating, mostly near zero
+            GemmCase c;
+            c.c_type = ct;
+            c.c_zp = zc;
+            c.c_scale = cs;
+            c.bias = bias;
+            c.relu = relu;
+            c.k = 70;
+            c.n = 37;
+            c.m = mr(c.n, c.k, false) + 1;
+            c.b_zp = relu;
+            c.seed = ++seed;
+            EXPECT_CASE(c);
+          }
+  }
+  // Round-half-to-even: y = acc / 2 exactly, so every odd sum is a tie.
+  for (qj_dtype ct : {QJ_U8, QJ_S8}) {
+    for (int64_t k : {1, 3, 64}) {
+      GemmCase c;
+      c.c_type = ct;
+      c.a_scale = 1.0f;
+      c.b_scale = 1.0f;
+      c.c_scale = 2.0f;
+      c.gran = QJ_GRAN_TENSOR;
+      c.bias = false;
+      c.a_zp = false;
+      c.k = k;
+      c.n = 40;
+      c.m = 7;
+      c.seed = ++seed;
+      EXPECT_CASE(c);
+      c.c_scale = 256.0f;  // small y: ties of 0.5 around zero
+      EXPECT_CASE(c);
+    }
+  }
+  for (qj_dtype ct : {QJ_F32, QJ_BF16}) {
+    for (float beta : {0.0f, 1.0f, 0.5f, -2.75f}) {
+      if (ct == QJ_BF16 && beta != 0.0f) continue;
+      for (bool bias : {false, true})
+        for (bool relu : {false, true})
+          for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+            GemmCase c;
+            c.c_type = ct;
+            c.beta = beta;
+            c.bias = bias;
+            c.relu = relu;
+            c.gran = gran;
+            c.group = gran == QJ_GRAN_GROUP ? 32 : 0;
+            c.k = 96;
+            c.n = 37;
+            c.m = mr(c.n, c.k, gran == QJ_GRAN_GROUP) + 1;
+            c.seed = ++seed;
+            EXPECT_CASE(c);
+            c.a_type = QJ_F32;  // with the dynamic row scale
+            c.m = 3;
+            EXPECT_CASE(c);
+          }
+    }
+  }
+  for (qj_granularity gran : {QJ_GRAN_TENSOR, QJ_GRAN_CHANNEL}) {
+    GemmCase c;
+    c.c_type = QJ_S32;
+    c.bias = false;
+    c.gran = gran;
+    c.b_zp = true;
+    c.k = 130;
+    c.n = 37;
+    c.m = mr(c.n, c.k, false) + 1;
+    c.seed = ++seed;
+    EXPECT_CASE(c);
+  }
+}
+
+// --- A types: u8, s8, and fp32 / bf16 quantized on the fly per row or per call ---------------------
+TEST_P(GemmInt8, ATypes) {
+  uint32_t seed = 700;
+  for (qj_dtype at : {QJ_U8, QJ_S8, QJ_F32, QJ_BF16}) {
+    for (qj_granularity ag : {QJ_GRAN_ROW, QJ_GRAN_TENSOR}) {
+      for (float range : {1e-3f, 3.0f, 1e4f}) {
+        for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+          const bool dynamic = at == QJ_F32 || at == QJ_BF16;
+          if (!dynamic && (ag != QJ_GRAN_ROW || range != 3.0f)) continue;
+          GemmCase c;
+          c.a_type = at;
+          c.a_gran = ag;
+          c.a_range = range;
+          c.gran = gran;
+          c.group = gran == QJ_GRAN_GROUP ? 64 : 0;
+          c.k = 128;
+          c.n = 37;
+          c.b_zp = gran == QJ_GRAN_GROUP;
+          for (int64_t m : {int64_t{1}, int64_t{mr(c.n, c.k, gran == QJ_GRAN_GROUP) + 1}, int64_t{40}}) {
+            c.m = m;
+            c.zero_row = m > 1;  // an all-zero row: amax = 0, scale 1
+            c.lda_pad = m % 3;
+            c.seed = ++seed;
+            for (qj_dtype ct : {QJ_U8, QJ_F32, QJ_BF16}) EXPECT_CASE(with_out(c, ct));
+            if (!dynamic) EXPECT_CASE(with_out(c, QJ_S32));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Dynamic quantization must map a zero element of A to 0, whatever the row's amax: here a row holds
+// one tiny value (amax so small that 127/amax overflows fp32) and zeros. The tiny element meets a
+// zero weight row, so every output must be exactly 0 (f32 output, no bias) -- checked without
+// src/ref, which shares the formula. The comparison with src/ref follows.
+TEST_P(GemmInt8, DynamicTinyAmaxZerosStayZero) {
+  for (float tiny : {1e-38f, 2e-39f, 1e-45f, 1e-30f}) {
+    const int64_t k = 64, n = 20, m = 3;
+    std::vector<int8_t> wq(k * n);
+    for (int64_t i = 0; i < k * n; ++i) wq[i] = static_cast<int8_t>((i * 37) % 255 - 127);
+    for (int64_t j = 0; j < n; ++j) wq[j] = 0;  // weight row 0 is zero
+    std::vector<float> scales(n, 0.01f);
+    qj_weights_desc wd{};
+    wd.dtype = QJ_S8;
+    wd.k = k;
+    wd.n = n;
+    wd.granularity = QJ_GRAN_CHANNEL;
+    wd.scales = scales.data();
+    qj_weights w = nullptr;
+    ASSERT_EQ(qj_weights_pack(&wd, wq.data(), n, &w), QJ_OK) << qj_last_error();
+    for (qj_dtype at : {QJ_F32, QJ_BF16}) {
+      std::vector<float> af(m * k, 0.0f);
+      for (int64_t i = 0; i < m; ++i) af[i * k] = (i == 1) ? -tiny : tiny;
+      std::vector<uint16_t> ab(m * k);
+      for (int64_t i = 0; i < m * k; ++i) ab[i] = qj::f32_to_bf16(af[i]);
+      const void* a = at == QJ_F32 ? static_cast<const void*>(af.data()) : ab.data();
+      qj_gemm_desc d{};
+      d.a_type = at;
+      d.a_granularity = QJ_GRAN_ROW;
+      d.c_type = QJ_F32;
+      qj_gemm_plan p = nullptr;
+      ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
+      std::vector<float> c(m * n, 123.0f), ref(m * n, 123.0f);
+      ASSERT_EQ(qj_gemm_run(p, m, a, k, c.data(), n, nullptr), QJ_OK) << qj_last_error();
+      for (int64_t i = 0; i < m * n; ++i)
+        EXPECT_EQ(c[i], 0.0f) << "tiny=" << tiny << " a=" << qj_dtype_name(at) << " row " << i / n
+                              << " col " << i % n << " isa=" << qj_isa_name(isa());
+      qj::ref::IntWeights rw;
+      rw.k = k;
+      rw.n = n;
+      rw.gran = QJ_GRAN_CHANNEL;
+      rw.scales = scales;
+      rw.q.assign(wq.begin(), wq.end());
+      qj::ref::gemm_int(d, rw, m, a, k, ref.data(), n);
+      EXPECT_EQ(0, std::memcmp(c.data(), ref.data(), c.size() * 4))
+          << "library and src/ref disagree, tiny=" << tiny << " a=" << qj_dtype_name(at);
+      for (int64_t i = 0; i < m * n; ++i)
+        EXPECT_EQ(ref[i], 0.0f) << "src/ref: tiny=" << tiny << " a=" << qj_dtype_name(at) << " row "
+                                << i / n << " col " << i % n;
+      qj_gemm_plan_destroy(p);
+    }
+    qj_weights_destroy(w);
+  }
+}
+
+// A non-finite value in the padding of a row (beyond K, inside lda) is not part of A: no error.
+TEST_P(GemmInt8, DynamicIgnoresNonFinitePadding) {
+  const int64_t k = 33, n = 19, m = 4, lda = 40;
+  std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 5);
+  std::vector<float> scales(n, 0.02f);
+  qj_weights_desc wd{};
+  wd.dtype = QJ_S8;
+  wd.k = k;
+  wd.n = n;
+  wd.granularity = QJ_GRAN_CHANNEL;
+  wd.scales = scales.data();
+  qj_weights w = nullptr;
+  ASSERT_EQ(qj_weights_pack(&wd, wq.data(), n, &w), QJ_OK);
+  std::vector<float> a = qjt::random_floats(m * lda, -2.0f, 2.0f, 6);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = k; j < lda; ++j) a[i * lda + j] = (j & 1) ? NAN : INFINITY;
+  qj_gemm_desc d{};
+  d.a_type = QJ_F32;
+  d.a_granularity = QJ_GRAN_TENSOR;
+  d.c_type = QJ_F32;
+  qj_gemm_plan p = nullptr;
+  ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK);
+  std::vector<float> c(m * n, 0.0f), ref(m * n, 0.0f);
+  EXPECT_EQ(qj_gemm_run(p, m, a.data(), lda, c.data(), n, nullptr), QJ_OK) << qj_last_error();
+  qj::ref::IntWeights rw;
+  rw.k = k;
+  rw.n = n;
+  rw.gran = QJ_GRAN_CHANNEL;
+  rw.scales = scales;
+  rw.q.assign(wq.begin(), wq.end());
+  qj::ref::gemm_int(d, rw, m, a.data(), lda, ref.data(), n);
+  EXPECT_EQ(0, std::memcmp(c.data(), ref.data(), c.size() * 4));
+  qj_gemm_plan_destroy(p);
+  qj_weights_destroy(w);
+}
+
+// --- Weight layouts and odd leading dimensions ------------------------------------------------------
+TEST_P(GemmInt8, LayoutsAndLeadingDims) {
+  uint32_t seed = 800;
+  int i = 0;
+  for (qj_layout layout : {QJ_LAYOUT_KN, QJ_LAYOUT_NK}) {
+    for (int64_t wpad : {0, 1, 3, 17}) {
+      for (qj_granularity gran : {QJ_GRAN_TENSOR, QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+        ++i;
+        GemmCase c;
+        c.layout = layout;
+        c.wld_pad = wpad;
+        c.gran = gran;
+        c.group = gran == QJ_GRAN_GROUP ? 32 : 0;
+        c.k = gran == QJ_GRAN_GROUP ? 160 : 45;
+        c.n = 21 + i;
+        c.m = mr(c.n, c.k, gran == QJ_GRAN_GROUP) + 1;
+        c.lda_pad = (i * 7) % 13;   // odd and even strides
+        c.ldc_pad = (i * 5) % 11;
+        c.b_zp = (i % 2) == 0;
+        c.a_type = (i % 3 == 0) ? QJ_BF16 : (i % 3 == 1) ? QJ_S8 : QJ_U8;
+        c.seed = ++seed;
+        EXPECT_CASE(with_out(c, kOutTypes[i % 5]));
+      }
+    }
+  }
+}
+
+// --- Partitions: {t, T} for T = 1, 2, 3, 7 give the reference result; each writes its own share ---
+TEST_P(GemmInt8, Partitions) {
+  struct S {
+    int64_t m, n, k;
+  };
+  // Row split (many tiles), panel split (few rows, many panels), more threads than work.
+  const S shapes[] = {{256, 37, 70}, {3, 1000, 64}, {20, 600, 33}, {1, 16, 8}, {97, 257, 129}};
+  uint32_t seed = 900;
+  for (const S& s : shapes) {
+    for (int threads : {1, 2, 3, 7}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        GemmCase c;
+        c.m = s.m;
+        c.n = s.n;
+        c.k = s.k;
+        c.threads = threads;
+        c.check_disjoint = true;
+        c.seed = ++seed;
+        if (variant == 1) {  // per-tensor dynamic A: the scale spans every partition's rows
+          c.a_type = QJ_F32;
+          c.a_gran = QJ_GRAN_TENSOR;
+          c.c_type = QJ_BF16;
+        } else if (variant == 2) {
+          c.gran = QJ_GRAN_GROUP;
+          c.group = s.k % 32 == 0 ? 32 : s.k;
+          c.b_zp = true;
+          c.c_type = QJ_F32;
+        }
+        EXPECT_CASE(c);
+      }
+      GemmCase b;  // beta reads C: partitions must still each touch their own share only once
+      b.m = s.m;
+      b.n = s.n;
+      b.k = s.k;
+      b.threads = threads;
+      b.c_type = QJ_F32;
+      b.beta = 0.75f;
+      b.seed = ++seed;
+      EXPECT_CASE(b);
+    }
+  }
+}
+
+// qj_gemm_run_parallel on the built-in pool and on a caller's pool hook.
+struct CountingPool {
+  std::atomic<int> calls{0};
+};
+void serial_reverse_pool(void* pool, qj_task_fn fn, void* ctx, int32_t n) {
+  static_cast<CountingPool*>(pool)->calls++;
+  for (int32_t t = n - 1; t >= 0; --t) fn(ctx, t, n);
+}
+
+TEST_P(GemmInt8, RunParallel) {
+  uint32_t seed = 1000;
+  for (int threads : {1, 2, 3, 7}) {
+    for (int64_t m : {1, 5, 97}) {
+      GemmCase c;
+      c.m = m;
+      c.n = 300;
+      c.k = 65;
+      c.threads = threads;
+      c.parallel = true;
+      c.b_zp = true;
+      c.seed = ++seed;
+      EXPECT_CASE(c);
+      c.a_type = QJ_BF16;
+      c.c_type = QJ_F32;
+      c.beta = -1.5f;
+      EXPECT_CASE(c);
+    }
+  }
+  CountingPool pool;
+  qj_set_parallel_for(serial_reverse_pool, &pool);
+  for (int threads : {2, 3, 7}) {
+    GemmCase c;
+    c.m = 61;
+    c.n = 129;
+    c.k = 100;
+    c.threads = threads;
+    c.parallel = true;
+    c.seed = ++seed;
+    EXPECT_CASE(c);
+  }
+  qj_set_parallel_for(nullptr, nullptr);
+  EXPECT_EQ(pool.calls.load(), 3) << "the installed pool hook was not used";
+}
+
+// --- FBGEMM's own test shapes (M, N, K) --------------------------------------------------------------
+TEST_P(GemmInt8, FbgemmShapes) {
+  struct S {
+    int64_t m, n, k;
+  };
+  const S shapes[] = {{1, 128, 512}, {1, 2048, 513}, {6, 512, 512}, {6, 2048, 257},
+                      {102, 2323, 256}, {102, 512, 257}, {120, 4, 288}};
+  uint32_t seed = 1100;
+  for (const S& s : shapes) {
+    GemmCase c;
+    c.m = s.m;
+    c.n = s.n;
+    c.k = s.k;
+    c.seed = ++seed;
+    c.b_zp = true;  // u8 A with both zero points, requantized to u8 with bias
+    EXPECT_CASE(c);
+    GemmCase d = c;  // s8 A, per-tensor weights without zero points, f32 out + ReLU
+    d.a_type = QJ_S8;
+    d.gran = QJ_GRAN_TENSOR;
+    d.b_zp = false;
+    d.relu = true;
+    d.c_type = QJ_F32;
+    d.seed = ++seed;
+    if (s.m * s.n * s.k < 20000000) EXPECT_CASE(d);
+    GemmCase e = c;  // dynamic fp32 A with group scales where the group divides K
+    e.a_type = QJ_F32;
+    e.gran = s.k % 128 == 0 ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL;
+    e.group = s.k % 128 == 0 ? 128 : 0;
+    e.c_type = QJ_BF16;
+    e.seed = ++seed;
+    if (s.m * s.n * s.k < 20000000) EXPECT_CASE(e);
+  }
+}
+
+// --- Blocking: several MC blocks of A and NC blocks of B panels --------------------------------------
+TEST_P(GemmInt8, ManyCacheBlocks) {
+  GemmCase c;
+  c.m = 70;
+  c.n = 257;
+  c.k = 4096;
+  c.b_zp = true;
+  c.seed = 1200;
+  EXPECT_CASE(c);
+  c.gran = QJ_GRAN_GROUP;
+  c.group = 128;
+  c.c_type = QJ_F32;
+  c.m = 33;
+  c.threads = 2;
+  EXPECT_CASE(c);
+}
+
+// --- Weights packed at another tier: the plan repacks them ------------------------------------------
+TEST_P(GemmInt8, PlanRepacksWeightsOfAnotherTier) {
+  uint32_t seed = 1300;
+  for (qj_isa from : qjt::supported_isas()) {
+    if (from == isa()) continue;
+    for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+      GemmCase c;
+      c.pack_isa = from;
+      c.gran = gran;
+      c.group = gran == QJ_GRAN_GROUP ? 64 : 0;
+      c.k = 130 - (gran == QJ_GRAN_GROUP ? 2 : 0);
+      c.n = 50;
+      c.m = 11;
+      c.b_zp = true;
+      c.a_type = QJ_S8;
+      c.seed = ++seed;
+      EXPECT_CASE(with_out(c, QJ_F32));
+      EXPECT_CASE(with_out(c, QJ_U8));
+    }
+  }
+}
+
+// --- Seeded random sample of combinations of every dimension ----------------------------------------
+TEST_P(GemmInt8, RandomCombinations) {
+  std::mt19937 g(20240601u + static_cast<uint32_t>(isa()));
+  auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
+  const qj_dtype a_types[] = {QJ_U8, QJ_S8, QJ_F32, QJ_BF16};
+  const int64_t groups[] = {4, 32, 64, 128};
+  for (int it = 0; it < 150; ++it) {
+    GemmCase c;
+    c.seed = 5000 + it;
+    c.a_type = a_types[pick(4)];
+    c.gran = static_cast<qj_granularity>(pick(3));
+    if (c.gran == QJ_GRAN_GROUP) {
+      c.group = groups[pick(4)];
+      c.k = c.group * (1 + pick(5));
+      if (pick(4) == 0) c.group = c.k;
+    } else {
+      c.k = 1 + pick(300);
+    }
+    c.n = 1 + pick(pick(4) == 0 ? 300 : 70);
+    const int r = mr(c.n, c.k, c.gran == QJ_GRAN_GROUP && c.group != c.k);
+    const int mm = pick(4);
+    c.m = mm == 0 ? 1 + pick(r + 1) : mm == 1 ? r + pick(3) : mm == 2 ? 1 + pick(3) : 1 + pick(120);
+    if (c.m < 1) c.m = 1;
+    c.a_zp = pick(2);
+    c.b_zp = pick(2);
+    c.bias = pick(2);
+    c.relu = pick(3) == 0;
+    c.layout = static_cast<qj_layout>(pick(2));
+    c.lda_pad = pick(3) == 0 ? pick(9) : 0;
+    c.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+    c.a_gran = pick(2) ? QJ_GRAN_ROW : QJ_GRAN_TENSOR;
+    c.values = pick(5) == 0 ? qjt::kExtremes : qjt::kRandom;
+    c.zero_row = pick(6) == 0;
+    c.threads = pick(3) == 0 ? 1 + pick(4) : 1;
+    c.parallel = c.threads > 1 && pick(2);
+    qj_dtype ct = kOutTypes[pick(5)];
+    if (ct == QJ_F32 && pick(2)) c.beta = pick(2) ? 0.5f : -1.0f;
+    EXPECT_CASE(with_out(c, ct));
+  }
+}
+
+// --- Reads and writes stay inside the buffers: A and C end at a PROT_NONE page ----------------------
+// Run in a child process (death-test machinery) so an out-of-bounds access is a clean failure.
+struct GuardedBuffer {
+  uint8_t* base = nullptr;
+  size_t map_bytes = 0;
+  uint8_t* data = nullptr;  // `bytes` bytes ending exactly at the guard page
+  GuardedBuffer(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t body = (bytes + page - 1) / page * page;
+    map_bytes = body + page;
+    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    base = static_cast<uint8_t*>(p);
+    mprotect(base + body, page, PROT_NONE);
+    data = base + body - bytes;
+  }
+  ~GuardedBuffer() {
+    if (base) munmap(base, map_bytes);
+  }
+};
+
+int guarded_runs(qj_isa isa) {
+  qjt::IsaCap cap(isa);
+  int bad = 0;
+  for (qj_dtype at : {QJ_U8, QJ_S8, QJ_F32, QJ_BF16})
+    for (qj_dtype ct : {QJ_U8, QJ_S32, QJ_F32, QJ_BF16})
+      for (int64_t k : {4, 64, 67})
+        for (int64_t n : {1, 15, 17, 49})
+          for (int64_t m : {1, 2, 7}) {
+            if (ct == QJ_S32 && (at == QJ_F32 || at == QJ_BF16)) continue;
+            const size_t asz = at == QJ_F32 ? 4 : at == QJ_BF16 ? 2 : 1;
+            const size_t csz = ct == QJ_U8 ? 1 : ct == QJ_BF16 ? 2 : 4;
+            std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 7);
+            std::vector<float> scales(n, 0.01f);
+            qj_weights_desc wd{};
+            wd.dtype = QJ_S8;
+            wd.k = k;
+            wd.n = n;
+            wd.granularity = QJ_GRAN_CHANNEL;
+            wd.scales = scales.data();
+            qj_weights w = nullptr;
+            if (qj_weights_pack(&wd, wq.data(), n, &w) != QJ_OK) return 100;
+            qj_gemm_desc d{};
+            d.a_type = at;
+            d.a_scale = 0.1f;
+            d.a_zero_point = at == QJ_U8 ? 7 : 0;
+            d.c_type = ct;
+            d.c_scale = 0.5f;
+            qj_gemm_plan p = nullptr;
+            if (qj_gemm_plan_create(&d, w, &p) != QJ_OK) return 101;
+            GuardedBuffer a(m * k * asz), c(m * n * csz);
+            if (!a.data || !c.data) return 102;
+            std::vector<uint8_t> bytes = qjt::random_ints<uint8_t>(m * k * asz, 0, 255, 9);
+            if (at == QJ_F32)
+              for (int64_t i = 0; i < m * k; ++i) {
+                float v = static_cast<float>(bytes[i * 4]) - 128.0f;
+                std::memcpy(&bytes[i * 4], &v, 4);
+              }
+            if (at == QJ_BF16)
+              for (int64_t i = 0; i < m * k; ++i) {
+                uint16_t h = qj::f32_to_bf16(static_cast<float>(bytes[i * 2]) - 128.0f);
+                std::memcpy(&bytes[i * 2], &h, 2);
+              }
+            std::memcpy(a.data, bytes.data(), bytes.size());
+            if (qj_gemm_run(p, m, a.data, k, c.data, n, nullptr) != QJ_OK) bad++;
+            qj_gemm_plan_destroy(p);
+            qj_weights_destroy(w);
+          }
+  return bad;
+}
+
+TEST_P(GemmInt8, StaysInsideBuffersDeathTest) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const qj_isa i = isa();
+  EXPECT_EXIT(std::exit(guarded_runs(i)), ::testing::ExitedWithCode(0), "")
+      << "a kernel read or wrote past the end of A or C (or a run failed)";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, GemmInt8, ::testing::ValuesIn(qjt::supported_isas()),
+                         [](const ::testing::TestParamInfo<qj_isa>& i) {
+                           return qjt::isa_param_name(i.param);
+                         });
+
+// --- qj_weights_quantize_pack: the computed scales and values against the test's own quantization ---
+// Independent definition (header): symmetric, scale = amax / 127 over the tensor, each column or
+// each (group, column); q = clamp(rne(w / scale), -127, 127) with w / scale an fp32 division. A
+// slice whose amax is 0 quantizes to all zeros; its scale is then irrelevant to every output (the
+// sums are 0), so the test uses 1. s32 output checks every q exactly; f32 output checks the scales.
+struct OwnQuant {
+  std::vector<int32_t> q;  // K x N
+  std::vector<float> scales;
+};
+
+OwnQuant own_quantize(const std::vector<float>& w, int64_t k, int64_t n, int64_t ld, qj_layout layout,
+                      qj_granularity gran, int64_t group) {
+  auto at = [&](int64_t kk, int64_t c) { return layout == QJ_LAYOUT_KN ? w[kk * ld + c] : w[c * ld + kk]; };
+  const int64_t groups = gran == QJ_GRAN_GROUP ? k / group : 1, gk = k / groups;
+  const int64_t count = gran == QJ_GRAN_TENSOR ? 1 : groups * n;
+  auto slot = [&](int64_t kk, int64_t c) { return gran == QJ_GRAN_TENSOR ? 0 : (kk / gk) * n + c; };
+  std::vector<double> amax(count, 0.0);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t c = 0; c < n; ++c) amax[slot(kk, c)] = std::max(amax[slot(kk, c)], std::fabs(double(at(kk, c))));
+  OwnQuant o;
+  o.scales.resize(count);
+  for (int64_t i = 0; i < count; ++i) o.scales[i] = amax[i] > 0 ? static_cast<float>(amax[i]) / 127.0f : 1.0f;
+  o.q.resize(k * n);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t c = 0; c < n; ++c) {
+      float t = at(kk, c) / o.scales[slot(kk, c)];
+      // Round half to even by hand (no shared helper): nearest integer, ties to the even one.
+      double fl = std::floor(double(t)), frac = double(t) - fl;
+      double r = frac > 0.5 ? fl + 1 : frac < 0.5 ? fl : (std::fmod(fl, 2.0) == 0 ? fl : fl + 1);
+      r = std::min(127.0, std::max(-127.0, r));
+      o.q[kk * n + c] = static_cast<int32_t>(r);
+    }
+  return o;
+}
+
+TEST(GemmInt8Quantize, QuantizePackMatchesOwnQuantization) {
+  struct Q {
+    qj_granularity gran;
+    int64_t group, k, n;
+    qj_layout layout;
+  };
+  const Q qs[] = {{QJ_GRAN_TENSOR, 0, 70, 37, QJ_LAYOUT_KN},   {QJ_GRAN_CHANNEL, 0, 70, 37, QJ_LAYOUT_NK},
+                  {QJ_GRAN_CHANNEL, 0, 1, 17, QJ_LAYOUT_KN},   {QJ_GRAN_GROUP, 32, 128, 20, QJ_LAYOUT_KN},
+                  {QJ_GRAN_GROUP, 64, 192, 33, QJ_LAYOUT_NK},  {QJ_GRAN_GROUP, 128, 256, 16, QJ_LAYOUT_KN},
+                  {QJ_GRAN_GROUP, 90, 90, 21, QJ_LAYOUT_NK}};
+  uint32_t seed = 77;
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (const Q& q : qs) {
+      ++seed;
+      const int64_t ld = (q.layout == QJ_LAYOUT_KN ? q.n : q.k) + 3;
+      const int64_t rows = q.layout == QJ_LAYOUT_KN ? q.k : q.n;
+      std::vector<float> w = qjt::random_floats(rows * ld, -2.0f, 2.0f, seed);
+      // Planted slices: column 0 all zero (amax 0); column 1 with amax = 127 so the scale is 1 and
+      // x.5 values are exact ties (2.5 -> 2, 3.5 -> 4, -2.5 -> -2); column 2 with one huge value.
+      auto put = [&](int64_t kk, int64_t c, float v) {
+        if (c < q.n) (q.layout == QJ_LAYOUT_KN ? w[kk * ld + c] : w[c * ld + kk]) = v;
+      };
+      const float ties[] = {2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.5f, 126.5f, -126.5f};
+      for (int64_t kk = 0; kk < q.k; ++kk) {
+        put(kk, 0, 0.0f);
+        put(kk, 1, kk % 7 == 0 ? 127.0f : ties[kk % 8]);
+        if (kk == q.k / 2) put(kk, 2, -1000.0f);
+      }
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = q.k;
+      wd.n = q.n;
+      wd.layout = q.layout;
+      wd.granularity = q.gran;
+      wd.group_size = q.group;
+      qj_weights pw = nullptr;
+      ASSERT_EQ(qj_weights_quantize_pack(&wd, w.data(), ld, &pw), QJ_OK) << qj_last_error();
+      OwnQuant own = own_quantize(w, q.k, q.n, ld, q.layout, q.gran, q.group);
+      const int64_t m = 9, k = q.k, n = q.n;
+      std::vector<uint8_t> a = qjt::random_ints<uint8_t>(m * k, 0, 255, seed + 1);
+      // Row 0 of A picks out K index 0 (a one-hot row): its s32 outputs are q[0][n] - za-free.
+      for (int64_t j = 0; j < k; ++j) a[j] = j == 0 ? 1 : 0;
+      qj::ref::IntWeights rw;
+      rw.k = k;
+      rw.n = n;
+      rw.gran = q.gran == QJ_GRAN_GROUP && q.group == k ? QJ_GRAN_CHANNEL : q.gran;
+      rw.group_size = rw.gran == QJ_GRAN_GROUP ? q.group : 0;
+      rw.scales = own.scales;
+      rw.q = own.q;
+      for (qj_dtype ct : {QJ_S32, QJ_F32, QJ_U8}) {
+        if (ct == QJ_S32 && rw.gran == QJ_GRAN_GROUP) continue;
+        qj_gemm_desc d{};
+        d.a_type = QJ_U8;
+        d.a_scale = 0.02f;
+        d.c_type = ct;
+        d.c_scale = 0.3f;
+        d.c_zero_point = ct == QJ_U8 ? 128 : 0;
+        qj_gemm_plan p = nullptr;
+        ASSERT_EQ(qj_gemm_plan_create(&d, pw, &p), QJ_OK) << qj_last_error();
+        std::vector<uint8_t> c(m * n * 4, 0xcd), e(m * n * 4, 0xcd);
+        ASSERT_EQ(qj_gemm_run(p, m, a.data(), k, c.data(), n, nullptr), QJ_OK) << qj_last_error();
+        qj::ref::gemm_int(d, rw, m, a.data(), k, e.data(), n);
+        const size_t esz = ct == QJ_U8 ? 1 : 4;
+        for (size_t i = 0; i < m * n * esz; ++i)
+          if (c[i] != e[i]) {
+            ADD_FAILURE() << "quantize_pack differs from the test's own quantization: isa="
+                          << qj_isa_name(isa) << " gran=" << q.gran << " group=" << q.group
+                          << " layout=" << q.layout << " out=" << qj_dtype_name(ct) << " byte " << i
+                          << " (row " << i / esz / n << ", col " << i / esz % n << ")";
+            break;
+          }
+        qj_gemm_plan_destroy(p);
+      }
+      qj_weights_destroy(pw);
+    }
+  }
+}
+
+}  // namespace
