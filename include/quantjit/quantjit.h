@@ -415,6 +415,91 @@ QJ_API qj_status qj_mx_dequantize(qj_dtype mx_type, const void* elems, const uin
                                   int64_t n, float* dst);
 
 /* ------------------------------------------------------------------------------------------ */
+/* MX (OCP Microscaling v1.0) and BDR MX9/MX6/MX4 conversions                                 */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * Semantics (MX.md in the source tree is the normative summary):
+ *  - OCP types (QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP6_E3M2, QJ_MXFP6_E2M3, QJ_MXFP4_E2M1,
+ *    QJ_MXINT8): blocks of 32 consecutive values share one E8M0 scale byte b, X = 2^(b-127);
+ *    b = 0xFF is NaN and makes every value of its block NaN on decode.
+ *  - Scale rule, qj_rounding: QJ_ROUND_FLOOR (OCP 6.3: X = 2^(floor(log2 amax) - emax_elem), the
+ *    exponent taken from the fp32 bits) or QJ_ROUND_RCEIL (smallest power of two X with
+ *    amax / X <= the element's max value). Both clamp to 2^-127 <= X <= 2^127.
+ *  - Elements: V / X rounded to nearest, ties to even, saturated to +-max (E4M3 never becomes NaN
+ *    from a finite input), the sign of zero kept. MXINT8 codes are RNE(64 V / X) clamped to
+ *    [-127, 127]; -128 is never produced but is decoded (-2 X).
+ *  - An all-zero block gets scale 0x00 and codes 0; a block holding a NaN or +-Inf gets scale 0xFF
+ *    and codes 0.
+ *  - Decoding is code value * X in fp32 (exact unless it leaves the fp32 range: +-Inf above).
+ *    BF16 output is that fp32 result rounded to nearest even.
+ *  - BF16 input is widened to fp32 exactly first.
+ *  - The result does not depend on the ISA tier or on the caller's MXCSR (FTZ/DAZ, rounding).
+ *
+ * QJ_MX_LAYOUT_SPLIT (what qj_mx_quantize writes): two arrays.
+ *  - elems: ceil(n/32) whole blocks, element i of the input in block i/32. Bytes per block:
+ *      FP8 / INT8: 32, one code per byte (INT8 two's complement);
+ *      FP6: 24, an LSB-first bit stream, element i at bits [6i, 6i+6): 4 codes c0..c3 in 3 bytes,
+ *           b0 = c0 | c1 << 6, b1 = c1 >> 2 | c2 << 4, b2 = c2 >> 4 | c3 << 2 (library-defined);
+ *      FP4: 16, byte j = c[2j] | c[2j+1] << 4 (low nibble = even element, as PyTorch
+ *           float4_e2m1fn_x2 and FBGEMM's triton MX4).
+ *    Elements past n in the last block are written as code 0 (+0.0) and count as zeros for its
+ *    scale.
+ *  - scales: ceil(n/32) E8M0 bytes, one per block.
+ *  Element codes: FP types S|E|M with the sign in the top bit (E4M3 bias 7, S.1111.111 = NaN;
+ *  E5M2 bias 15, exponent 31 = Inf/NaN; E3M2 bias 3; E2M3 bias 1; E2M1 bias 1; FP6/FP4 have no
+ *  Inf/NaN).
+ *
+ * BDR types (QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4): self-contained blocks of 16 values in `elems`;
+ * `scales` must be NULL and the rounding QJ_ROUND_FLOOR. Block bytes (LSB-first bit stream):
+ *  byte 0 = E, the largest biased fp32 exponent field of the block (0xFF: NaN block);
+ *  byte 1 = microexponent bits, bit j for the pair {2j, 2j+1}: 1 when both values have exponent
+ *           field <= E-1;
+ *  then 16 fields of 1+m bits (m = 7, 4, 2), element i at bits [(1+m)i, (1+m)(i+1)) of the bytes
+ *  from byte 2 on, magnitude M in the low m bits, sign in the top bit.
+ *  value = (-1)^s * M * 2^(E - 127 - mu + 1 - m), M = RNE(|V| / 2^(E-127-mu+1-m)) <= 2^m - 1.
+ *  Block sizes: MX9 18 bytes, MX6 12, MX4 8; ceil(n/16) blocks, padding values +0.0.
+ *
+ * QJ_MX_LAYOUT_GGML_MXFP4 (QJ_MXFP4_E2M1 only): ceil(n/32) blocks of 17 bytes, ggml's
+ *  block_mxfp4 {uint8_t e; uint8_t qs[16];}: e = the E8M0 scale byte, qs[j] = c[j] | c[j+16] << 4
+ *  (low nibble = first half of the block). Byte-compatible with GGUF / llama.cpp MXFP4 tensors.
+ * QJ_MX_LAYOUT_FBGEMM_MX4 (QJ_MXFP4_E2M1 only): ceil(n/32) groups of 17 bytes, FBGEMM's MX4 row
+ *  format (triton / CPU path): 16 data bytes with byte j = c[2j] | c[2j+1] << 4, then the E8M0
+ *  byte. (FBGEMM's CUDA path puts the even element in the HIGH nibble and is not this layout.)
+ *
+ * Common rules: n == 0 is a no-op (pointers may then be NULL); otherwise every pointer must be
+ * non-NULL (except scales for BDR, which must be NULL). Buffers must not overlap.
+ */
+
+typedef enum qj_mx_layout {
+  QJ_MX_LAYOUT_SPLIT = 0,        /**< elems + separate scales (the library's own layout) */
+  QJ_MX_LAYOUT_GGML_MXFP4 = 1,   /**< 17-byte {e, qs[16]} blocks, first/second-half nibbles */
+  QJ_MX_LAYOUT_FBGEMM_MX4 = 2    /**< 17-byte [16 data][1 exponent] groups, low nibble even */
+} qj_mx_layout;
+
+/** Bytes needed for n values of mx_type in layout: *elem_bytes for the element (or block) array,
+ *  *scale_bytes for the separate scales (0 for BDR and the 17-byte layouts). Either output
+ *  pointer may be NULL. */
+QJ_API qj_status qj_mx_storage_size(qj_mx_layout layout, qj_dtype mx_type, int64_t n,
+                                    size_t* elem_bytes, size_t* scale_bytes);
+/** Quantize n values of src_type (QJ_F32 or QJ_BF16) to mx_type in the SPLIT layout (OCP types)
+ *  or to BDR blocks (scales NULL). qj_mx_quantize(t, r, src, n, e, s) is
+ *  qj_mx_quantize_ex(t, r, QJ_F32, src, n, e, s). */
+QJ_API qj_status qj_mx_quantize_ex(qj_dtype mx_type, qj_rounding r, qj_dtype src_type,
+                                   const void* src, int64_t n, void* elems, uint8_t* scales);
+/** Decode n values to dst_type (QJ_F32 or QJ_BF16). qj_mx_dequantize(t, e, s, n, dst) is
+ *  qj_mx_dequantize_ex(t, e, s, n, QJ_F32, dst). For BDR types scales must be NULL. */
+QJ_API qj_status qj_mx_dequantize_ex(qj_dtype mx_type, const void* elems, const uint8_t* scales,
+                                     int64_t n, qj_dtype dst_type, void* dst);
+/** Convert n values of SPLIT MX data (elems, scales) to a foreign layout (GGML_MXFP4 or
+ *  FBGEMM_MX4; mx_type must be QJ_MXFP4_E2M1). dst holds qj_mx_storage_size bytes. */
+QJ_API qj_status qj_mx_export(qj_mx_layout layout, qj_dtype mx_type, const void* elems,
+                              const uint8_t* scales, int64_t n, void* dst);
+/** The inverse: read n values in a foreign layout into SPLIT elems and scales. Codes past n in
+ *  the last block are set to 0 (the SPLIT padding rule), whatever the source held there. */
+QJ_API qj_status qj_mx_import(qj_mx_layout layout, qj_dtype mx_type, const void* src, int64_t n,
+                              void* elems, uint8_t* scales);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Kernel cache                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 

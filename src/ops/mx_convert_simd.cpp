@@ -1,0 +1,489 @@
+// AVX-512 and AVX2 MX / BDR conversion kernels (see mx_convert_kernels.h). Plain intrinsics in
+// functions with target attributes, so the rest of the library stays baseline x86-64.
+//
+// They compute exactly what the scalar codecs of src/formats compute, by different means:
+//  - amax: unsigned max of |bits| per block (NaN/Inf >= 0x7f800000 flags the block), then the
+//    scalar mx::scale_from_amax (shared code, so the scale byte is identical by construction);
+//  - y = |V| * 2^(127-s) (exact power-of-two multiply; below 2^-126 every element rounds to 0);
+//  - FP elements: round to the element grid with the "add a power of two" trick: with
+//    E' = max(exponent field of y, that of the element's min normal) and C = 2^(E'-127+23-mbits),
+//    y + C rounds y to a multiple of the grid step 2^(E'-127-mbits) (RNE, the MXCSR default set
+//    by the driver), and bits(y + C) - bits(C) counts steps; the code follows by adding the
+//    binade offset (E' - emin) << mbits; saturation is an unsigned min on the code;
+//  - INT8: cvtps2dq(V * 2^(127-s) * 64) is RNE, then a clamp to [-127, 127];
+//  - decode: value = bits(mag << (23-mbits)) * 2^(127-bias) (fp32 subnormals for the element's
+//    subnormals, hence the MXCSR guard against DAZ), E5M2 through vcvtph2ps, FP4 through a
+//    permute of the 16-entry value table; then one fp32 multiply by X.
+// Tests run every tier against the scalar path and the double-precision reference.
+// GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized on their internal _mm512_undefined_*
+// (GCC bug 105593, fixed in 13); the warning is about the header, not this code.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "src/formats/half.h"
+#include "src/formats/mx.h"
+#include "src/formats/mx_bdr.h"
+#include "src/ops/mx_convert_kernels.h"
+
+#define QJ_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define QJ_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace qj::mxk {
+namespace {
+
+// Compile-time parameters of the element types (mirror mx::ElemFormat; checked in the test).
+template <qj_dtype T>
+struct Tr;
+template <>
+struct Tr<QJ_MXFP8_E4M3> {
+  static constexpr int bits = 8, mbits = 3, bias = 7, max_code = 0x7e, bytes = 32;
+  static constexpr bool is_int = false;
+};
+template <>
+struct Tr<QJ_MXFP8_E5M2> {
+  static constexpr int bits = 8, mbits = 2, bias = 15, max_code = 0x7b, bytes = 32;
+  static constexpr bool is_int = false;
+};
+template <>
+struct Tr<QJ_MXFP6_E3M2> {
+  static constexpr int bits = 6, mbits = 2, bias = 3, max_code = 0x1f, bytes = 24;
+  static constexpr bool is_int = false;
+};
+template <>
+struct Tr<QJ_MXFP6_E2M3> {
+  static constexpr int bits = 6, mbits = 3, bias = 1, max_code = 0x1f, bytes = 24;
+  static constexpr bool is_int = false;
+};
+template <>
+struct Tr<QJ_MXFP4_E2M1> {
+  static constexpr int bits = 4, mbits = 1, bias = 1, max_code = 0x7, bytes = 16;
+  static constexpr bool is_int = false;
+};
+template <>
+struct Tr<QJ_MXINT8> {
+  static constexpr int bits = 8, mbits = 6, bias = 0, max_code = 0x7f, bytes = 32;
+  static constexpr bool is_int = true;
+};
+
+// ================================ shared 256-bit helpers ================================
+
+// 32 byte codes, in element order -> one SPLIT block.
+template <int BITS>
+QJ_AVX2 inline void store_block(__m256i c, uint8_t* dst) {
+  if constexpr (BITS == 8) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), c);
+  } else if constexpr (BITS == 4) {
+    const __m256i w = _mm256_maddubs_epi16(c, _mm256_set1_epi16(0x1001));  // c[2j] + 16 c[2j+1]
+    __m256i p = _mm256_packus_epi16(w, w);     // per lane: 8 bytes, twice
+    p = _mm256_permute4x64_epi64(p, 0x08);     // qwords 0 and 2 -> the low 16 bytes
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(p));
+  } else {
+    const __m256i w = _mm256_maddubs_epi16(c, _mm256_set1_epi16(0x4001));     // 12 bits
+    __m256i d = _mm256_madd_epi16(w, _mm256_set1_epi32(0x10000001));        // 24 bits: 4 codes
+    const __m256i shuf = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                          0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    d = _mm256_shuffle_epi8(d, shuf);
+    d = _mm256_permutevar8x32_epi32(d, _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(d));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 16), _mm256_extracti128_si256(d, 1));
+  }
+}
+
+// One SPLIT block -> 32 byte codes in element order. Reads exactly the block's bytes.
+template <int BITS>
+QJ_AVX2 inline __m256i load_block(const uint8_t* src) {
+  if constexpr (BITS == 8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  } else if constexpr (BITS == 4) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i m = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(x, m);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), m);
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  } else {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));      // bytes 0..15
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8));  // bytes 8..23
+    const __m128i da = _mm_shuffle_epi8(a, _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1));
+    const __m128i db = _mm_shuffle_epi8(b, _mm_setr_epi8(4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1));
+    const __m256i d = _mm256_set_m128i(db, da);  // 8 dwords of 4 codes (24 bits)
+    const __m256i t = _mm256_or_si256(_mm256_and_si256(d, _mm256_set1_epi32(0xfff)),
+                                      _mm256_and_si256(_mm256_slli_epi32(d, 4), _mm256_set1_epi32(0x0fff0000)));
+    return _mm256_or_si256(_mm256_and_si256(t, _mm256_set1_epi32(0x003f003f)),
+                           _mm256_and_si256(_mm256_slli_epi16(t, 2), _mm256_set1_epi32(0x3f003f00)));
+  }
+}
+
+// ======================================== AVX2 ========================================
+
+template <bool kBf16>
+QJ_AVX2 inline __m256 load8(const void* src, int64_t i) {
+  if constexpr (kBf16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(src) + i);
+  }
+}
+
+// 8 values (vi = bits, a = |bits|) -> 8 codes in dword lanes.
+template <class TR>
+QJ_AVX2 inline __m256i encode8(__m256i vi, __m256i a, __m256 inv) {
+  if constexpr (TR::is_int) {
+    const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(vi), inv), _mm256_set1_ps(64.0f));
+    const __m256i q = _mm256_cvtps_epi32(y);
+    return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+  } else {
+    const __m256 y = _mm256_mul_ps(_mm256_castsi256_ps(a), inv);
+    const __m256i yb = _mm256_castps_si256(y);
+    const __m256i ep = _mm256_max_epi32(_mm256_srli_epi32(yb, 23), _mm256_set1_epi32(128 - TR::bias));
+    const __m256i cb = _mm256_slli_epi32(_mm256_add_epi32(ep, _mm256_set1_epi32(23 - TR::mbits)), 23);
+    const __m256 sum = _mm256_add_ps(y, _mm256_castsi256_ps(cb));
+    __m256i code = _mm256_sub_epi32(_mm256_castps_si256(sum), cb);
+    code = _mm256_add_epi32(code, _mm256_slli_epi32(_mm256_sub_epi32(ep, _mm256_set1_epi32(128 - TR::bias)), TR::mbits));
+    code = _mm256_min_epu32(code, _mm256_set1_epi32(TR::max_code));
+    return _mm256_or_si256(code, _mm256_srli_epi32(_mm256_xor_si256(vi, a), 32 - TR::bits));
+  }
+}
+
+template <qj_dtype T, bool kBf16>
+QJ_AVX2 void quantize_avx2_k(qj_rounding r, const void* src, int64_t nb, uint8_t* elems, uint8_t* scales) {
+  using TR = Tr<T>;
+  const mx::ElemFormat& f = *mx::format(T);
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i vi[4], a[4];
+    for (int k = 0; k < 4; ++k) {
+      vi[k] = _mm256_castps_si256(load8<kBf16>(src, b * 32 + 8 * k));
+      a[k] = _mm256_and_si256(vi[k], absmask);
+    }
+    const __m256i m8 = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+    const uint8_t s = mx::scale_from_amax(f, static_cast<uint32_t>(_mm_cvtsi128_si32(m)), r);
+    scales[b] = s;
+    uint8_t* dst = elems + b * TR::bytes;
+    if (s == mx::kScaleNaN) {
+      std::memset(dst, 0, TR::bytes);
+      continue;
+    }
+    const __m256 inv = _mm256_set1_ps(mx::e8m0_inverse_f32(s));
+    __m256i c[4];
+    for (int k = 0; k < 4; ++k) c[k] = encode8<TR>(vi[k], a[k], inv);
+    // dwords -> bytes in element order (pack works per 128-bit lane, the permute undoes it).
+    const __m256i p01 = _mm256_packs_epi32(c[0], c[1]);
+    const __m256i p23 = _mm256_packs_epi32(c[2], c[3]);
+    __m256i p = TR::is_int ? _mm256_packs_epi16(p01, p23) : _mm256_packus_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    store_block<TR::bits>(p, dst);
+  }
+}
+
+// 8 byte codes (low 64 bits of c8) -> 8 values times x.
+template <qj_dtype T>
+QJ_AVX2 inline __m256 decode8(__m128i c8, __m256 x, __m256 tab8) {
+  using TR = Tr<T>;
+  __m256 v;
+  if constexpr (T == QJ_MXINT8) {
+    v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c8)), _mm256_set1_ps(1.0f / 64.0f));
+  } else if constexpr (T == QJ_MXFP8_E5M2) {
+    v = _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(c8), 8));  // E5M2 = top byte of fp16
+  } else {
+    const __m256i c = _mm256_cvtepu8_epi32(c8);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(1 << (TR::bits - 1))), 32 - TR::bits);
+    if constexpr (T == QJ_MXFP4_E2M1) {
+      v = _mm256_permutevar8x32_ps(tab8, c);  // magnitude from the low 3 bits
+    } else {
+      const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32((1 << (TR::bits - 1)) - 1));
+      v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 23 - TR::mbits)),
+                        _mm256_castsi256_ps(_mm256_set1_epi32((254 - TR::bias) << 23)));  // 2^(127-bias)
+      if constexpr (T == QJ_MXFP8_E4M3) {
+        const __m256i nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f));
+        v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_castsi256_ps(nan));
+      }
+    }
+    v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+  }
+  return _mm256_mul_ps(v, x);
+}
+
+QJ_AVX2 inline __m256i bf16_rne8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q),
+                                              _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+
+template <bool kBf16>
+QJ_AVX2 inline void store16_avx2(void* dst, int64_t i, __m256 v0, __m256 v1) {
+  if constexpr (kBf16) {
+    __m256i p = _mm256_packus_epi32(bf16_rne8(v0), bf16_rne8(v1));
+    p = _mm256_permute4x64_epi64(p, 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(dst) + i), p);
+  } else {
+    _mm256_storeu_ps(static_cast<float*>(dst) + i, v0);
+    _mm256_storeu_ps(static_cast<float*>(dst) + i + 8, v1);
+  }
+}
+
+template <qj_dtype T, bool kBf16>
+QJ_AVX2 void dequantize_avx2_k(const uint8_t* elems, const uint8_t* scales, int64_t nb, void* dst) {
+  using TR = Tr<T>;
+  const __m256 tab8 = T == QJ_MXFP4_E2M1 ? _mm256_loadu_ps(mx::value_table(T)) : _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i c = load_block<TR::bits>(elems + b * TR::bytes);
+    const __m256 x = _mm256_set1_ps(mx::e8m0_to_f32(scales[b]));
+    const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+    store16_avx2<kBf16>(dst, b * 32, decode8<T>(lo, x, tab8), decode8<T>(_mm_srli_si128(lo, 8), x, tab8));
+    store16_avx2<kBf16>(dst, b * 32 + 16, decode8<T>(hi, x, tab8), decode8<T>(_mm_srli_si128(hi, 8), x, tab8));
+  }
+}
+
+// ======================================= AVX-512 =======================================
+
+template <bool kBf16>
+QJ_AVX512 inline __m512i load16(const void* src, int64_t i) {
+  if constexpr (kBf16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(src) + i));
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+  } else {
+    return _mm512_loadu_si512(static_cast<const float*>(src) + i);
+  }
+}
+
+template <class TR>
+QJ_AVX512 inline __m512i encode16(__m512i vi, __m512i a, __m512 inv) {
+  if constexpr (TR::is_int) {
+    const __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(vi), inv), _mm512_set1_ps(64.0f));
+    const __m512i q = _mm512_cvtps_epi32(y);
+    return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+  } else {
+    const __m512 y = _mm512_mul_ps(_mm512_castsi512_ps(a), inv);
+    const __m512i yb = _mm512_castps_si512(y);
+    const __m512i ep = _mm512_max_epi32(_mm512_srli_epi32(yb, 23), _mm512_set1_epi32(128 - TR::bias));
+    const __m512i cb = _mm512_slli_epi32(_mm512_add_epi32(ep, _mm512_set1_epi32(23 - TR::mbits)), 23);
+    const __m512 sum = _mm512_add_ps(y, _mm512_castsi512_ps(cb));
+    __m512i code = _mm512_sub_epi32(_mm512_castps_si512(sum), cb);
+    code = _mm512_add_epi32(code, _mm512_slli_epi32(_mm512_sub_epi32(ep, _mm512_set1_epi32(128 - TR::bias)), TR::mbits));
+    code = _mm512_min_epu32(code, _mm512_set1_epi32(TR::max_code));
+    return _mm512_or_si512(code, _mm512_srli_epi32(_mm512_xor_si512(vi, a), 32 - TR::bits));
+  }
+}
+
+template <qj_dtype T, bool kBf16>
+QJ_AVX512 void quantize_avx512_k(qj_rounding r, const void* src, int64_t nb, uint8_t* elems, uint8_t* scales) {
+  using TR = Tr<T>;
+  const mx::ElemFormat& f = *mx::format(T);
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512i v0 = load16<kBf16>(src, b * 32), v1 = load16<kBf16>(src, b * 32 + 16);
+    const __m512i a0 = _mm512_and_si512(v0, absmask), a1 = _mm512_and_si512(v1, absmask);
+    const uint32_t amax = _mm512_reduce_max_epu32(_mm512_max_epu32(a0, a1));
+    const uint8_t s = mx::scale_from_amax(f, amax, r);
+    scales[b] = s;
+    uint8_t* dst = elems + b * TR::bytes;
+    if (s == mx::kScaleNaN) {
+      std::memset(dst, 0, TR::bytes);
+      continue;
+    }
+    const __m512 inv = _mm512_set1_ps(mx::e8m0_inverse_f32(s));
+    const __m512i c0 = encode16<TR>(v0, a0, inv), c1 = encode16<TR>(v1, a1, inv);
+    if constexpr (TR::bits == 4) {
+      // qword j holds codes 2j (low dword) and 2j+1 (high dword): fold the high one to bits 4..7.
+      const __m128i b0 = _mm512_cvtepi64_epi8(_mm512_or_si512(c0, _mm512_srli_epi64(c0, 28)));
+      const __m128i b1 = _mm512_cvtepi64_epi8(_mm512_or_si512(c1, _mm512_srli_epi64(c1, 28)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi64(b0, b1));
+    } else if constexpr (TR::bits == 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(c0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm512_cvtepi32_epi8(c1));
+    } else {
+      store_block<6>(_mm256_set_m128i(_mm512_cvtepi32_epi8(c1), _mm512_cvtepi32_epi8(c0)), dst);
+    }
+  }
+}
+
+template <qj_dtype T>
+QJ_AVX512 inline __m512 decode16(__m128i c16, __m512 x, __m512 tab16) {
+  using TR = Tr<T>;
+  __m512 v;
+  if constexpr (T == QJ_MXINT8) {
+    v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c16)), _mm512_set1_ps(1.0f / 64.0f));
+  } else if constexpr (T == QJ_MXFP8_E5M2) {
+    v = _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(c16), 8));
+  } else if constexpr (T == QJ_MXFP4_E2M1) {
+    v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(c16), tab16);  // full 16-entry table, signed
+  } else {
+    const __m512i c = _mm512_cvtepu8_epi32(c16);
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(1 << (TR::bits - 1))), 32 - TR::bits);
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32((1 << (TR::bits - 1)) - 1));
+    v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 23 - TR::mbits)),
+                      _mm512_castsi512_ps(_mm512_set1_epi32((254 - TR::bias) << 23)));
+    if constexpr (T == QJ_MXFP8_E4M3) {
+      const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
+      v = _mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    }
+    v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+  }
+  return _mm512_mul_ps(v, x);
+}
+
+template <bool kBf16>
+QJ_AVX512 inline void store16(void* dst, int64_t i, __m512 v) {
+  if constexpr (kBf16) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(dst) + i), _mm512_cvtepi32_epi16(r));
+  } else {
+    _mm512_storeu_ps(static_cast<float*>(dst) + i, v);
+  }
+}
+
+template <qj_dtype T, bool kBf16>
+QJ_AVX512 void dequantize_avx512_k(const uint8_t* elems, const uint8_t* scales, int64_t nb, void* dst) {
+  using TR = Tr<T>;
+  const __m512 tab16 = T == QJ_MXFP4_E2M1 ? _mm512_loadu_ps(mx::value_table(T)) : _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i c = load_block<TR::bits>(elems + b * TR::bytes);
+    const __m512 x = _mm512_set1_ps(mx::e8m0_to_f32(scales[b]));
+    store16<kBf16>(dst, b * 32, decode16<T>(_mm256_castsi256_si128(c), x, tab16));
+    store16<kBf16>(dst, b * 32 + 16, decode16<T>(_mm256_extracti128_si256(c, 1), x, tab16));
+  }
+}
+
+// ---- BDR (AVX-512): one zmm per 16-value block ----
+
+template <int M>
+inline void bdr_pack_codes(const uint8_t* c, uint8_t* dst) {
+  if constexpr (M == 7) {
+    std::memcpy(dst, c, 16);
+  } else {
+    unsigned __int128 acc = 0;
+    for (int i = 0; i < 16; ++i) acc |= static_cast<unsigned __int128>(c[i]) << ((M + 1) * i);
+    std::memcpy(dst, &acc, 2 * (M + 1));  // 16 fields * (M+1) bits = 2 (M+1) bytes
+  }
+}
+
+template <int M>
+inline void bdr_unpack_codes(const uint8_t* src, uint8_t* c) {
+  if constexpr (M == 7) {
+    std::memcpy(c, src, 16);
+  } else {
+    unsigned __int128 acc = 0;
+    std::memcpy(&acc, src, 2 * (M + 1));
+    for (int i = 0; i < 16; ++i) c[i] = static_cast<uint8_t>(acc >> ((M + 1) * i)) & ((1u << (M + 1)) - 1u);
+  }
+}
+
+// Collect bit 2j of a 16-bit mask into bit j.
+inline uint8_t even_bits(uint32_t m) {
+  m &= 0x5555u;
+  m = (m | m >> 1) & 0x3333u;
+  m = (m | m >> 2) & 0x0f0fu;
+  m = (m | m >> 4) & 0x00ffu;
+  return static_cast<uint8_t>(m);
+}
+
+template <int M, bool kBf16>
+QJ_AVX512 void bdr_quantize_avx512_k(const void* src, int64_t nb, uint8_t* blocks) {
+  constexpr int kBytes = 2 + 2 * (M + 1);
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* dst = blocks + b * kBytes;
+    const __m512i vi = load16<kBf16>(src, b * 16);
+    const __m512i a = _mm512_and_si512(vi, _mm512_set1_epi32(0x7fffffff));
+    const uint32_t amax = _mm512_reduce_max_epu32(a);
+    if (amax >= 0x7f800000u) {
+      std::memset(dst, 0, kBytes);
+      dst[0] = bdr::kExpNaN;
+      continue;
+    }
+    const int e = static_cast<int>(amax >> 23);
+    const __m512i ev = _mm512_set1_epi32(e);
+    const __m512i pair_max = _mm512_max_epu32(a, _mm512_shuffle_epi32(a, _MM_PERM_CDAB));
+    const __mmask16 mu_mask = _mm512_cmplt_epi32_mask(_mm512_srli_epi32(pair_max, 23), ev);
+    const __m512i mu = _mm512_maskz_mov_epi32(mu_mask, one);
+    // Same integer RNE as the scalar codec: M = RNE(sig >> sh), sh = 24 - m + E - max(ef, 1) - mu.
+    const __m512i ef = _mm512_srli_epi32(a, 23);
+    const __mmask16 normal = _mm512_test_epi32_mask(ef, ef);
+    const __m512i mant = _mm512_and_si512(a, _mm512_set1_epi32(0x7fffff));
+    const __m512i sig = _mm512_mask_or_epi32(mant, normal, mant, _mm512_set1_epi32(0x800000));
+    const __m512i efp = _mm512_max_epi32(ef, one);
+    const __m512i sh = _mm512_sub_epi32(_mm512_sub_epi32(_mm512_add_epi32(ev, _mm512_set1_epi32(24 - M)), efp), mu);
+    const __m512i half_m1 = _mm512_sub_epi32(_mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one)), one);
+    const __m512i lsb = _mm512_and_si512(_mm512_srlv_epi32(sig, sh), one);
+    __m512i mag = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(sig, half_m1), lsb), sh);
+    mag = _mm512_min_epu32(mag, _mm512_set1_epi32((1 << M) - 1));
+    const __m512i code = _mm512_or_si512(mag, _mm512_slli_epi32(_mm512_srli_epi32(vi, 31), M));
+    alignas(16) uint8_t c[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(c), _mm512_cvtepi32_epi8(code));
+    dst[0] = static_cast<uint8_t>(e);
+    dst[1] = even_bits(mu_mask);
+    bdr_pack_codes<M>(c, dst + 2);
+  }
+}
+
+template <int M, bool kBf16>
+QJ_AVX512 void bdr_dequantize_avx512_k(const uint8_t* blocks, int64_t nb, void* dst) {
+  constexpr int kBytes = 2 + 2 * (M + 1);
+  // Lane i belongs to pair i/2: the mu bit index per lane.
+  const __m512i pair_idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = blocks + b * kBytes;
+    if (src[0] == bdr::kExpNaN) {
+      store16<kBf16>(dst, b * 16, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+      continue;
+    }
+    alignas(16) uint8_t c[16];
+    bdr_unpack_codes<M>(src + 2, c);
+    const __m512i code = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(c)));
+    const __m512i mu = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(src[1]), pair_idx), _mm512_set1_epi32(1));
+    // value = M * 2^(E - 127 - mu + 1 - m): vscalefps is exact here (results >= 2^-149).
+    const __m512i step = _mm512_sub_epi32(_mm512_set1_epi32(static_cast<int>(src[0]) - 126 - M), mu);
+    const __m512 mag = _mm512_cvtepi32_ps(_mm512_and_si512(code, _mm512_set1_epi32((1 << M) - 1)));
+    __m512 v = _mm512_scalef_ps(mag, _mm512_cvtepi32_ps(step));
+    v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v),
+                                            _mm512_slli_epi32(_mm512_srli_epi32(code, M), 31)));
+    store16<kBf16>(dst, b * 16, v);
+  }
+}
+
+}  // namespace
+
+// ---- dispatch tables ----
+
+#define QJ_MXK_OCP_SWITCH(KERNEL)                                                       \
+  switch (t) {                                                                          \
+    case QJ_MXFP8_E4M3: return bf16 ? &KERNEL<QJ_MXFP8_E4M3, true> : &KERNEL<QJ_MXFP8_E4M3, false>; \
+    case QJ_MXFP8_E5M2: return bf16 ? &KERNEL<QJ_MXFP8_E5M2, true> : &KERNEL<QJ_MXFP8_E5M2, false>; \
+    case QJ_MXFP6_E3M2: return bf16 ? &KERNEL<QJ_MXFP6_E3M2, true> : &KERNEL<QJ_MXFP6_E3M2, false>; \
+    case QJ_MXFP6_E2M3: return bf16 ? &KERNEL<QJ_MXFP6_E2M3, true> : &KERNEL<QJ_MXFP6_E2M3, false>; \
+    case QJ_MXFP4_E2M1: return bf16 ? &KERNEL<QJ_MXFP4_E2M1, true> : &KERNEL<QJ_MXFP4_E2M1, false>; \
+    case QJ_MXINT8: return bf16 ? &KERNEL<QJ_MXINT8, true> : &KERNEL<QJ_MXINT8, false>;             \
+    default: return nullptr;                                                            \
+  }
+
+#define QJ_MXK_BDR_SWITCH(KERNEL)                                           \
+  switch (t) {                                                              \
+    case QJ_BDR_MX9: return bf16 ? &KERNEL<7, true> : &KERNEL<7, false>;    \
+    case QJ_BDR_MX6: return bf16 ? &KERNEL<4, true> : &KERNEL<4, false>;    \
+    case QJ_BDR_MX4: return bf16 ? &KERNEL<2, true> : &KERNEL<2, false>;    \
+    default: return nullptr;                                                \
+  }
+
+QuantizeFn quantize_avx512(qj_dtype t, bool bf16) { QJ_MXK_OCP_SWITCH(quantize_avx512_k) }
+DequantizeFn dequantize_avx512(qj_dtype t, bool bf16) { QJ_MXK_OCP_SWITCH(dequantize_avx512_k) }
+QuantizeFn quantize_avx2(qj_dtype t, bool bf16) { QJ_MXK_OCP_SWITCH(quantize_avx2_k) }
+DequantizeFn dequantize_avx2(qj_dtype t, bool bf16) { QJ_MXK_OCP_SWITCH(dequantize_avx2_k) }
+BdrQuantizeFn bdr_quantize_avx512(qj_dtype t, bool bf16) { QJ_MXK_BDR_SWITCH(bdr_quantize_avx512_k) }
+BdrDequantizeFn bdr_dequantize_avx512(qj_dtype t, bool bf16) { QJ_MXK_BDR_SWITCH(bdr_dequantize_avx512_k) }
+
+}  // namespace qj::mxk
