@@ -10,7 +10,8 @@
 // qj_cache_stats: first-call kernel generation, reported apart from run time as STYLE.md asks),
 // the median run time (warm: same buffers; --cold: 512 MiB flushed through the caches before
 // every call), GOPS = 2*M*N*K / time, the fraction of the measured peak, for M = 1 the fraction
-// of the bandwidth roof of the level the weights sit in, and with --vs onednn the peer's time on
+// of the bandwidth roof of the level the weights sit in (weight bytes / time against a streaming
+// read of that many bytes when warm, of DRAM when cold), and with --vs onednn the peer's time on
 // the same data in the same process, and the ratio peer_seconds / seconds (> 1: we are faster).
 // Outputs are checked: against an exact double-precision reference on sampled rows, and against
 // the peer's output on every element (both may differ from ours by one unit where the float
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -330,21 +332,26 @@ std::string status_text(qj_status s, const char* what) {
 }
 
 struct CaseResult {
-  bool ok = false;
-  bool mismatch = false;
-  double seconds = 0, gops = 0, peer_gops = 0, ratio = 0;
+  bool ok = false;        // quantjit ran
+  bool mismatch = false;  // an output differed by more than one unit
+  double gops = 0, peer_gops = 0, ratio = 0;
 };
 
-// Packs, plans (gen_us), times and checks quantjit on d; fills rec. False (with an "error" field)
-// if a call failed.
-bool run_ours(const Options& o, const WeightKind& kind, CaseData& d, const TimingOptions& topt,
-              Record& rec, CaseResult* res) {
-  const int64_t m = d.m, n = d.n, k = d.k;
-  // ---- weights and plan ----
+// quantjit's side of one shape: packed weights, a plan created right after qj_cache_clear().
+struct Ours {
+  qj_gemm_plan plan = nullptr;
+  double gen_us = 0, plan_us = 0, pack_ms = 0;
+  int64_t fallbacks = 0;
+  ~Ours() { qj_gemm_plan_destroy(plan); }
+};
+
+// Packs the weights and creates the plan; false with *err on failure.
+bool prepare_ours(const Options& o, const WeightKind& kind, CaseData& d, Ours* q,
+                  std::string* err) {
   qj_weights_desc wd{};
   wd.dtype = kind.w;
-  wd.k = k;
-  wd.n = n;
+  wd.k = d.k;
+  wd.n = d.n;
   wd.layout = QJ_LAYOUT_KN;
   wd.granularity = kind.gran;
   wd.group_size = kind.gran == QJ_GRAN_GROUP ? (o.group > 0 ? o.group : kind.group) : 0;
@@ -352,14 +359,14 @@ bool run_ours(const Options& o, const WeightKind& kind, CaseData& d, const Timin
   qj_status st;
   double t0 = now_seconds();
   if (kind.quantize_pack) {
-    st = qj_weights_quantize_pack(&wd, d.b_f32.data(), n, &w);
+    st = qj_weights_quantize_pack(&wd, d.b_f32.data(), d.n, &w);
   } else {
     wd.scales = d.b_scale.data();
-    st = qj_weights_pack(&wd, d.b_s8.data(), n, &w);
+    st = qj_weights_pack(&wd, d.b_s8.data(), d.n, &w);
   }
-  const double pack_ms = (now_seconds() - t0) * 1e3;
+  q->pack_ms = (now_seconds() - t0) * 1e3;
   if (st != QJ_OK) {
-    rec.set("error", status_text(st, "qj_weights_pack"));
+    *err = status_text(st, kind.quantize_pack ? "qj_weights_quantize_pack" : "qj_weights_pack");
     return false;
   }
   qj_gemm_desc gd{};
@@ -373,69 +380,56 @@ bool run_ours(const Options& o, const WeightKind& kind, CaseData& d, const Timin
   gd.bias = d.bias.data();
   gd.activation = QJ_ACT_NONE;
   gd.beta = 0;
-  qj_cache_clear();  // every earlier plan is destroyed: this plan generates its kernels afresh
+  qj_cache_clear();  // earlier plans are destroyed: this plan generates its kernels afresh
   qj_cache_stats_t s0, s1;
   qj_cache_stats(&s0);
-  qj_gemm_plan plan = nullptr;
   t0 = now_seconds();
-  st = qj_gemm_plan_create(&gd, w, &plan);
-  const double plan_us = (now_seconds() - t0) * 1e6;
+  st = qj_gemm_plan_create(&gd, w, &q->plan);
+  q->plan_us = (now_seconds() - t0) * 1e6;
   qj_cache_stats(&s1);
   qj_weights_destroy(w);  // the plan holds its own reference
   if (st != QJ_OK) {
-    rec.set("error", status_text(st, "qj_gemm_plan_create"));
+    q->plan = nullptr;
+    *err = status_text(st, "qj_gemm_plan_create");
     return false;
   }
-  const double gen_us = (s1.generation_ns - s0.generation_ns) * 1e-3;
-  const int64_t fallbacks = static_cast<int64_t>(s1.fallbacks - s0.fallbacks);
-
-  // ---- timed runs ----
-  const void* a_ptr = kind.a == QJ_U8 ? static_cast<const void*>(d.a_u8.data())
-                                      : static_cast<const void*>(d.a_f32.data());
-  void* c_ptr = kind.c == QJ_U8 ? static_cast<void*>(d.c_u8.data())
-                                : static_cast<void*>(d.c_f32.data());
-  qj_status run_st = QJ_OK;
-  auto run = [&] {
-    qj_status s = o.threads == 1 ? qj_gemm_run(plan, m, a_ptr, k, c_ptr, n, nullptr)
-                                 : qj_gemm_run_parallel(plan, m, a_ptr, k, c_ptr, n, o.threads);
-    if (s != QJ_OK && run_st == QJ_OK) run_st = s;
-  };
-  run();
-  if (run_st != QJ_OK) {
-    rec.set("error", status_text(run_st, "qj_gemm_run"));
-    qj_gemm_plan_destroy(plan);
-    return false;
-  }
-  Timing t = time_median(run, topt);
-  qj_gemm_plan_destroy(plan);
-
-  const double ops = 2.0 * m * n * k;
-  const double gops = ops / t.median * 1e-9;
-  const double peak1 = kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
-  const double peak = peak1 * o.threads;  // single-core peak times threads
-  rec.set("seconds", t.median, 9).set("time_us", t.median * 1e6, 1);
-  rec.set("gops", gops, 1).set("peak_fraction", gops / peak, 3);
-  if (m == 1) {
-    const double wbytes = kind.bits / 8.0 * static_cast<double>(k) * n;
-    MemLevel lvl = o.cold ? MemLevel::kDram : level_of(static_cast<size_t>(wbytes));
-    const double roof = level_bandwidth(lvl);
-    rec.set("level", level_name(lvl));
-    rec.set("weight_gbs", wbytes / t.median * 1e-9, 1);
-    rec.set("roof_gbs", roof, 1);
-    rec.set("roof_fraction", wbytes / t.median * 1e-9 / roof, 3);
-  }
-  rec.set("gen_us", gen_us, 1).set("plan_us", plan_us, 1).set("pack_ms", pack_ms, 2);
-  rec.set("fallbacks", fallbacks).set("reps", t.reps);
-  res->gops = gops;
-  res->seconds = t.median;
-
-  // ---- exact check (integer outputs of the s8 setting) ----
-  if (!kind.quantize_pack && kind.c == QJ_U8) {
-    Diff r = check_reference(d);
-    rec.set("ref_max_diff", r.max);
-    if (r.worse) res->mismatch = true;
-  }
+  q->gen_us = (s1.generation_ns - s0.generation_ns) * 1e-3;
+  q->fallbacks = static_cast<int64_t>(s1.fallbacks - s0.fallbacks);
   return true;
+}
+
+// The peer for this weight type on the same data (creation and weight reorder happen here).
+std::unique_ptr<GemmPeer> prepare_peer(const WeightKind& kind, CaseData& d,
+                                       std::vector<float>* keep, std::string* err) {
+  const int64_t m = d.m, n = d.n, k = d.k;
+  if (kind.peer == PeerKind::kInt8) {
+    // oneDNN 2.x adds the bias before the output scale: give it in accumulator units.
+    keep->resize(2 * n);
+    float* out_scale = keep->data();
+    float* bias_acc = keep->data() + n;
+    for (int64_t j = 0; j < n; ++j) {
+      const double ab = static_cast<double>(d.a_scale) * d.b_scale[j];
+      out_scale[j] = static_cast<float>(ab / d.c_scale);
+      bias_acc[j] = static_cast<float>(d.bias[j] / ab);
+    }
+    d.peer_u8.resize(m * n);
+    PeerInt8Problem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a = d.a_u8.data(), p.a_zp = d.a_zp, p.b = d.b_s8.data();
+    p.out_scale = out_scale, p.bias_acc = bias_acc;
+    p.c = d.peer_u8.data(), p.c_zp = d.c_zp;
+    return make_onednn_int8(p, err);
+  }
+  if (kind.peer == PeerKind::kF32) {
+    *keep = peer_weights(kind, d);
+    d.peer_f32.resize(m * n);
+    PeerF32Problem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a = d.a_f32.data(), p.b = keep->data(), p.bias = d.bias.data(), p.c = d.peer_f32.data();
+    return make_onednn_f32(p, err);
+  }
+  *err = std::string("no oneDNN peer for ") + kind.name + " weights";
+  return nullptr;
 }
 
 CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t n, int64_t k,
@@ -452,70 +446,116 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   rec.set("isa", qj_isa_name(qj_max_isa())).set("threads", o.threads);
   rec.set("mode", o.cold ? "cold" : "warm");
   // Single-core measured peak times threads (peak.h caches it: measured once per process).
-  rec.set("peak_gops", (kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512)) * o.threads, 1);
+  const double peak =
+      (kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512)) * o.threads;
+  rec.set("peak_gops", peak, 1);
   make_data(kind, &d);
 
-  const double ops = 2.0 * m * n * k;
+  // ---- quantjit: plan (gen_us), one checked run ----
+  Ours q;
+  std::string err;
+  const void* a_ptr = kind.a == QJ_U8 ? static_cast<const void*>(d.a_u8.data())
+                                      : static_cast<const void*>(d.a_f32.data());
+  void* c_ptr = kind.c == QJ_U8 ? static_cast<void*>(d.c_u8.data())
+                                : static_cast<void*>(d.c_f32.data());
+  qj_status run_st = QJ_OK;
+  auto ours = [&] {
+    qj_status s = o.threads == 1 ? qj_gemm_run(q.plan, m, a_ptr, k, c_ptr, n, nullptr)
+                                 : qj_gemm_run_parallel(q.plan, m, a_ptr, k, c_ptr, n, o.threads);
+    if (s != QJ_OK && run_st == QJ_OK) run_st = s;
+  };
+  res.ok = prepare_ours(o, kind, d, &q, &err);
+  if (res.ok) {
+    ours();
+    if (run_st != QJ_OK) {
+      err = status_text(run_st, "qj_gemm_run");
+      res.ok = false;
+    }
+  }
+  if (!res.ok) rec.set("error", err);
+
+  // ---- peer: created here (untimed), one run for the comparison ----
+  std::unique_ptr<GemmPeer> peer;
+  std::vector<float> peer_keep;
+  std::string peer_err;
+  if (o.vs_onednn) {
+    peer = prepare_peer(kind, d, &peer_keep, &peer_err);
+    if (peer && !peer->run()) {
+      peer_err = "oneDNN matmul execute failed";
+      peer.reset();
+    }
+  }
+
+  // ---- checks, before timing (the timed calls overwrite the same outputs identically) ----
+  Diff ref_diff, peer_diff;
+  const bool exact = !kind.quantize_pack && kind.c == QJ_U8;
+  if (res.ok && exact) ref_diff = check_reference(d);
+  if (res.ok && peer && kind.peer == PeerKind::kInt8)
+    peer_diff = compare_u8(d.c_u8, d.peer_u8, static_cast<size_t>(m * n));
+  double peer_rel = -1;
+  if (res.ok && peer && (kind.w == QJ_F16 || kind.w == QJ_BF16))
+    peer_rel = compare_f32(d.c_f32, d.peer_f32, static_cast<size_t>(m * n));
+
+  // ---- timing: ours and the peer interleaved, so noise hits both alike ----
   TimingOptions topt;
   topt.cold = o.cold;
   topt.reps = o.reps;
-  res.ok = run_ours(o, kind, d, topt, rec, &res);
+  std::vector<std::function<void()>> fns;
+  if (res.ok) fns.push_back(ours);
+  if (peer) fns.push_back([&] { peer->run(); });
+  std::vector<Timing> times = fns.empty() ? std::vector<Timing>{} : time_median_multi(fns, topt);
+  if (res.ok && run_st != QJ_OK) {  // a timed call failed
+    rec.set("error", status_text(run_st, "qj_gemm_run"));
+    res.ok = false;
+  }
 
-  // ---- peer ----
+  const double ops = 2.0 * m * n * k;
+  if (res.ok) {
+    const Timing& t = times[0];
+    res.gops = ops / t.median * 1e-9;
+    rec.set("seconds", t.median, 9).set("time_us", t.median * 1e6, 1);
+    rec.set("gops", res.gops, 1).set("peak_fraction", res.gops / peak, 3);
+    if (m == 1) {
+      // The bandwidth roof: weight bytes per second against a plain streaming read (peak.h) of
+      // the level the weights sit in. Warm: a read of a working set of exactly the weights' size,
+      // which is that level's bandwidth and also counts the share of a slightly-too-big matrix
+      // that stays in L3 between calls (measured per size, cached). Cold: DRAM.
+      const double wbytes = kind.bits / 8.0 * static_cast<double>(k) * n;
+      MemLevel lvl = o.cold ? MemLevel::kDram : level_of(static_cast<size_t>(wbytes));
+      const double roof = o.cold ? level_bandwidth(MemLevel::kDram)
+                                 : measure_bandwidth(static_cast<size_t>(wbytes));
+      rec.set("level", level_name(lvl));
+      rec.set("weight_gbs", wbytes / t.median * 1e-9, 1);
+      rec.set("roof_gbs", roof, 1);
+      rec.set("roof_fraction", wbytes / t.median * 1e-9 / roof, 3);
+    }
+    rec.set("gen_us", q.gen_us, 1).set("plan_us", q.plan_us, 1).set("pack_ms", q.pack_ms, 2);
+    rec.set("fallbacks", q.fallbacks).set("reps", t.reps);
+    if (exact) {
+      rec.set("ref_max_diff", ref_diff.max);
+      if (ref_diff.worse) res.mismatch = true;
+    }
+  }
   if (o.vs_onednn) {
-    std::string err;
-    std::unique_ptr<GemmPeer> peer;
-    std::vector<float> out_scale, bias_acc, wpeer;
-    if (kind.peer == PeerKind::kInt8) {
-      out_scale.resize(n);
-      bias_acc.resize(n);
-      for (int64_t j = 0; j < n; ++j) {
-        const double ab = static_cast<double>(d.a_scale) * d.b_scale[j];
-        out_scale[j] = static_cast<float>(ab / d.c_scale);
-        bias_acc[j] = static_cast<float>(d.bias[j] / ab);
-      }
-      d.peer_u8.resize(m * n);
-      PeerInt8Problem p;
-      p.m = m, p.n = n, p.k = k;
-      p.a = d.a_u8.data(), p.a_zp = d.a_zp, p.b = d.b_s8.data();
-      p.out_scale = out_scale.data(), p.bias_acc = bias_acc.data();
-      p.c = d.peer_u8.data(), p.c_zp = d.c_zp;
-      peer = make_onednn_int8(p, &err);
-    } else if (kind.peer == PeerKind::kF32) {
-      wpeer = peer_weights(kind, d);
-      d.peer_f32.resize(m * n);
-      PeerF32Problem p;
-      p.m = m, p.n = n, p.k = k;
-      p.a = d.a_f32.data(), p.b = wpeer.data(), p.bias = d.bias.data(), p.c = d.peer_f32.data();
-      peer = make_onednn_f32(p, &err);
-    } else {
-      err = std::string("no oneDNN peer for ") + kind.name + " weights";
-    }
-    if (peer && !peer->run()) {
-      err = "oneDNN matmul execute failed";
-      peer.reset();
-    }
+    rec.set("peer", "onednn");
     if (!peer) {
-      rec.set("peer", "onednn").set("peer_error", err);
+      rec.set("peer_error", peer_err);
     } else {
-      Timing pt = time_median([&] { peer->run(); }, topt);
-      const double pg = ops / pt.median * 1e-9;
-      rec.set("peer", peer->name()).set("peer_impl", peer->impl());
+      const Timing& pt = times.back();
+      res.peer_gops = ops / pt.median * 1e-9;
+      rec.set("peer_impl", peer->impl());
       rec.set("peer_seconds", pt.median, 9).set("peer_us", pt.median * 1e6, 1);
-      rec.set("peer_gops", pg, 1);
-      if (res.ok) rec.set("ratio", pt.median / res.seconds, 3);
-      rec.set("peer_create_us", peer->create_us, 1);
-      res.peer_gops = pg;
-      res.ratio = res.ok ? pt.median / res.seconds : 0;
-      if (!res.ok) {
-        // nothing of ours to compare
-      } else if (kind.peer == PeerKind::kInt8) {
-        Diff r = compare_u8(d.c_u8, d.peer_u8, static_cast<size_t>(m * n));
-        rec.set("peer_max_diff", r.max).set("peer_off_by_one", r.off_by_one);
-        if (r.worse) res.mismatch = true;
-      } else if (kind.w == QJ_F16 || kind.w == QJ_BF16) {
-        rec.set("peer_rel_diff", compare_f32(d.c_f32, d.peer_f32, static_cast<size_t>(m * n)), 6);
+      rec.set("peer_gops", res.peer_gops, 1);
+      if (res.ok) {
+        res.ratio = pt.median / times[0].median;
+        rec.set("ratio", res.ratio, 3);
       }
+      rec.set("peer_create_us", peer->create_us, 1);
+      if (res.ok && kind.peer == PeerKind::kInt8) {
+        rec.set("peer_max_diff", peer_diff.max).set("peer_off_by_one", peer_diff.off_by_one);
+        if (peer_diff.worse) res.mismatch = true;
+      }
+      if (peer_rel >= 0) rec.set("peer_rel_diff", peer_rel, 6);
     }
   }
   if (rec.find("ref_max_diff") || rec.find("peer_max_diff"))

@@ -6,7 +6,7 @@
 // accumulators measure latency instead of throughput). Bandwidth: a loop of zmm loads (vpaddd
 // with a memory operand into 8 accumulators) read over a working set, repeatedly. Gather: random
 // rows summed with AVX-512 loads and software prefetch, the way an embedding-bag kernel reads.
-// Every figure is the best of a few ~10 ms samples: these are limits, not typical times.
+// Every figure is the best of several ~2 ms samples: these are limits, not typical times.
 #include "driver/peak.h"
 
 #include <asmjit/x86.h>
@@ -126,9 +126,10 @@ ReadFn make_read_loop() {
   return finish_code<ReadFn>(code);
 }
 
-// Seconds per iteration of fn: sized to ~target seconds per sample, best of `samples`.
+// Seconds per unit of work: samples of ~target seconds, the best of `samples`. Short samples and
+// the best of many: on a shared machine a sample that another process preempted is simply lost.
 template <class Call>
-double best_seconds_per_unit(Call&& call, double target = 0.008, int samples = 3) {
+double best_seconds_per_unit(Call&& call, double target = 0.002, int samples = 9) {
   uint64_t units = 16;
   call(units);  // warm-up (page in code and data, wake the vector unit)
   for (;;) {
@@ -280,7 +281,7 @@ double measure_core_ghz() {
   static double ghz = -1;
   if (ghz < 0) {
     LoopFn fn = make_compute_loop(Op::kAddChain, 0, 0);
-    ghz = fn ? 64.0 / best_seconds_per_unit([&](uint64_t n) { fn(n); }, 0.004) * 1e-9 : 0;
+    ghz = fn ? 64.0 / best_seconds_per_unit([&](uint64_t n) { fn(n); }) * 1e-9 : 0;
   }
   return ghz;
 }
@@ -352,7 +353,7 @@ double measure_bandwidth(size_t bytes) {
   Mapping m = map_buffer(bytes, false);
   if (!m.p) return 0;
   const uint64_t blocks = bytes / 512;
-  double s = best_seconds_per_unit([&](uint64_t passes) { fn(m.p, blocks, passes); }, 0.010);
+  double s = best_seconds_per_unit([&](uint64_t passes) { fn(m.p, blocks, passes); });
   unmap_buffer(m);
   double gbs = bytes / s * 1e-9;
   std::lock_guard<std::mutex> lock(peak_mutex());
@@ -454,10 +455,11 @@ void release_gather_tables() {
 static int peak_usage() {
   std::fprintf(stderr,
                "usage: quantjit-bench peak [--format table|csv|json] [--only compute|bandwidth|gather]\n"
-               "                           [--table-mib N]\n"
+               "                           [--table-mib N] [--sweep]\n"
                "  Measures one core (pin it: taskset -c 1):\n"
                "  compute    vpdpbusd zmm/ymm (GOPS) and vfmadd231ps zmm/ymm (GFLOPS), 12-24 accumulators\n"
-               "  bandwidth  sequential zmm reads over L1 / L2 / L3 / DRAM working sets (GB/s)\n"
+               "  bandwidth  sequential zmm reads over L1 / L2 / L3 / DRAM working sets (GB/s);\n"
+               "             --sweep adds working sets from 8 KiB to 1 GiB in steps of 2x\n"
                "  gather     random rows of 64..512 B summed, with software prefetch, from a table of\n"
                "             --table-mib MiB (default 1024) on 2 MiB (THP) and on 4 KiB pages\n");
   return 2;
@@ -468,6 +470,7 @@ int cmd_peak(int argc, char** argv) {
   Format fmt = Format::kTable;
   std::string only;
   size_t table_mib = 1024;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -478,6 +481,8 @@ int cmd_peak(int argc, char** argv) {
       if (!v) return peak_usage();
       only = v;
       if (only != "compute" && only != "bandwidth" && only != "gather") return peak_usage();
+    } else if (a == "--sweep") {
+      sweep = true;
     } else if (a == "--table-mib") {
       const char* v = next();
       if (!v || std::atoll(v) < 64) return peak_usage();
@@ -520,6 +525,15 @@ int cmd_peak(int argc, char** argv) {
           .set("working_set", human_bytes(ws))
           .set("bytes", static_cast<int64_t>(ws))
           .set("gbs", level_bandwidth(l), 1);
+    }
+    if (sweep) {
+      for (size_t ws = size_t{8} << 10; ws <= (size_t{1} << 30); ws *= 2)
+        rep.add()
+            .set("kind", "bandwidth")
+            .set("level", std::string("(") + level_name(level_of(ws)) + ")")
+            .set("working_set", human_bytes(ws))
+            .set("bytes", static_cast<int64_t>(ws))
+            .set("gbs", measure_bandwidth(ws), 1);
     }
     rep.note("sequential zmm reads, one core, 4 KiB pages; caches: L1d " + human_bytes(c.l1) +
              ", L2 " + human_bytes(c.l2) + ", L3 " + human_bytes(c.l3) + " (shared)");

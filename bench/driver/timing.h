@@ -12,6 +12,7 @@
 //   bench::TimingOptions opt;  opt.cold = true;
 //   bench::Timing t = bench::time_median([&] { run_once(); }, opt);
 //   t.median  // seconds per call
+//   auto both = bench::time_median_multi({ours, peer}, opt);  // interleaved, for ratios
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <vector>
 
 namespace bench {
@@ -61,56 +64,65 @@ inline void flush_caches(size_t bytes = size_t{512} << 20) {
   __asm__ volatile("" : : "r"(sum));  // keep the loads
 }
 
-template <class Fn>
-Timing time_median(Fn&& fn, const TimingOptions& opt = {}) {
-  Timing t;
-  std::vector<double> samples;
-  if (opt.cold) {
-    flush_caches(opt.flush_bytes);
-    fn();  // warm-up: first-touch of output pages, lazy initialization in the callee
-    double spent = 0;
-    for (int r = 0;; ++r) {
-      if (opt.reps > 0 ? r >= opt.reps
-                       : (r >= opt.max_reps || (r >= opt.min_reps && spent >= opt.min_seconds)))
-        break;
-      flush_caches(opt.flush_bytes);
-      double t0 = now_seconds();
-      fn();
-      double dt = now_seconds() - t0;
-      samples.push_back(dt);
-      spent += dt;
-    }
-  } else {
-    // Warm-up, then size the batch so that one sample lasts at least ~20 us.
+// Times several functions side by side: each round takes one sample of every function in turn
+// (flushing before each in cold mode), so that a burst of noise from other processes on this
+// shared machine hits all of them alike and their ratio stays meaningful. Each function gets its
+// own batch size in warm mode. Returns one Timing per function, in order.
+inline std::vector<Timing> time_median_multi(const std::vector<std::function<void()>>& fns,
+                                             const TimingOptions& opt = {}) {
+  const size_t nf = fns.size();
+  std::vector<Timing> out(nf);
+  std::vector<std::vector<double>> samples(nf);
+  std::vector<int> batch(nf, 1);
+  for (size_t f = 0; f < nf; ++f) {
+    // Warm-up (first-touch of outputs, lazy initialization), then the warm batch size: one
+    // sample should last at least ~20 us so the clock's cost does not count.
+    if (opt.cold) flush_caches(opt.flush_bytes);
     double t0 = now_seconds();
-    fn();
+    fns[f]();
     double one = now_seconds() - t0;
-    t0 = now_seconds();
-    fn();
-    one = std::min(one, now_seconds() - t0);
-    int batch = 1;
-    if (one < 20e-6) batch = static_cast<int>(std::min(1000.0, 20e-6 / std::max(one, 1e-9))) + 1;
-    t.batch = batch;
-    double spent = 0;
-    for (int r = 0;; ++r) {
-      if (opt.reps > 0 ? r >= opt.reps
-                       : (r >= opt.max_reps || (r >= opt.min_reps && spent >= opt.min_seconds)))
-        break;
+    if (!opt.cold) {
       t0 = now_seconds();
-      for (int b = 0; b < batch; ++b) fn();
+      fns[f]();
+      one = std::min(one, now_seconds() - t0);
+      if (one < 20e-6)
+        batch[f] = static_cast<int>(std::min(1000.0, 20e-6 / std::max(one, 1e-9))) + 1;
+    }
+  }
+  double spent = 0;
+  for (int r = 0;; ++r) {
+    if (opt.reps > 0 ? r >= opt.reps
+                     : (r >= opt.max_reps ||
+                        (r >= opt.min_reps && spent >= opt.min_seconds * static_cast<double>(nf))))
+      break;
+    for (size_t f = 0; f < nf; ++f) {
+      if (opt.cold) flush_caches(opt.flush_bytes);
+      double t0 = now_seconds();
+      for (int b = 0; b < batch[f]; ++b) fns[f]();
       double dt = now_seconds() - t0;
-      samples.push_back(dt / batch);
+      samples[f].push_back(dt / batch[f]);
       spent += dt;
     }
   }
-  std::sort(samples.begin(), samples.end());
-  size_t n = samples.size();
-  t.reps = static_cast<int>(n);
-  if (n == 0) return t;
-  t.median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  t.min = samples.front();
-  t.max = samples.back();
-  return t;
+  for (size_t f = 0; f < nf; ++f) {
+    std::vector<double>& v = samples[f];
+    std::sort(v.begin(), v.end());
+    Timing& t = out[f];
+    t.batch = batch[f];
+    t.reps = static_cast<int>(v.size());
+    if (v.empty()) continue;
+    size_t n = v.size();
+    t.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    t.min = v.front();
+    t.max = v.back();
+  }
+  return out;
+}
+
+// The median of repeated calls of one function (see the file comment for warm and cold).
+template <class Fn>
+Timing time_median(Fn&& fn, const TimingOptions& opt = {}) {
+  return time_median_multi({std::function<void()>(std::forward<Fn>(fn))}, opt)[0];
 }
 
 }  // namespace bench
