@@ -253,6 +253,41 @@ QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
 /* Embedding-bag                                                                              */
 /* ------------------------------------------------------------------------------------------ */
 
+/* For each bag, gather rows of a table by index, decode them, weight and pool them into one
+ * output row (FBGEMM's EmbeddingSpMDM family, with its table layouts).
+ *
+ * Row formats (row_type) and their bytes: QJ_F32 / QJ_F16 / QJ_BF16 rows are dim dense elements;
+ * QJ_FUSED_8BIT / 4BIT / 2BIT rows are the fused-rowwise layouts documented with
+ * qj_quantize_rowwise below (scale_bias_first selects FBGEMM's TBE variant). Rows are row_stride
+ * bytes apart (0: the natural row size).
+ *
+ * A bag b covers indices [offsets[b], offsets[b+1]) (offsets: num_bags + 1 entries, offsets[0] =
+ * 0, non-decreasing, offsets[num_bags] = num_indices) or, with use_lengths, lengths[b] consecutive
+ * indices (lengths >= 0, summing to num_indices). QJ_POOL_NONE ignores offsets_or_lengths (may be
+ * NULL) and writes one output row per index.
+ *
+ * Exact arithmetic (fp32; every ISA tier and thread count gives the same bits):
+ *   acc = +0; for each index i of the bag in order, at position p in the bag, with
+ *   w = weighted ? weights[positional ? p : i] : 1 and row = remap ? remap[index] : index
+ *   (a remapped -1 is a pruned row: it adds nothing, but still counts in the bag's length):
+ *     float rows:  acc = fma(w, x, acc), x the element widened exactly to fp32;
+ *     fused rows:  acc = acc + fma(q, w * scale, w * bias), q the integer code.
+ *   QJ_POOL_MEAN: acc * (1.0f / len) when len > 0 (an empty bag gives zeros);
+ *   QJ_POOL_NONE: the row's value alone, w * x or fma(q, w * scale, w * bias) (zeros if pruned).
+ *   Output: fp32, or fp16 / bf16 rounded to nearest even; row b at out + b * out_stride elements
+ *   (out_stride 0: dim), so several tables can write into one concatenated output.
+ *
+ * Errors of a run (nothing is written to out, for any partition): an index outside [0, num_rows)
+ * (or [0, remap_size) with a remap) is QJ_ERR_OUT_OF_RANGE, and the message names the bag and the
+ * index; offsets that do not start at 0, decrease, overrun the index array or do not end at
+ * num_indices, and lengths that are negative or do not sum to num_indices, are
+ * QJ_ERR_INVALID_ARGUMENT naming the bag. A remap entry >= num_rows is QJ_ERR_OUT_OF_RANGE.
+ *
+ * Large tables: per-row cost is dominated by the random DRAM access (tens of ns per row); backing
+ * the table with transparent huge pages roughly halves it. Allocate with qj_embedding_table_alloc,
+ * or madvise(ptr, bytes, MADV_HUGEPAGE) your own 2 MiB-aligned mapping before filling it
+ * (requires /sys/kernel/mm/transparent_hugepage/enabled to be "always" or "madvise").
+ */
 typedef struct qj_embedding_bag_plan_s* qj_embedding_bag_plan;
 
 typedef enum qj_pooling {
@@ -261,30 +296,56 @@ typedef enum qj_pooling {
   QJ_POOL_NONE = 2  /**< gather only: one output row per index */
 } qj_pooling;
 
+/** prefetch_distance value that lets the library choose. */
+#define QJ_PREFETCH_AUTO (-1)
+
+/** Zero-initialize, then set the fields (new fields are appended and default to 0). */
 typedef struct qj_embedding_bag_desc {
-  qj_dtype row_type;        /**< F32, F16, BF16, FUSED_8BIT/4BIT/2BIT, MX types */
-  int64_t dim;              /**< elements per row */
+  qj_dtype row_type;        /**< F32, F16, BF16, FUSED_8BIT/4BIT/2BIT */
+  int64_t dim;              /**< elements per row, >= 1 */
   int32_t index_bits;       /**< 32 or 64 */
   int32_t offset_bits;      /**< 32 or 64 */
   int32_t use_lengths;      /**< 0: offsets (num_bags + 1 entries), 1: lengths (num_bags) */
   int32_t weighted;         /**< per-index weights */
-  int32_t positional;       /**< weights indexed by position within the bag */
+  int32_t positional;       /**< weights indexed by position within the bag (needs weighted) */
   qj_pooling pooling;
   qj_dtype out_type;        /**< F32, F16, BF16 */
-  int64_t out_stride;       /**< elements between output rows (>= dim) */
-  int32_t prefetch_distance;/**< rows ahead to prefetch; 0 disables */
-  int32_t scale_bias_first; /**< FBGEMM TBE layout: scale/bias before the packed values */
-  const int32_t* remap;     /**< optional pruned-table remap (index -> row or -1) */
-  int64_t remap_size;
+  int64_t out_stride;       /**< elements between output rows (0: dim; otherwise >= dim) */
+  int32_t prefetch_distance;/**< indices ahead to prefetch; 0 disables; QJ_PREFETCH_AUTO */
+  int32_t scale_bias_first; /**< fused rows: fp16 scale/bias before the values (FBGEMM TBE) */
+  const int32_t* remap;     /**< optional pruned-table remap (index -> row or -1); must stay
+                                 valid and unchanged while the plan lives */
+  int64_t remap_size;       /**< entries of remap (indices are checked against it) */
+  int64_t row_stride;       /**< bytes between table rows (0: the natural row size) */
 } qj_embedding_bag_desc;
 
+/** Create a plan (generates or fetches its kernels; no kernel is generated in a run call). */
 QJ_API qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc,
                                               qj_embedding_bag_plan* out);
+/** Run the slice part of the bags (NULL: all of them) on the calling thread. A plan may be run
+ *  concurrently from many threads. num_rows: rows in the table; outputs: num_bags rows
+ *  (QJ_POOL_NONE: num_indices rows). */
 QJ_API qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64_t num_rows,
                                       int64_t num_bags, const void* indices, int64_t num_indices,
                                       const void* offsets_or_lengths, const float* weights,
                                       void* out, const qj_partition* part);
+/** Convenience: run on num_threads threads of the installed pool (qj_set_parallel_for). */
+QJ_API qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* table,
+                                               int64_t num_rows, int64_t num_bags,
+                                               const void* indices, int64_t num_indices,
+                                               const void* offsets_or_lengths,
+                                               const float* weights, void* out,
+                                               int32_t num_threads);
+/** The canonical name of the plan's kernel (e.g. "emb_fused8_i64_o64_sum_f32_d128_b8_pf16__avx512";
+ *  "emb_ref_..." when it runs the reference). Valid while the plan lives. */
+QJ_API const char* qj_embedding_bag_plan_kernel_name(qj_embedding_bag_plan p);
 QJ_API void qj_embedding_bag_plan_destroy(qj_embedding_bag_plan p);
+
+/** Allocate bytes for a large table: 2 MiB-aligned anonymous memory advised as transparent huge
+ *  pages (madvise(MADV_HUGEPAGE)); falls back to normal pages where THP is unavailable. Contents
+ *  are zero. Returns NULL on failure. Free with qj_embedding_table_free(ptr, bytes). */
+QJ_API void* qj_embedding_table_alloc(size_t bytes);
+QJ_API void qj_embedding_table_free(void* ptr, size_t bytes);
 
 /* Fused-rowwise table conversion (FBGEMM / PyTorch compatible bytes).
  *

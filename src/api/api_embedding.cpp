@@ -2,11 +2,26 @@
 // Argument checks and error text only (DESIGN.md layering); the work is in src/ops.
 #include <quantjit/quantjit.h>
 
+#include <sys/mman.h>
+
+#include <cinttypes>
 #include <cstdint>
+#include <cstring>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
 
 #include "src/core/status.h"
+#include "src/core/threading.h"
 #include "src/formats/fused_rowwise.h"
+#include "src/ops/embedding_bag.h"
 #include "src/ops/rowwise_quantize.h"
+
+struct qj_embedding_bag_plan_s {
+  qj::EmbeddingBagPlan p;
+};
 
 namespace {
 
@@ -63,9 +78,186 @@ qj_status check_rowwise(const char* fn, bool quantize, qj_dtype fused_type, uint
   return QJ_OK;
 }
 
+qj_status check_desc(const qj_embedding_bag_desc* d) {
+  const char* fn = "qj_embedding_bag_plan_create";
+  if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
+  switch (d->row_type) {
+    case QJ_F32:
+    case QJ_F16:
+    case QJ_BF16:
+    case QJ_FUSED_8BIT:
+    case QJ_FUSED_4BIT:
+    case QJ_FUSED_2BIT: break;
+    default:
+      return fail(QJ_ERR_INVALID_ARGUMENT, "%s: row_type=%d (%s) is not F32, F16, BF16 or FUSED_8BIT/4BIT/2BIT", fn,
+                  static_cast<int>(d->row_type), qj_dtype_name(d->row_type));
+  }
+  if (d->dim < 1 || d->dim > (INT64_C(1) << 24))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: dim=%" PRId64 " is not in [1, 2^24]", fn, d->dim);
+  if (d->index_bits != 32 && d->index_bits != 64)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: index_bits=%d is not 32 or 64", fn, d->index_bits);
+  if (d->offset_bits != 32 && d->offset_bits != 64)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offset_bits=%d is not 32 or 64", fn, d->offset_bits);
+  if (d->pooling != QJ_POOL_SUM && d->pooling != QJ_POOL_MEAN && d->pooling != QJ_POOL_NONE)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: pooling=%d is not a qj_pooling value", fn, static_cast<int>(d->pooling));
+  if (d->out_type != QJ_F32 && d->out_type != QJ_F16 && d->out_type != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_type=%d (%s) is not F32, F16 or BF16", fn,
+                static_cast<int>(d->out_type), qj_dtype_name(d->out_type));
+  const int32_t flags[4] = {d->use_lengths, d->weighted, d->positional, d->scale_bias_first};
+  const char* names[4] = {"use_lengths", "weighted", "positional", "scale_bias_first"};
+  for (int i = 0; i < 4; ++i)
+    if (flags[i] != 0 && flags[i] != 1)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "%s: %s=%d is not 0 or 1", fn, names[i], flags[i]);
+  if (d->positional && !d->weighted)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: positional=1 needs weighted=1", fn);
+  if (d->positional && d->pooling == QJ_POOL_NONE)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: positional weights need bags (pooling is QJ_POOL_NONE)", fn);
+  if (d->scale_bias_first && !is_fused(d->row_type))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: scale_bias_first=1 applies to fused rows, not %s", fn,
+                qj_dtype_name(d->row_type));
+  if (d->out_stride != 0 && d->out_stride < d->dim)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_stride=%" PRId64 " is smaller than dim=%" PRId64, fn,
+                d->out_stride, d->dim);
+  if (d->out_stride > (INT64_C(1) << 40))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_stride=%" PRId64 " is too large", fn, d->out_stride);
+  if (d->prefetch_distance < QJ_PREFETCH_AUTO || d->prefetch_distance > 4096)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_distance=%d is not in [-1, 4096]", fn, d->prefetch_distance);
+  const int64_t natural = row_bytes(d->row_type, d->dim, d->scale_bias_first ? QJ_ROWWISE_SCALE_BIAS_FIRST : 0);
+  if (d->row_stride != 0 && (d->row_stride < natural || d->row_stride > (INT64_C(1) << 40)))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: row_stride=%" PRId64 " is not in [%" PRId64 " (the row), 2^40]", fn,
+                d->row_stride, natural);
+  if (d->remap_size < 0 || (d->remap && d->remap_size == 0) || (!d->remap && d->remap_size != 0))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: remap_size=%" PRId64 " does not match remap=%s", fn, d->remap_size,
+                d->remap ? "non-NULL" : "NULL");
+  return QJ_OK;
+}
+
+qj_status check_run(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, bool* noop) {
+  const char* fn = "qj_embedding_bag_run";
+  *noop = false;
+  if (!p) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
+  const auto& d = p->p.d;
+  if (c.num_rows < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_rows=%" PRId64 " is negative", fn, c.num_rows);
+  if (c.num_bags < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_bags=%" PRId64 " is negative", fn, c.num_bags);
+  if (c.num_indices < 0)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_indices=%" PRId64 " is negative", fn, c.num_indices);
+  const bool gather = d.pooling == QJ_POOL_NONE;
+  const int64_t out_rows = gather ? c.num_indices : c.num_bags;
+  if (!gather && !c.offsets_or_lengths) {
+    if (c.num_bags == 0 && c.num_indices == 0) {
+      *noop = true;
+      return QJ_OK;
+    }
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offsets_or_lengths is NULL", fn);
+  }
+  if (c.num_indices > 0 && !c.indices) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: indices is NULL", fn);
+  if (c.num_indices > 0 && d.weighted && !c.weights)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: weights is NULL but the plan is weighted", fn);
+  if (c.num_rows > 0 && !c.table) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table is NULL", fn);
+  if (out_rows > 0 && !c.out) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return QJ_OK;
+}
+
 }  // namespace
 
 extern "C" {
+
+qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc, qj_embedding_bag_plan* out) {
+  if (!out) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_plan_create: out is NULL");
+  *out = nullptr;
+  QJ_TRY(check_desc(desc));
+  std::unique_ptr<qj_embedding_bag_plan_s> p(new (std::nothrow) qj_embedding_bag_plan_s);
+  if (!p) return fail(QJ_ERR_OUT_OF_MEMORY, "qj_embedding_bag_plan_create: out of memory");
+  QJ_TRY(qj::embedding_bag_plan_init(*desc, &p->p));
+  *out = p.release();
+  return QJ_OK;
+}
+
+qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64_t num_rows, int64_t num_bags,
+                               const void* indices, int64_t num_indices, const void* offsets_or_lengths,
+                               const float* weights, void* out, const qj_partition* part) {
+  qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out};
+  bool noop;
+  QJ_TRY(check_run(p, c, &noop));
+  int32_t t = 0, n = 1;
+  if (part) {
+    t = part->thread_id;
+    n = part->num_threads;
+    if (n < 1 || t < 0 || t >= n)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run: partition {thread_id=%d, num_threads=%d} is invalid",
+                  t, n);
+  }
+  if (noop) return QJ_OK;
+  return qj::embedding_bag_run(p->p, c, t, n);
+}
+
+qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* table, int64_t num_rows,
+                                        int64_t num_bags, const void* indices, int64_t num_indices,
+                                        const void* offsets_or_lengths, const float* weights, void* out,
+                                        int32_t num_threads) {
+  qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out};
+  bool noop;
+  QJ_TRY(check_run(p, c, &noop));
+  if (num_threads < 1)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_parallel: num_threads=%d is < 1", num_threads);
+  if (noop) return QJ_OK;
+  if (num_threads == 1) return qj::embedding_bag_run(p->p, c, 0, 1);
+  // Every slice validates the whole call first, so a bad input fails all of them before anything
+  // is written; the first failure's message is reported.
+  struct Ctx {
+    qj_embedding_bag_plan p;
+    const qj::EmbeddingBagCall* c;
+    std::atomic<int> status{QJ_OK};
+    std::string msg;
+    std::mutex mu;
+  } ctx;
+  ctx.p = p;
+  ctx.c = &c;
+  qj::parallel_for(
+      [](void* vctx, int32_t t, int32_t n) {
+        auto* x = static_cast<Ctx*>(vctx);
+        qj_status s = qj::embedding_bag_run(x->p->p, *x->c, t, n);
+        if (s != QJ_OK) {
+          std::lock_guard<std::mutex> lock(x->mu);
+          if (x->status.load() == QJ_OK) {
+            x->status = s;
+            x->msg = qj::last_error();
+          }
+        }
+      },
+      &ctx, num_threads);
+  if (ctx.status.load() != QJ_OK) return fail(static_cast<qj_status>(ctx.status.load()), "%s", ctx.msg.c_str());
+  return QJ_OK;
+}
+
+const char* qj_embedding_bag_plan_kernel_name(qj_embedding_bag_plan p) { return p ? p->p.name.c_str() : ""; }
+
+void qj_embedding_bag_plan_destroy(qj_embedding_bag_plan p) { delete p; }
+
+void* qj_embedding_table_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const size_t huge = size_t{2} << 20;
+  const size_t len = (bytes + huge - 1) / huge * huge;
+  // Over-map by one huge page to align the start, then trim.
+  void* raw = mmap(nullptr, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  uintptr_t a = reinterpret_cast<uintptr_t>(raw);
+  uintptr_t aligned = (a + huge - 1) / huge * huge;
+  if (aligned > a) munmap(raw, aligned - a);
+  uintptr_t end = a + len + huge;
+  if (end > aligned + len) munmap(reinterpret_cast<void*>(aligned + len), end - (aligned + len));
+  void* p = reinterpret_cast<void*>(aligned);
+#ifdef MADV_HUGEPAGE
+  madvise(p, len, MADV_HUGEPAGE);  // a hint: ignored where THP is off
+#endif
+  return p;
+}
+
+void qj_embedding_table_free(void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0) return;
+  const size_t huge = size_t{2} << 20;
+  munmap(ptr, (bytes + huge - 1) / huge * huge);
+}
 
 int64_t qj_rowwise_row_bytes(qj_dtype type, int64_t dim, uint32_t flags) {
   if (flags & ~QJ_ROWWISE_SCALE_BIAS_FIRST) return -1;

@@ -1,0 +1,966 @@
+// Emitter of the embedding-bag kernels declared in embedding_bag.h (key fields documented there).
+//
+// Exact arithmetic: the kernels perform, lane by lane, the fp32 operations of src/ref/
+// embedding_bag_ref.h in the same order, so every tier matches the reference bit for bit:
+//   float rows:  acc = fma(w, x, acc)  (vfmadd231ps; unweighted vaddps, the same value)
+//   fused rows:  t = fma(q, w*s, w*b)  (vfmadd213ps), acc = acc + t (vaddps)
+//   mean: acc * (1.0f / len); bf16 out by integer round-to-nearest-even (as half.h), fp16 out by
+//   vcvtps2ph imm 0 (round to nearest even, independent of MXCSR).
+//
+// Loop structure (one call = `count` bags): for each bag, for each column block (a block holds up
+// to param[3] accumulator vectors), for each index of the bag: prefetch the row `distance` indices
+// ahead (bounded by prefetch_limit, so the index read stays inside the array), load the index,
+// compute the row address, broadcast the weight and the row's scale/bias, decode and accumulate.
+// Full blocks that are identical run as a run-time loop (r15 = byte offset of the block in the
+// row); the last (or only) block is emitted with constant offsets.
+//
+// Tails: dims that are not a multiple of the vector width load exactly the bytes of the row
+// (AVX-512: k-masked loads; AVX2: vmaskmovps or a vmovd/vpinsr* sequence of the exact byte count)
+// and store exactly the output elements (k-masked stores; AVX2: vmaskmovps or vmovq/vmovd/vpextr*):
+// nothing outside a row or an output row is read or written.
+//
+// 4-bit and 2-bit rows decode whole bytes: byte k of a 16-byte (zmm) / 8-byte (ymm) group is
+// zero-extended into dword lane k, and the 2 (4) codes it holds are split by shifts and masks into
+// 2 (4) accumulator vectors, so accumulator m holds elements m, m + G, m + 2G, ... of the group.
+// The accumulators are interleaved back into element order once per bag, before the store.
+//
+// Registers (System V; rdi = EmbArgs* throughout):
+//   rsi table, rdx indices, rcx i (current index), rax bag start, r8 bag end, r9 row address,
+//   r10 prefetch row, r11 row stride, r12 prefetch limit, r13 weights (positional: minus start),
+//   r14 remap, r15 block byte offset (block loop), rbx output row, rbp bags left.
+//   Stack: [rsp] offsets cursor, [rsp+8] block output byte offset, [rsp+16] blocks left.
+//   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M).
+#include "codegen/embedding_bag.h"
+
+#include <asmjit/x86.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace qj {
+namespace {
+
+using namespace asmjit;
+using namespace asmjit::x86;
+
+#define ARG(field) qword_ptr(rdi, static_cast<int32_t>(offsetof(EmbArgs, field)))
+
+struct Cfg {
+  bool z = false;  // zmm (AVX-512) or ymm (AVX2)
+  int V = 8;       // fp32 lanes per vector
+  int regs = 16;
+  qj_dtype rt = QJ_F32, out = QJ_F32;
+  int bits = 0;    // fused bits, 0 for float rows
+  int eb = 4;      // float rows: bytes per element
+  int isz = 4, osz = 4;
+  bool lengths = false, weighted = false, positional = false, remap = false, sbf = false, nta = false;
+  int pooling = QJ_POOL_SUM;
+  int64_t dim = 0;
+  int pf = 0;
+  int BV = 0;      // accumulator vectors per block
+  int G = 1;       // vectors per decode group
+  int E = 8;       // elements per group
+  int Bg = 32;     // input bytes per full group
+  int64_t data_off = 0, sb_off = 0;
+  int sb_bytes = 0;
+  int out_bytes = 4;
+  bool fp32_sb = false;
+  // vector register numbers
+  int rS, rB, rW, rT, rT2, rM;
+};
+
+int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
+  if (k.isa < QJ_ISA_AVX2) {
+    *why = "no embedding JIT below avx2";
+    return false;
+  }
+  c->z = k.isa >= QJ_ISA_AVX512;
+  c->V = c->z ? 16 : 8;
+  c->regs = c->z ? 32 : 16;
+  c->rt = static_cast<qj_dtype>(k.a_type);
+  c->out = static_cast<qj_dtype>(k.c_type);
+  switch (c->rt) {
+    case QJ_F32: c->eb = 4; break;
+    case QJ_F16:
+    case QJ_BF16: c->eb = 2; break;
+    case QJ_FUSED_8BIT: c->bits = 8; break;
+    case QJ_FUSED_4BIT: c->bits = 4; break;
+    case QJ_FUSED_2BIT: c->bits = 2; break;
+    default: *why = "row type not supported by the embedding JIT"; return false;
+  }
+  if (c->out != QJ_F32 && c->out != QJ_F16 && c->out != QJ_BF16) {
+    *why = "output type must be f32, f16 or bf16";
+    return false;
+  }
+  c->out_bytes = c->out == QJ_F32 ? 4 : 2;
+  if (k.b_type != 32 && k.b_type != 64) {
+    *why = "index width must be 32 or 64";
+    return false;
+  }
+  c->isz = k.b_type / 8;
+  c->osz = (k.flags & kEmbOffsets64) ? 8 : 4;
+  c->lengths = k.flags & kEmbLengths;
+  c->weighted = k.flags & kEmbWeighted;
+  c->positional = k.flags & kEmbPositional;
+  c->remap = k.flags & kEmbRemap;
+  c->sbf = k.flags & kEmbSbFirst;
+  c->nta = k.flags & kEmbPrefetchNta;
+  c->dim = k.param[0];
+  c->pooling = static_cast<int>(k.param[1]);
+  c->pf = static_cast<int>(k.param[2]);
+  c->BV = static_cast<int>(k.param[3]);
+  if (c->dim < 1) {
+    *why = "dim must be >= 1";
+    return false;
+  }
+  if (c->pooling != QJ_POOL_SUM && c->pooling != QJ_POOL_MEAN && c->pooling != QJ_POOL_NONE) {
+    *why = "unknown pooling";
+    return false;
+  }
+  if (c->pf < 0 || c->pf > 4096) {
+    *why = "prefetch distance out of [0, 4096]";
+    return false;
+  }
+  c->G = c->bits == 4 ? 2 : c->bits == 2 ? 4 : 1;
+  c->E = c->G * c->V;
+  c->Bg = c->bits ? c->V : c->V * c->eb;
+  if (c->bits) {
+    c->fp32_sb = c->bits == 8 && !c->sbf;
+    c->sb_bytes = c->fp32_sb ? 8 : 4;
+    const int64_t data = div_up(c->dim * c->bits, 8);
+    c->data_off = c->sbf ? c->sb_bytes : 0;
+    c->sb_off = c->sbf ? 0 : data;
+  } else if (c->sbf) {
+    *why = "scale/bias-first applies to fused rows only";
+    return false;
+  }
+  c->rS = c->regs - 1;
+  c->rB = c->regs - 2;
+  c->rW = c->regs - 3;
+  c->rT = c->regs - 4;
+  c->rT2 = c->regs - 5;
+  c->rM = c->regs - 6;
+  if (c->BV < c->G || c->BV % c->G != 0 || c->BV > c->regs - 6) {
+    *why = "block of accumulator vectors does not fit the registers";
+    return false;
+  }
+  return true;
+}
+
+int64_t row_bytes(const Cfg& c) {
+  return c.bits ? div_up(c.dim * c.bits, 8) + c.sb_bytes : c.dim * c.eb;
+}
+
+// ---- constants --------------------------------------------------------------------------------
+
+struct Consts {
+  Label pool;
+  std::vector<uint8_t> bytes;
+  // Adds `n` bytes (a multiple of 4) aligned to `align`, returns their offset in the pool.
+  int add(const void* p, int n, int align) {
+    while (bytes.size() % align) bytes.push_back(0);
+    int off = static_cast<int>(bytes.size());
+    bytes.insert(bytes.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+    return off;
+  }
+  int add_dwords(std::vector<uint32_t> v, int align = 64) {
+    return add(v.data(), static_cast<int>(v.size() * 4), align);
+  }
+  Mem at(int off) const { return ptr(pool, off); }
+};
+
+// ---- the emitter ------------------------------------------------------------------------------
+
+class Emitter {
+ public:
+  Emitter(Assembler& a, const Cfg& c) : a_(a), c_(c) {}
+
+  bool emit_bag_kernel();
+  bool emit_check_kernel(int isz);
+
+ private:
+  Assembler& a_;
+  const Cfg& c_;
+  Consts k_;
+  int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_il = -1, c_ftail = -1, c_otail = -1;
+
+  Vec v(int i) const { return c_.z ? Vec(zmm(i)) : Vec(ymm(i)); }
+  Vec hv(int i) const { return c_.z ? Vec(ymm(i)) : Vec(xmm(i)); }  // half width
+  Xmm x(int i) const { return xmm(i); }
+  // A dword constant as a full-width memory operand (zmm: embedded broadcast of one dword).
+  Mem cvec(int off) const { return c_.z ? k_.at(off)._1to16() : k_.at(off); }
+  int splat(uint32_t val) { return k_.add_dwords(std::vector<uint32_t>(c_.z ? 1 : 8, val), c_.z ? 4 : 32); }
+
+  void zero(int r) {
+    if (c_.z)
+      a_.vpxord(v(r), v(r), v(r));
+    else
+      a_.vpxor(v(r), v(r), v(r));
+  }
+  void vand(int d, int s, int m) {
+    if (c_.z)
+      a_.vpandd(v(d), v(s), v(m));
+    else
+      a_.vpand(v(d), v(s), v(m));
+  }
+  void prefetch(const Mem& m) {
+    if (c_.nta)
+      a_.prefetchnta(m);
+    else
+      a_.prefetcht0(m);
+  }
+  // Loads exactly n bytes (1 <= n < 16) at m into xmm(r), zeroing the rest (AVX2 tails).
+  void load_bytes_exact(int r, Mem m, int n) {
+    int p = 0;
+    if (n >= 8) {
+      a_.vmovq(x(r), m);
+      p = 8;
+    } else if (n >= 4) {
+      a_.vmovd(x(r), m);
+      p = 4;
+    } else {
+      a_.vpxor(x(r), x(r), x(r));
+    }
+    if (n - p >= 4) {
+      Mem q = m;
+      q.addOffset(p);
+      a_.vpinsrd(x(r), x(r), q, p / 4);
+      p += 4;
+    }
+    if (n - p >= 2) {
+      Mem q = m;
+      q.addOffset(p);
+      a_.vpinsrw(x(r), x(r), q, p / 2);
+      p += 2;
+    }
+    if (n - p >= 1) {
+      Mem q = m;
+      q.addOffset(p);
+      a_.vpinsrb(x(r), x(r), q, p);
+    }
+  }
+  // Stores the low n bytes (1 <= n < 16) of xmm(r) at m (xmm(r) is clobbered).
+  void store_bytes_exact(int r, Mem m, int n) {
+    int p = 0;
+    if (n >= 8) {
+      a_.vmovq(m, x(r));
+      a_.vpsrldq(x(r), x(r), 8);
+      p = 8;
+    }
+    if (n - p >= 4) {
+      Mem q = m;
+      q.addOffset(p);
+      a_.vmovd(q, x(r));
+      a_.vpsrldq(x(r), x(r), 4);
+      p += 4;
+    }
+    if (n - p >= 2) {
+      Mem q = m;
+      q.addOffset(p);
+      a_.vpextrw(q, x(r), 0);
+      a_.vpsrldq(x(r), x(r), 2);
+      p += 2;
+    }
+    if (n - p >= 1) {
+      Mem q = m;
+      q.addOffset(p);
+      a_.vpextrb(q, x(r), 0);
+    }
+  }
+
+  Mem data_mem(bool loop, int64_t off) const {
+    return loop ? ptr(r9, r15, 0, static_cast<int32_t>(off)) : ptr(r9, static_cast<int32_t>(off));
+  }
+  void emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
+  void emit_prefetch(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
+  void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
+  void emit_group(bool loop, int64_t g_abs, int acc0, int valid_elems, bool set);
+  void emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
+  void bf16_round(int r);
+  void store_vec(int r, Mem m, int lanes);
+};
+
+// Decodes one group (valid_elems of c_.E elements; g_abs is its index in the row) and adds it to
+// (or, set = gather mode, writes it into) accumulators acc0 .. acc0 + G - 1.
+void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set) {
+  const Cfg& c = c_;
+  const int64_t base_elem = g_abs * c.E;  // element index of the group's first element
+  if (c.bits == 0) {
+    const int64_t off = base_elem * c.eb;
+    Mem m = data_mem(loop, off);
+    const int acc = acc0;
+    const bool full = valid == c.V;
+    int src = c.rT;
+    bool src_mem = false;
+    if (c.rt == QJ_F32) {
+      if (full) {
+        src_mem = true;
+      } else if (c.z) {
+        a_.k(k1).z().vmovups(v(c.rT), m);
+      } else {
+        a_.vmovups(v(c.rT2), k_.at(c_ftail));
+        a_.vmaskmovps(v(c.rT), v(c.rT2), m);
+      }
+    } else {
+      // f16 / bf16: a half-width register of 16-bit elements first
+      if (full) {
+        if (c.rt == QJ_F16)
+          a_.vcvtph2ps(v(c.rT), m);
+        else
+          a_.vpmovzxwd(v(c.rT), m);
+      } else {
+        if (c.z)
+          a_.k(k1).z().vmovdqu16(hv(c.rT), m);
+        else
+          load_bytes_exact(c.rT, m, valid * 2);
+        if (c.rt == QJ_F16)
+          a_.vcvtph2ps(v(c.rT), hv(c.rT));
+        else
+          a_.vpmovzxwd(v(c.rT), hv(c.rT));
+      }
+      if (c.rt == QJ_BF16) a_.vpslld(v(c.rT), v(c.rT), 16);
+    }
+    if (set) {
+      if (c.weighted) {
+        if (src_mem)
+          a_.vmulps(v(acc), v(c.rW), m);
+        else
+          a_.vmulps(v(acc), v(c.rW), v(src));
+      } else {
+        if (src_mem)
+          a_.vmovups(v(acc), m);
+        else
+          a_.vmovaps(v(acc), v(src));
+      }
+    } else if (c.weighted) {
+      if (src_mem)
+        a_.vfmadd231ps(v(acc), v(c.rW), m);
+      else
+        a_.vfmadd231ps(v(acc), v(c.rW), v(src));
+    } else {
+      if (src_mem)
+        a_.vaddps(v(acc), v(acc), m);
+      else
+        a_.vaddps(v(acc), v(acc), v(src));
+    }
+    return;
+  }
+  // Fused rows: bytes of this group.
+  const int64_t off = c.data_off + g_abs * c.Bg;
+  Mem m = data_mem(loop, off);
+  const int nbytes = static_cast<int>(div_up(static_cast<int64_t>(valid) * c.bits, 8));
+  if (nbytes == c.Bg) {
+    a_.vpmovzxbd(v(c.rT), m);
+  } else {
+    if (c.z)
+      a_.k(k1).z().vmovdqu8(x(c.rT), m);
+    else
+      load_bytes_exact(c.rT, m, nbytes);
+    a_.vpmovzxbd(v(c.rT), x(c.rT));
+  }
+  for (int s = 0; s < c.G; ++s) {
+    // code vector s: (bytes >> (s * bits)) & mask
+    int q;
+    if (c.G == 1) {
+      q = c.rT;
+    } else if (s == c.G - 1) {
+      a_.vpsrld(v(c.rT), v(c.rT), s * c.bits);  // the top field needs no mask
+      q = c.rT;
+    } else {
+      if (s == 0) {
+        vand(c.rT2, c.rT, c.rM);
+      } else {
+        a_.vpsrld(v(c.rT2), v(c.rT), s * c.bits);
+        vand(c.rT2, c.rT2, c.rM);
+      }
+      q = c.rT2;
+    }
+    const int acc = acc0 + s;
+    if (set) {
+      a_.vcvtdq2ps(v(acc), v(q));
+      a_.vfmadd213ps(v(acc), v(c.rS), v(c.rB));
+    } else {
+      a_.vcvtdq2ps(v(q), v(q));
+      a_.vfmadd213ps(v(q), v(c.rS), v(c.rB));
+      a_.vaddps(v(acc), v(acc), v(q));
+    }
+  }
+}
+
+// Prefetches the bytes of the row `distance` ahead that this block will read (r10 = its address):
+// one prefetch per 64 bytes of the range plus its last byte, since rows need not be line-aligned.
+void Emitter::emit_prefetch(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
+  const Cfg& c = c_;
+  int64_t a, b;  // byte range in the row, relative to the block base (loop) or the row (inline)
+  if (c.bits) {
+    a = c.data_off + (loop ? 0 : base_group * c.Bg);
+    b = a + div_up(block_elems * c.bits, 8);
+  } else {
+    a = loop ? 0 : base_group * c.E * c.eb;
+    b = a + block_elems * c.eb;
+  }
+  auto lines = [&](int64_t lo, int64_t hi, bool with_r15) {
+    int64_t last = lo;
+    for (int64_t o = lo; o < hi; o += 64) {
+      prefetch(with_r15 ? ptr(r10, r15, 0, static_cast<int32_t>(o)) : ptr(r10, static_cast<int32_t>(o)));
+      last = o;
+    }
+    if (hi - 1 > last)
+      prefetch(with_r15 ? ptr(r10, r15, 0, static_cast<int32_t>(hi - 1)) : ptr(r10, static_cast<int32_t>(hi - 1)));
+  };
+  if (c.bits && !loop) {
+    // The scale/bias bytes join the range of the block they touch (the first block for
+    // scale/bias-first rows, the last one otherwise).
+    if (c.sbf && base_group == 0) a = 0;
+    if (!c.sbf && b == c.sb_off) b = c.sb_off + c.sb_bytes;
+  }
+  lines(a, b, loop);
+  if (c.bits && loop) lines(c.sb_off, c.sb_off + c.sb_bytes, false);
+}
+
+void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
+  const Cfg& c = c_;
+  const bool gather = c.pooling == QJ_POOL_NONE;
+  Label l_skip = a_.newLabel();
+  const Gp idx_row = c.isz == 4 ? Gp(r9d) : Gp(r9);
+  // prefetch
+  if (c.pf > 0) {
+    Label l_nopf = a_.newLabel();
+    a_.cmp(rcx, r12);
+    a_.jge(l_nopf);
+    const Gp pr = c.isz == 4 ? Gp(r10d) : Gp(r10);
+    a_.mov(pr, ptr(rdx, rcx, c.isz == 4 ? 2 : 3, c.pf * c.isz));
+    if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
+    a_.imul(r10, r11);
+    a_.add(r10, rsi);
+    emit_prefetch(loop, base_group, ngroups, block_elems);
+    a_.bind(l_nopf);
+  }
+  a_.mov(idx_row, ptr(rdx, rcx, c.isz == 4 ? 2 : 3));
+  if (c.remap) {
+    a_.movsxd(r9, dword_ptr(r14, r9, 2));
+    a_.test(r9, r9);
+    a_.js(l_skip);
+  }
+  a_.imul(r9, r11);
+  a_.add(r9, rsi);
+  if (c.weighted) a_.vbroadcastss(v(c.rW), dword_ptr(r13, rcx, 2));
+  if (c.bits) {
+    if (c.fp32_sb) {
+      a_.vbroadcastss(v(c.rS), dword_ptr(r9, static_cast<int32_t>(c.sb_off)));
+      a_.vbroadcastss(v(c.rB), dword_ptr(r9, static_cast<int32_t>(c.sb_off + 4)));
+    } else {
+      a_.vpbroadcastd(hv(c.rS), dword_ptr(r9, static_cast<int32_t>(c.sb_off)));
+      a_.vcvtph2ps(v(c.rS), hv(c.rS));  // s, b, s, b, ...
+      a_.vmovshdup(v(c.rB), v(c.rS));
+      a_.vmovsldup(v(c.rS), v(c.rS));
+    }
+    if (c.weighted) {
+      a_.vmulps(v(c.rS), v(c.rS), v(c.rW));
+      a_.vmulps(v(c.rB), v(c.rB), v(c.rW));
+    }
+  }
+  for (int g = 0; g < ngroups; ++g) {
+    int64_t g_elem = (loop ? 0 : base_group * c.E) + static_cast<int64_t>(g) * c.E;
+    int64_t rem = block_elems - static_cast<int64_t>(g) * c.E;
+    int valid = static_cast<int>(rem < c.E ? rem : c.E);
+    if (c.bits == 0) valid = valid > c.V ? c.V : valid;
+    emit_group(loop, g_elem / c.E, g * c.G, valid, gather);
+  }
+  a_.bind(l_skip);
+}
+
+// Rounds the fp32 lanes of v(r) to bf16 (nearest even; NaN quietened) in the low 16 bits of each
+// dword, as f32_to_bf16 does. Uses T and T2.
+void Emitter::bf16_round(int r) {
+  const Cfg& c = c_;
+  a_.vpsrld(v(c.rT), v(r), 16);
+  if (c.z) {
+    a_.vpandd(v(c.rT), v(c.rT), cvec(c_one_i));
+  } else {
+    a_.vpand(v(c.rT), v(c.rT), cvec(c_one_i));
+  }
+  a_.vpaddd(v(c.rT), v(c.rT), v(r));
+  a_.vpaddd(v(c.rT), v(c.rT), cvec(c_7fff));
+  a_.vpsrld(v(c.rT), v(c.rT), 16);
+  a_.vpsrld(v(c.rT2), v(r), 16);
+  if (c.z) {
+    a_.vpord(v(c.rT2), v(c.rT2), cvec(c_40));
+    a_.vcmpps(k3, v(r), v(r), 3);  // unordered: NaN
+    a_.vmovdqa32(v(r), v(c.rT));
+    a_.k(k3).vmovdqa32(v(r), v(c.rT2));
+  } else {
+    a_.vpor(v(c.rT2), v(c.rT2), cvec(c_40));
+    a_.vcmpps(v(r), v(r), v(r), 3);
+    a_.vblendvps(v(r), v(c.rT), v(c.rT2), v(r));
+  }
+}
+
+// Stores `lanes` (1..V) output elements of v(r) at m.
+void Emitter::store_vec(int r, Mem m, int lanes) {
+  const Cfg& c = c_;
+  const bool full = lanes == c.V;
+  if (c.out == QJ_F32) {
+    if (full)
+      a_.vmovups(m, v(r));
+    else if (c.z)
+      a_.k(k2).vmovups(m, v(r));
+    else {
+      a_.vmovups(v(c.rT), k_.at(c_otail));
+      a_.vmaskmovps(m, v(c.rT), v(r));
+    }
+  } else if (c.out == QJ_F16) {
+    if (full)
+      a_.vcvtps2ph(m, v(r), 0);
+    else if (c.z)
+      a_.k(k2).vcvtps2ph(m, v(r), 0);
+    else {
+      a_.vcvtps2ph(x(c.rT), v(r), 0);
+      store_bytes_exact(c.rT, m, lanes * 2);
+    }
+  } else {  // bf16: lanes already rounded into the low 16 bits
+    if (c.z) {
+      if (full)
+        a_.vpmovdw(m, v(r));
+      else
+        a_.k(k2).vpmovdw(m, v(r));
+    } else {
+      a_.vextracti128(x(c.rT), v(r), 1);
+      a_.vpackusdw(x(c.rT), x(r), x(c.rT));
+      if (full)
+        a_.vmovdqu(m, x(c.rT));
+      else
+        store_bytes_exact(c.rT, m, lanes * 2);
+    }
+  }
+}
+
+// Mean scaling, output rounding, interleaving (4/2-bit) and the stores of one block.
+void Emitter::emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
+  const Cfg& c = c_;
+  const int nacc = ngroups * c.G;
+  if (c.pooling == QJ_POOL_MEAN) {
+    Label l_nomean = a_.newLabel();
+    a_.mov(r9, r8);
+    a_.sub(r9, rax);
+    a_.jz(l_nomean);
+    a_.vcvtsi2ss(x(c.rS), x(c.rS), r9);
+    a_.vmovss(x(c.rB), k_.at(c_one_f));
+    a_.vdivss(x(c.rS), x(c.rB), x(c.rS));
+    a_.vbroadcastss(v(c.rS), x(c.rS));
+    for (int i = 0; i < nacc; ++i) a_.vmulps(v(i), v(i), v(c.rS));
+    a_.bind(l_nomean);
+  }
+  if (c.out == QJ_BF16)
+    for (int i = 0; i < nacc; ++i) bf16_round(i);
+  // Output pointer of the block: rbx (+ [rsp+8] in the block loop).
+  Gp optr = rbx;
+  if (loop) {
+    a_.mov(r9, rbx);
+    a_.add(r9, qword_ptr(rsp, 8));
+    optr = r9;
+  }
+  const int64_t out_base = loop ? 0 : base_group * c.E * c.out_bytes;
+  for (int g = 0; g < ngroups; ++g) {
+    int64_t rem = block_elems - static_cast<int64_t>(g) * c.E;
+    int valid = static_cast<int>(rem < c.E ? rem : c.E);
+    const int a0 = g * c.G;
+    std::vector<int> outs;
+    if (c.G == 1) {
+      outs = {a0};
+    } else if (c.G == 2) {
+      if (c.z) {
+        a_.vmovups(v(c.rT), k_.at(c_il));
+        a_.vpermi2ps(v(c.rT), v(a0), v(a0 + 1));
+        a_.vmovups(v(c.rT2), k_.at(c_il + 64));
+        a_.vpermi2ps(v(c.rT2), v(a0), v(a0 + 1));
+        a_.vmovaps(v(a0), v(c.rT));
+        a_.vmovaps(v(a0 + 1), v(c.rT2));
+      } else {
+        a_.vunpcklps(v(c.rT), v(a0), v(a0 + 1));
+        a_.vunpckhps(v(c.rT2), v(a0), v(a0 + 1));
+        a_.vperm2f128(v(a0), v(c.rT), v(c.rT2), 0x20);
+        a_.vperm2f128(v(a0 + 1), v(c.rT), v(c.rT2), 0x31);
+      }
+      outs = {a0, a0 + 1};
+    } else {
+      if (c.z) {
+        // P = pairs of (A0, A1), Q = pairs of (A2, A3), low and high halves
+        const int Plo = c.rS, Phi = c.rB, Qlo = c.rW, Qhi = c.rT;
+        a_.vmovups(v(Plo), k_.at(c_il));
+        a_.vpermi2ps(v(Plo), v(a0), v(a0 + 1));
+        a_.vmovups(v(Phi), k_.at(c_il + 64));
+        a_.vpermi2ps(v(Phi), v(a0), v(a0 + 1));
+        a_.vmovups(v(Qlo), k_.at(c_il));
+        a_.vpermi2ps(v(Qlo), v(a0 + 2), v(a0 + 3));
+        a_.vmovups(v(Qhi), k_.at(c_il + 64));
+        a_.vpermi2ps(v(Qhi), v(a0 + 2), v(a0 + 3));
+        const int idx4[4] = {0, 1, 0, 1};
+        const int srcP[4] = {Plo, Plo, Phi, Phi};
+        const int srcQ[4] = {Qlo, Qlo, Qhi, Qhi};
+        for (int o = 0; o < 4; ++o) {
+          a_.vmovups(v(a0 + o), k_.at(c_il + 128 + 64 * idx4[o]));
+          a_.vpermi2ps(v(a0 + o), v(srcP[o]), v(srcQ[o]));
+        }
+        outs = {a0, a0 + 1, a0 + 2, a0 + 3};
+      } else {
+        const int t0 = c.rS, t1 = c.rB, t2 = c.rW, t3 = c.rT;
+        a_.vunpcklps(v(t0), v(a0), v(a0 + 1));
+        a_.vunpckhps(v(t1), v(a0), v(a0 + 1));
+        a_.vunpcklps(v(t2), v(a0 + 2), v(a0 + 3));
+        a_.vunpckhps(v(t3), v(a0 + 2), v(a0 + 3));
+        a_.vunpcklpd(v(a0), v(t0), v(t2));      // e0..3 | e16..19
+        a_.vunpckhpd(v(a0 + 1), v(t0), v(t2));  // e4..7 | e20..23
+        a_.vunpcklpd(v(a0 + 2), v(t1), v(t3));  // e8..11 | e24..27
+        a_.vunpckhpd(v(a0 + 3), v(t1), v(t3));  // e12..15 | e28..31
+        a_.vperm2f128(v(t0), v(a0), v(a0 + 1), 0x20);
+        a_.vperm2f128(v(t1), v(a0 + 2), v(a0 + 3), 0x20);
+        a_.vperm2f128(v(t2), v(a0), v(a0 + 1), 0x31);
+        a_.vperm2f128(v(t3), v(a0 + 2), v(a0 + 3), 0x31);
+        for (int o = 0; o < 4; ++o) a_.vmovaps(v(a0 + o), v(o == 0 ? t0 : o == 1 ? t1 : o == 2 ? t2 : t3));
+        outs = {a0, a0 + 1, a0 + 2, a0 + 3};
+      }
+    }
+    for (int o = 0; o < static_cast<int>(outs.size()); ++o) {
+      int lanes = valid - o * c.V;
+      if (lanes <= 0) break;
+      if (lanes > c.V) lanes = c.V;
+      int64_t off = out_base + (static_cast<int64_t>(g) * c.E + static_cast<int64_t>(o) * c.V) * c.out_bytes;
+      store_vec(outs[o], ptr(optr, static_cast<int32_t>(off)), lanes);
+    }
+  }
+}
+
+// One column block of the current bag: zero, loop over the bag's indices, store.
+void Emitter::emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
+  const int nacc = ngroups * c_.G;
+  for (int i = 0; i < nacc; ++i) zero(i);
+  Label l_row = a_.newLabel(), l_done = a_.newLabel();
+  a_.mov(rcx, rax);
+  a_.cmp(rcx, r8);
+  a_.jge(l_done);
+  a_.bind(l_row);
+  emit_row(loop, base_group, ngroups, block_elems);
+  a_.inc(rcx);
+  a_.cmp(rcx, r8);
+  a_.jl(l_row);
+  a_.bind(l_done);
+  emit_store(loop, base_group, ngroups, block_elems);
+}
+
+bool Emitter::emit_bag_kernel() {
+  const Cfg& c = c_;
+  k_.pool = a_.newLabel();
+  // constants
+  c_one_i = splat(1);
+  c_7fff = splat(0x7fff);
+  c_40 = splat(0x40);
+  c_one_f = k_.add_dwords({0x3f800000u}, 4);
+  if (c.z) {
+    std::vector<uint32_t> il;
+    for (int i = 0; i < 16; ++i) il.push_back(i % 2 ? 16 + i / 2 : i / 2);          // pairs, low
+    for (int i = 0; i < 16; ++i) il.push_back(i % 2 ? 24 + i / 2 : 8 + i / 2);      // pairs, high
+    for (int i = 0; i < 16; ++i) il.push_back((i % 4 < 2 ? 0 : 16) + 2 * (i / 4) + i % 2);      // quads 0
+    for (int i = 0; i < 16; ++i) il.push_back((i % 4 < 2 ? 8 : 24) + 2 * (i / 4) + i % 2);      // quads 1
+    c_il = k_.add_dwords(il);
+  }
+  if (c.bits == 4 || c.bits == 2) c_mask = splat(c.bits == 4 ? 0xf : 0x3);
+
+  // Groups, blocks and tails.
+  const int64_t NG = div_up(c.dim, c.E);
+  const int64_t NGc = c.dim / c.E;  // complete groups
+  const int BG = c.BV / c.G;        // groups per block
+  const int64_t nU = NGc / BG;      // uniform (complete) blocks
+  const int64_t R = NG - nU * BG;   // groups of the last block (0: none)
+  const int64_t tail_elems = c.dim - (NG - 1) * c.E;  // elements of the last group
+  // lanes of the partial last input vector (float rows) and output vector
+  const int64_t last_vec_lanes = c.dim % c.V;
+  if (!c.z && (c.rt == QJ_F32 || c.out == QJ_F32) && last_vec_lanes) {
+    std::vector<uint32_t> m(8, 0);
+    for (int i = 0; i < last_vec_lanes; ++i) m[i] = 0xffffffffu;
+    c_ftail = c_otail = k_.add_dwords(m, 32);
+  }
+
+  const Gp saved[6] = {rbx, rbp, r12, r13, r14, r15};
+  for (const Gp& g : saved) a_.push(g);
+  a_.sub(rsp, 24);
+
+  if (c.z) {
+    // k1: input tail (bytes of the last fused group, 16-bit elements, or fp32 lanes); k2: output
+    uint32_t kin = 0;
+    if (c.bits) {
+      int nb = static_cast<int>(div_up(tail_elems * c.bits, 8));
+      if (nb < c.Bg) kin = (1u << nb) - 1;
+    } else if (last_vec_lanes) {
+      kin = (1u << last_vec_lanes) - 1;
+    }
+    uint32_t kout = last_vec_lanes ? (1u << last_vec_lanes) - 1 : 0xffff;
+    if (c.bits && tail_elems % c.V) kout = (1u << (tail_elems % c.V)) - 1;
+    a_.mov(eax, kin);
+    a_.kmovw(k1, eax);
+    a_.mov(eax, kout);
+    a_.kmovw(k2, eax);
+  }
+  if (c_mask >= 0) a_.vpbroadcastd(v(c.rM), k_.at(c_mask));
+
+  a_.mov(rsi, ARG(table));
+  a_.mov(rdx, ARG(indices));
+  a_.mov(r11, ARG(row_stride));
+  a_.mov(r12, ARG(prefetch_limit));
+  a_.mov(r13, ARG(weights));
+  a_.mov(r14, ARG(remap));
+  a_.mov(rbx, ARG(out));
+  a_.mov(rbp, ARG(count));
+  a_.mov(r9, ARG(offsets));
+  a_.mov(qword_ptr(rsp), r9);
+  a_.mov(r8, ARG(index_begin));
+  const bool gather = c.pooling == QJ_POOL_NONE;
+
+  Label l_bag = a_.newLabel();
+  a_.bind(l_bag);
+  // bag bounds: rax = start, r8 = end
+  if (gather) {
+    a_.mov(rax, r8);
+    a_.lea(r8, ptr(rax, 1));
+  } else if (c.lengths) {
+    a_.mov(rax, r8);
+    a_.mov(r9, qword_ptr(rsp));
+    if (c.osz == 4)
+      a_.mov(r10d, dword_ptr(r9));
+    else
+      a_.mov(r10, qword_ptr(r9));
+    a_.lea(r8, ptr(rax, r10));
+    a_.add(r9, c.osz);
+    a_.mov(qword_ptr(rsp), r9);
+  } else {
+    a_.mov(r9, qword_ptr(rsp));
+    if (c.osz == 4) {
+      a_.mov(eax, dword_ptr(r9));
+      a_.mov(r8d, dword_ptr(r9, 4));
+    } else {
+      a_.mov(rax, qword_ptr(r9));
+      a_.mov(r8, qword_ptr(r9, 8));
+    }
+    a_.add(r9, c.osz);
+    a_.mov(qword_ptr(rsp), r9);
+  }
+  if (c.positional) {
+    a_.mov(r13, ARG(weights));
+    a_.mov(r10, rax);
+    a_.shl(r10, 2);
+    a_.sub(r13, r10);
+  }
+
+  // uniform blocks
+  const int64_t block_elems = static_cast<int64_t>(BG) * c.E;
+  if (nU == 1) {
+    emit_block(false, 0, BG, block_elems);
+  } else if (nU >= 2) {
+    Label l_blk = a_.newLabel();
+    a_.xor_(r15d, r15d);
+    a_.mov(qword_ptr(rsp, 8), 0);
+    a_.mov(qword_ptr(rsp, 16), nU);
+    a_.bind(l_blk);
+    emit_block(true, 0, BG, block_elems);
+    a_.add(r15, c.bits ? BG * c.Bg : block_elems * c.eb);
+    a_.add(qword_ptr(rsp, 8), static_cast<int32_t>(block_elems * c.out_bytes));
+    a_.dec(qword_ptr(rsp, 16));
+    a_.jnz(l_blk);
+  }
+  if (R > 0) emit_block(false, nU * BG, static_cast<int>(R), c.dim - nU * BG * c.E);
+
+  a_.add(rbx, ARG(out_stride));
+  a_.dec(rbp);
+  a_.jnz(l_bag);
+
+  a_.add(rsp, 24);
+  a_.vzeroupper();
+  for (int i = 5; i >= 0; --i) a_.pop(saved[i]);
+  a_.ret();
+
+  a_.align(AlignMode::kData, 64);
+  a_.bind(k_.pool);
+  a_.embed(k_.bytes.data(), k_.bytes.size());
+  (void)row_bytes;
+  return true;
+}
+
+// The index-range check: rax = 1 if some index (unsigned) >= limit.
+bool Emitter::emit_check_kernel(int isz) {
+  const Cfg& c = c_;
+  k_.pool = a_.newLabel();
+  Label l_loop = a_.newLabel(), l_tail = a_.newLabel(), l_tail_loop = a_.newLabel(), l_end = a_.newLabel(),
+        l_bad = a_.newLabel();
+  const int per = (c.z ? 64 : 32) / isz;  // indices per vector
+  a_.mov(rsi, qword_ptr(rdi, offsetof(EmbCheckArgs, indices)));
+  a_.mov(rcx, qword_ptr(rdi, offsetof(EmbCheckArgs, n)));
+  a_.mov(rdx, qword_ptr(rdi, offsetof(EmbCheckArgs, limit)));
+  a_.dec(rdx);  // limit - 1 (limit >= 1 is guaranteed by the driver)
+  // v0..v3: running unsigned maxima (AVX-512, AVX2 int32) or "bad" masks (AVX2 int64)
+  const bool cmp_mode = !c.z && isz == 8;
+  for (int i = 0; i < 4; ++i) zero(i);
+  if (cmp_mode) {
+    // v5 = (limit - 1) ^ sign, v6 = sign
+    a_.mov(rax, static_cast<int64_t>(0x8000000000000000ull));
+    a_.vmovq(x(6), rax);
+    a_.vpbroadcastq(v(6), x(6));
+    a_.vmovq(x(5), rdx);
+    a_.vpbroadcastq(v(5), x(5));
+    a_.vpxor(v(5), v(5), v(6));
+  }
+  a_.xor_(eax, eax);
+  a_.cmp(rcx, 4 * per);
+  a_.jb(l_tail);
+  a_.bind(l_loop);
+  for (int u = 0; u < 4; ++u) {
+    Mem m = ptr(rsi, u * (c.z ? 64 : 32));
+    if (cmp_mode) {
+      a_.vpxor(v(4), v(6), m);
+      a_.vpcmpgtq(v(4), v(4), v(5));
+      a_.vpor(v(u), v(u), v(4));
+    } else if (isz == 4) {
+      if (c.z)
+        a_.vpmaxud(v(u), v(u), m);
+      else
+        a_.vpmaxud(v(u), v(u), m);
+    } else {
+      a_.vpmaxuq(v(u), v(u), m);
+    }
+  }
+  a_.add(rsi, 4 * (c.z ? 64 : 32));
+  a_.sub(rcx, 4 * per);
+  a_.cmp(rcx, 4 * per);
+  a_.jae(l_loop);
+  a_.bind(l_tail);
+  // scalar tail
+  a_.test(rcx, rcx);
+  a_.jz(l_end);
+  a_.bind(l_tail_loop);
+  if (isz == 4)
+    a_.mov(r8d, dword_ptr(rsi));
+  else
+    a_.mov(r8, qword_ptr(rsi));
+  a_.cmp(r8, rdx);
+  a_.ja(l_bad);
+  a_.add(rsi, isz);
+  a_.dec(rcx);
+  a_.jnz(l_tail_loop);
+  a_.bind(l_end);
+  // reduce the vectors
+  if (cmp_mode) {
+    a_.vpor(v(0), v(0), v(1));
+    a_.vpor(v(2), v(2), v(3));
+    a_.vpor(v(0), v(0), v(2));
+    a_.vptest(v(0), v(0));
+    a_.jnz(l_bad);
+  } else {
+    if (isz == 4) {
+      a_.vpmaxud(v(0), v(0), v(1));
+      a_.vpmaxud(v(2), v(2), v(3));
+      a_.vpmaxud(v(0), v(0), v(2));
+      // broadcast limit-1 and compare: any lane > limit-1 (unsigned) <=> max(lane, limit-1) != limit-1
+      a_.vmovd(x(4), edx);
+      a_.vpbroadcastd(v(4), x(4));
+      a_.vpmaxud(v(0), v(0), v(4));
+      if (c.z) {
+        a_.vpcmpd(k1, v(0), v(4), 4);  // NE
+        a_.kortestw(k1, k1);
+      } else {
+        a_.vpcmpeqd(v(0), v(0), v(4));
+        a_.vpcmpeqd(v(5), v(5), v(5));
+        a_.vpxor(v(0), v(0), v(5));
+        a_.vptest(v(0), v(0));
+      }
+    } else {
+      a_.vpmaxuq(v(0), v(0), v(1));
+      a_.vpmaxuq(v(2), v(2), v(3));
+      a_.vpmaxuq(v(0), v(0), v(2));
+      a_.vpbroadcastq(v(4), rdx);
+      a_.vpmaxuq(v(0), v(0), v(4));
+      a_.vpcmpq(k1, v(0), v(4), 4);
+      a_.kortestb(k1, k1);
+    }
+    a_.jnz(l_bad);
+  }
+  a_.vzeroupper();
+  a_.ret();
+  a_.bind(l_bad);
+  a_.mov(eax, 1);
+  a_.vzeroupper();
+  a_.ret();
+  return true;
+}
+
+bool emit_emb(const KernelKey& key, Assembler& a, std::string* why) {
+  if (key.flags & kEmbCheck) {
+    if (key.isa < QJ_ISA_AVX2 || (key.b_type != 32 && key.b_type != 64)) {
+      *why = "index check needs avx2 and 32/64-bit indices";
+      return false;
+    }
+    Cfg c;
+    c.z = key.isa >= QJ_ISA_AVX512;
+    c.V = c.z ? 16 : 8;
+    c.regs = c.z ? 32 : 16;
+    Emitter e(a, c);
+    return e.emit_check_kernel(key.b_type / 8);
+  }
+  Cfg c;
+  if (!make_cfg(key, &c, why)) return false;
+  Emitter e(a, c);
+  return e.emit_bag_kernel();
+}
+
+std::string name_emb(const KernelKey& k) {
+  const char* isa = isa_suffix(k.isa);
+  char buf[200];
+  if (k.flags & kEmbCheck) {
+    std::snprintf(buf, sizeof buf, "emb_check_i%d__%s", k.b_type, isa);
+    return buf;
+  }
+  const char* pool = k.param[1] == QJ_POOL_SUM ? "sum" : k.param[1] == QJ_POOL_MEAN ? "mean" : "gather";
+  std::string extra;
+  if (k.flags & kEmbPositional)
+    extra += "_pw";
+  else if (k.flags & kEmbWeighted)
+    extra += "_w";
+  if (k.flags & kEmbRemap) extra += "_remap";
+  if (k.flags & kEmbSbFirst) extra += "_sbf";
+  std::string pf;
+  if (k.param[2]) {
+    pf = "_pf" + std::to_string(k.param[2]);
+    if (k.flags & kEmbPrefetchNta) pf += "nta";
+  }
+  std::snprintf(buf, sizeof buf, "emb_%s_i%d_%c%d_%s%s_%s_d%u_b%u%s__%s",
+                qj_dtype_name(static_cast<qj_dtype>(k.a_type)), k.b_type,
+                (k.flags & kEmbLengths) ? 'l' : 'o', (k.flags & kEmbOffsets64) ? 64 : 32, pool,
+                extra.c_str(), qj_dtype_name(static_cast<qj_dtype>(k.c_type)), k.param[0], k.param[3],
+                pf.c_str(), isa);
+  return buf;
+}
+
+}  // namespace
+
+int emb_lanes(const KernelKey& key) { return key.isa >= QJ_ISA_AVX512 ? 16 : 8; }
+
+int emb_group_vectors(const KernelKey& key) {
+  return key.a_type == QJ_FUSED_4BIT ? 2 : key.a_type == QJ_FUSED_2BIT ? 4 : 1;
+}
+
+int emb_max_block_vectors(const KernelKey& key) {
+  const int regs = key.isa >= QJ_ISA_AVX512 ? 32 : 16;
+  const int g = emb_group_vectors(key);
+  int n = regs - 6;
+  if (key.isa >= QJ_ISA_AVX512 && n > 24) n = 24;
+  return n / g * g;
+}
+
+const KernelFamily& embedding_bag_family() {
+  static const KernelFamily f{emit_emb, name_emb};
+  return f;
+}
+
+}  // namespace qj

@@ -1,0 +1,263 @@
+// Embedding-bag driver (see embedding_bag.h): key and blocking choice, validation, partitioning.
+#include "src/ops/embedding_bag.h"
+
+#include <cinttypes>
+#include <cstring>
+
+#include "codegen/embedding_bag.h"
+#include "src/core/isa.h"
+#include "src/core/log.h"
+#include "src/core/status.h"
+#include "src/core/threading.h"
+#include "src/formats/fused_rowwise.h"
+#include "src/ref/embedding_bag_ref.h"
+
+namespace qj {
+namespace {
+
+int64_t load_int(const void* p, int bits, int64_t i) {
+  if (bits == 32) return static_cast<const int32_t*>(p)[i];
+  return static_cast<const int64_t*>(p)[i];
+}
+
+int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
+  KernelKey k = KernelKey::zeroed();
+  k.op = KernelOp::kEmbeddingBag;
+  k.isa = static_cast<uint8_t>(isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa);
+  k.a_type = static_cast<uint8_t>(d.row_type);
+  k.b_type = static_cast<uint8_t>(d.index_bits);
+  k.c_type = static_cast<uint8_t>(d.out_type);
+  k.nr = static_cast<uint16_t>(d.dim & 0xffff);
+  uint8_t f = 0;
+  if (d.pooling != QJ_POOL_NONE) {
+    if (d.use_lengths) f |= kEmbLengths;
+    if (d.offset_bits == 64) f |= kEmbOffsets64;
+    if (d.positional) f |= kEmbPositional;
+  }
+  if (d.weighted) f |= kEmbWeighted;
+  if (d.remap) f |= kEmbRemap;
+  if (d.scale_bias_first) f |= kEmbSbFirst;
+  k.flags = f;
+  k.param[0] = static_cast<uint32_t>(d.dim);
+  k.param[1] = static_cast<uint32_t>(d.pooling);
+  k.param[2] = static_cast<uint32_t>(pf);
+  // Blocking: as few column blocks as the registers allow, balanced.
+  const int lanes = emb_lanes(k), g = emb_group_vectors(k);
+  const int64_t nvec = div_up(d.dim, static_cast<int64_t>(lanes) * g) * g;
+  const int64_t maxv = emb_max_block_vectors(k);
+  const int64_t nblocks = div_up(nvec, maxv);
+  k.param[3] = static_cast<uint32_t>(g * div_up(nvec / g, nblocks));
+  return k;
+}
+
+KernelKey check_key(int index_bits, qj_isa isa) {
+  KernelKey k = KernelKey::zeroed();
+  k.op = KernelOp::kEmbeddingBag;
+  k.isa = static_cast<uint8_t>(isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa);
+  k.b_type = static_cast<uint8_t>(index_bits);
+  k.flags = kEmbCheck;
+  return k;
+}
+
+std::string ref_name(const qj_embedding_bag_desc& d) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "emb_ref_%s_i%d_%s_d%" PRId64, qj_dtype_name(d.row_type), d.index_bits,
+                qj_dtype_name(d.out_type), d.dim);
+  return buf;
+}
+
+// The bag that holds index position i (offsets / lengths already validated).
+int64_t bag_of(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int64_t i) {
+  const auto& d = p.d;
+  if (d.pooling == QJ_POOL_NONE) return i;
+  int64_t start = 0;
+  for (int64_t b = 0; b < c.num_bags; ++b) {
+    int64_t end = d.use_lengths ? start + load_int(c.offsets_or_lengths, d.offset_bits, b)
+                                : load_int(c.offsets_or_lengths, d.offset_bits, b + 1);
+    if (i < end) return b;
+    start = end;
+  }
+  return -1;
+}
+
+// Checks offsets / lengths; *prefix receives the first index of bag `bag_begin`.
+qj_status check_bags(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int64_t bag_begin,
+                     int64_t* prefix) {
+  const auto& d = p.d;
+  const int ob = d.offset_bits;
+  const void* o = c.offsets_or_lengths;
+  *prefix = 0;
+  if (d.use_lengths) {
+    int64_t sum = 0;
+    for (int64_t b = 0; b < c.num_bags; ++b) {
+      if (b == bag_begin) *prefix = sum;
+      const int64_t len = load_int(o, ob, b);
+      if (len < 0)
+        return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run: bag %" PRId64 ": lengths[%" PRId64 "] = %" PRId64 " is negative",
+                    b, b, len);
+      if (len > c.num_indices - sum)
+        return fail(QJ_ERR_INVALID_ARGUMENT,
+                    "qj_embedding_bag_run: bag %" PRId64 ": lengths[%" PRId64 "] = %" PRId64 " overruns the index array (bag starts at index %" PRId64 ", num_indices = %" PRId64 ")",
+                    b, b, len, sum, c.num_indices);
+      sum += len;
+    }
+    if (bag_begin >= c.num_bags) *prefix = sum;
+    if (sum != c.num_indices)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "qj_embedding_bag_run: the lengths sum to %" PRId64 ", not num_indices = %" PRId64 " (the last bag, %" PRId64 ", ends early)",
+                  sum, c.num_indices, c.num_bags - 1);
+    return QJ_OK;
+  }
+  const int64_t first = load_int(o, ob, 0);
+  if (first != 0)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run: bag 0: offsets[0] = %" PRId64 " must be 0", first);
+  int64_t prev = first;
+  for (int64_t b = 0; b < c.num_bags; ++b) {
+    const int64_t next = load_int(o, ob, b + 1);
+    if (next < prev)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "qj_embedding_bag_run: bag %" PRId64 ": offsets[%" PRId64 "] = %" PRId64 " is less than offsets[%" PRId64 "] = %" PRId64 " (offsets must not decrease)",
+                  b, b + 1, next, b, prev);
+    if (next > c.num_indices)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "qj_embedding_bag_run: bag %" PRId64 ": offsets[%" PRId64 "] = %" PRId64 " overruns the index array (num_indices = %" PRId64 ")",
+                  b, b + 1, next, c.num_indices);
+    prev = next;
+  }
+  if (prev != c.num_indices)
+    return fail(QJ_ERR_INVALID_ARGUMENT,
+                "qj_embedding_bag_run: offsets[num_bags = %" PRId64 "] = %" PRId64 " must equal num_indices = %" PRId64,
+                c.num_bags, prev, c.num_indices);
+  return QJ_OK;
+}
+
+qj_status check_indices(const EmbeddingBagPlan& p, const EmbeddingBagCall& c) {
+  const auto& d = p.d;
+  if (c.num_indices == 0) return QJ_OK;
+  uint64_t limit = static_cast<uint64_t>(d.remap ? d.remap_size : c.num_rows);
+  bool bad = limit == 0;
+  if (!bad) {
+    if (p.check) {
+      uint64_t lim = limit;
+      if (d.index_bits == 32 && lim > (uint64_t{1} << 31)) lim = uint64_t{1} << 31;
+      EmbCheckArgs a{c.indices, c.num_indices, lim};
+      bad = p.check.fn<EmbCheckKernel>()(&a) != 0;
+    } else {
+      for (int64_t i = 0; i < c.num_indices && !bad; ++i) {
+        int64_t v = load_int(c.indices, d.index_bits, i);
+        bad = v < 0 || static_cast<uint64_t>(v) >= limit;
+      }
+    }
+  }
+  if (bad) {
+    for (int64_t i = 0; i < c.num_indices; ++i) {
+      int64_t v = load_int(c.indices, d.index_bits, i);
+      if (v < 0 || static_cast<uint64_t>(v) >= limit)
+        return fail(QJ_ERR_OUT_OF_RANGE,
+                    "qj_embedding_bag_run: bag %" PRId64 ": indices[%" PRId64 "] = %" PRId64 " is outside the %s [0, %" PRIu64 ")",
+                    bag_of(p, c, i), i, v, d.remap ? "remap table" : "table", limit);
+    }
+  }
+  if (d.remap && p.remap_max >= c.num_rows)
+    return fail(QJ_ERR_OUT_OF_RANGE,
+                "qj_embedding_bag_run: the remap table maps to row %" PRId64 ", outside the table [0, num_rows = %" PRId64 ")",
+                p.remap_max, c.num_rows);
+  return QJ_OK;
+}
+
+}  // namespace
+
+int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
+  (void)row_type;
+  (void)dim;
+  return 16;
+}
+
+qj_status embedding_bag_plan_init(const qj_embedding_bag_desc& desc, EmbeddingBagPlan* p) {
+  p->d = desc;
+  auto& d = p->d;
+  if (d.pooling == QJ_POOL_NONE) {
+    d.use_lengths = 0;
+    d.positional = 0;
+  }
+  if (!d.weighted) d.positional = 0;
+  const int64_t natural = ref::emb_row_bytes(d.row_type, d.dim, d.scale_bias_first != 0);
+  p->row_stride = d.row_stride ? d.row_stride : natural;
+  p->out_stride = d.out_stride ? d.out_stride : d.dim;
+  p->out_bytes = d.out_type == QJ_F32 ? 4 : 2;
+  p->prefetch = d.prefetch_distance < 0 ? embedding_default_prefetch(d.row_type, d.dim) : d.prefetch_distance;
+  if (d.remap) {
+    int64_t mx = -1;
+    for (int64_t i = 0; i < d.remap_size; ++i) {
+      int32_t r = d.remap[i];
+      if (r < -1)
+        return fail(QJ_ERR_INVALID_ARGUMENT,
+                    "qj_embedding_bag_plan_create: remap[%" PRId64 "] = %d (entries are a row >= 0 or -1 for pruned)", i, r);
+      if (r > mx) mx = r;
+    }
+    p->remap_max = mx;
+  }
+  const qj_isa isa = max_isa();
+  if (isa >= QJ_ISA_AVX2) {
+    KernelKey k = bag_key(d, isa, p->prefetch);
+    qj_status s = acquire_kernel(k, embedding_bag_family(), &p->kernel);
+    if (s == QJ_OK) s = acquire_kernel(check_key(d.index_bits, isa), embedding_bag_family(), &p->check);
+    if (s == QJ_OK) {
+      p->isa = isa;
+      p->name = p->kernel.name();
+      return QJ_OK;
+    }
+    if (s == QJ_ERR_OUT_OF_MEMORY) return s;
+    QJ_LOG(1, "embedding_bag: fallback to the reference: %s", last_error());
+    clear_error();
+    p->kernel = KernelRef();
+    p->check = KernelRef();
+  } else {
+    QJ_LOG(1, "embedding_bag: fallback to the reference: ISA cap %s has no JIT kernel", isa_name(isa));
+  }
+  cache_note_fallback();
+  p->isa = QJ_ISA_SCALAR;
+  p->name = ref_name(d);
+  return QJ_OK;
+}
+
+qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int32_t thread_id,
+                            int32_t num_threads) {
+  const auto& d = p.d;
+  const bool gather = d.pooling == QJ_POOL_NONE;
+  const int64_t items = gather ? c.num_indices : c.num_bags;
+  const Range r = split_range(items, thread_id, num_threads);
+  int64_t prefix = 0;
+  if (!gather) QJ_TRY(check_bags(p, c, r.begin, &prefix));
+  QJ_TRY(check_indices(p, c));
+  if (r.end <= r.begin) return QJ_OK;
+
+  if (!p.kernel) {
+    ref::EmbTable t{d.row_type, d.dim, d.scale_bias_first != 0, p.row_stride, c.table, c.num_rows};
+    qj_embedding_bag_desc rd = d;
+    rd.out_stride = p.out_stride;
+    if (!ref::embedding_bag(rd, t, c.num_bags, c.indices, c.num_indices, c.offsets_or_lengths, c.weights,
+                            c.out, r.begin, r.end))
+      return fail(QJ_ERR_INTERNAL, "qj_embedding_bag_run: reference rejected validated inputs");
+    return QJ_OK;
+  }
+  EmbArgs a;
+  a.table = static_cast<const uint8_t*>(c.table);
+  a.indices = c.indices;
+  a.offsets = gather ? nullptr
+                     : static_cast<const uint8_t*>(c.offsets_or_lengths) + r.begin * (d.offset_bits / 8);
+  a.weights = c.weights;
+  a.remap = d.remap;
+  a.out = static_cast<uint8_t*>(c.out) + r.begin * p.out_stride * p.out_bytes;
+  a.row_stride = p.row_stride;
+  a.out_stride = p.out_stride * p.out_bytes;
+  a.count = r.end - r.begin;
+  a.index_begin = gather ? r.begin : prefix;
+  a.prefetch_limit = c.num_indices - p.prefetch;
+  p.kernel.fn<EmbKernel>()(&a);
+  return QJ_OK;
+}
+
+}  // namespace qj

@@ -1,0 +1,52 @@
+// Embedding-bag driver: plan (kernel key, blocking, prefetch distance), validation of a run's
+// inputs, partitioning over threads, and the call into the JIT kernel or the reference.
+//
+// Validation comes first and covers the whole call, whatever the partition: every thread checks
+// all offsets / lengths (scalar, O(num_bags)) and all indices (a vectorized JIT check, about 0.05
+// ns per index), so a bad input fails every slice before any output row is written, and the error
+// names the bag and the index. Rows are then read without checks.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <cstdint>
+#include <string>
+
+#include "src/core/kernel_cache.h"
+
+namespace qj {
+
+struct EmbeddingBagPlan {
+  qj_embedding_bag_desc d{};   // copy of the caller's desc (remap points to the caller's table)
+  int64_t row_stride = 0;      // bytes between table rows
+  int64_t out_stride = 0;      // elements between output rows
+  int out_bytes = 4;
+  int32_t prefetch = 0;        // distance in indices actually used
+  int64_t remap_max = -1;      // largest remap entry (-1: none / all pruned)
+  qj_isa isa = QJ_ISA_SCALAR;  // tier of the kernel (SCALAR: the reference path)
+  KernelRef kernel, check;
+  std::string name;            // kernel name, or "emb_ref_..." for the reference path
+};
+
+// desc has passed the API's checks (enums, sizes). Validates the remap table, picks the key and
+// generates (or fetches) the kernels; falls back to the reference (logged) when no JIT applies.
+qj_status embedding_bag_plan_init(const qj_embedding_bag_desc& desc, EmbeddingBagPlan* p);
+
+struct EmbeddingBagCall {
+  const void* table;
+  int64_t num_rows;
+  int64_t num_bags;
+  const void* indices;
+  int64_t num_indices;
+  const void* offsets_or_lengths;
+  const float* weights;
+  void* out;
+};
+
+// Validates the whole call, then computes the slice thread_id of num_threads.
+qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int32_t thread_id,
+                            int32_t num_threads);
+
+// The prefetch distance used when the desc asks for the library's choice (-1).
+int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim);
+
+}  // namespace qj

@@ -1,0 +1,602 @@
+// Embedding-bag through the C API against src/ref, at every ISA tier.
+//
+// Every path is compared bit for bit with the reference, fused (integer-decoded) rows and float
+// rows alike: the kernels perform the reference's fp32 operations (fma / add / multiply) in the
+// same order for every element, so no error bound is needed and none is used (a bound would only
+// hide a changed summation order). Output buffers are pre-filled with a sentinel and compared
+// whole, so gaps between output rows (out_stride > dim) must stay untouched.
+#include <gtest/gtest.h>
+#include <quantjit/quantjit.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/formats/half.h"
+#include "src/ref/embedding_bag_ref.h"
+#include "test/test_util.h"
+
+namespace {
+
+const int64_t kDims[] = {1, 4, 7, 8, 15, 16, 17, 31, 32, 33, 64, 96, 128, 163, 256, 512, 1000};
+
+struct Format {
+  qj_dtype t;
+  bool sbf;
+};
+const Format kFormats[] = {{QJ_F32, false},        {QJ_F16, false},        {QJ_BF16, false},
+                           {QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
+                           {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_FUSED_2BIT, true}};
+
+std::string fmt_name(const Format& f) { return std::string(qj_dtype_name(f.t)) + (f.sbf ? "_sbf" : ""); }
+
+int64_t natural_row(const Format& f, int64_t dim) {
+  return qj_rowwise_row_bytes(f.t, dim, f.sbf ? QJ_ROWWISE_SCALE_BIAS_FIRST : 0);
+}
+
+// A table of random rows (float rows: values in [-1, 1] with a few -0.0; fused rows: random codes,
+// scale in [0.001, 0.1], bias in [-1, 1]), rows `stride` bytes apart, padding bytes random.
+std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int64_t stride, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<uint8_t> t(static_cast<size_t>(rows * stride));
+  for (auto& b : t) b = static_cast<uint8_t>(g());
+  std::uniform_real_distribution<float> val(-1.0f, 1.0f), sc(0.001f, 0.1f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = &t[r * stride];
+    if (f.t == QJ_F32 || f.t == QJ_F16 || f.t == QJ_BF16) {
+      for (int64_t j = 0; j < dim; ++j) {
+        float v = (g() % 17 == 0) ? -0.0f : val(g);
+        if (f.t == QJ_F32) {
+          std::memcpy(row + 4 * j, &v, 4);
+        } else {
+          uint16_t h = f.t == QJ_F16 ? qj::f32_to_f16(v) : qj::f32_to_bf16(v);
+          std::memcpy(row + 2 * j, &h, 2);
+        }
+      }
+      continue;
+    }
+    // fused: codes stay random bytes; write scale and bias
+    const int bits = f.t == QJ_FUSED_8BIT ? 8 : f.t == QJ_FUSED_4BIT ? 4 : 2;
+    const int64_t data = (dim * bits + 7) / 8;
+    float s = sc(g), b = val(g);
+    if (bits == 8 && !f.sbf) {
+      std::memcpy(row + data, &s, 4);
+      std::memcpy(row + data + 4, &b, 4);
+    } else {
+      uint16_t s16 = qj::f32_to_f16(s), b16 = qj::f32_to_f16(b);
+      uint8_t* sb = f.sbf ? row : row + data;
+      std::memcpy(sb, &s16, 2);
+      std::memcpy(sb + 2, &b16, 2);
+    }
+  }
+  return t;
+}
+
+struct Bags {
+  std::vector<int64_t> lengths;
+  std::vector<int64_t> idx;
+  int64_t total() const { return static_cast<int64_t>(idx.size()); }
+};
+
+// Bag lengths in [0, 2 * avg], with an empty bag and one bag longer than any prefetch distance
+// used here (40 indices).
+Bags make_bags(int64_t nbags, int64_t avg, int64_t index_limit, uint32_t seed) {
+  std::mt19937 g(seed);
+  Bags b;
+  for (int64_t i = 0; i < nbags; ++i) {
+    int64_t len = static_cast<int64_t>(g() % (2 * avg + 1));
+    if (i == 1) len = 0;
+    if (i == 2) len = 40;
+    b.lengths.push_back(len);
+    for (int64_t k = 0; k < len; ++k) b.idx.push_back(static_cast<int64_t>(g() % index_limit));
+  }
+  return b;
+}
+
+struct Case {
+  Format f;
+  int64_t dim;
+  qj_pooling pool = QJ_POOL_SUM;
+  qj_dtype out = QJ_F32;
+  int weight_mode = 0;  // 0 none, 1 per index, 2 positional
+  int index_bits = 64, offset_bits = 64;
+  bool lengths = false;
+  bool remap = false;
+  int prefetch = 16;
+  int64_t out_pad = 0;   // out_stride - dim
+  int64_t row_pad = 0;   // row_stride - natural
+  int64_t nbags = 9, avg = 5, rows = 57;
+  std::string str() const {
+    char b[256];
+    std::snprintf(b, sizeof b, "%s dim %lld pool %d out %s w %d i%d o%d %s%s pf %d opad %lld rpad %lld", fmt_name(f).c_str(),
+                  static_cast<long long>(dim), static_cast<int>(pool), qj_dtype_name(out), weight_mode, index_bits,
+                  offset_bits, lengths ? "lengths" : "offsets", remap ? " remap" : "", prefetch,
+                  static_cast<long long>(out_pad), static_cast<long long>(row_pad));
+    return b;
+  }
+};
+
+std::vector<uint8_t> pack_ints(const std::vector<int64_t>& v, int bits) {
+  std::vector<uint8_t> out(v.size() * bits / 8 + 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (bits == 32) {
+      int32_t x = static_cast<int32_t>(v[i]);
+      std::memcpy(&out[i * 4], &x, 4);
+    } else {
+      std::memcpy(&out[i * 8], &v[i], 8);
+    }
+  }
+  return out;
+}
+
+// Runs one case through the C API (whole call, and as 3 partition slices) and the reference.
+void run_case(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(c.str());
+  const int64_t natural = natural_row(c.f, c.dim);
+  const int64_t stride = natural + c.row_pad;
+  std::vector<uint8_t> table = make_table(c.f, c.dim, c.rows, stride, seed);
+  std::vector<int32_t> remap;
+  int64_t index_limit = c.rows;
+  if (c.remap) {
+    std::mt19937 g(seed + 1);
+    remap.resize(static_cast<size_t>(c.rows + 5));
+    for (auto& r : remap) r = (g() % 4 == 0) ? -1 : static_cast<int32_t>(g() % c.rows);
+    index_limit = static_cast<int64_t>(remap.size());
+  }
+  Bags bags = make_bags(c.nbags, c.avg, index_limit, seed + 2);
+  std::vector<int64_t> offs{0};
+  for (int64_t l : bags.lengths) offs.push_back(offs.back() + l);
+  std::vector<uint8_t> idx = pack_ints(bags.idx, c.index_bits);
+  std::vector<uint8_t> ol = pack_ints(c.lengths ? bags.lengths : offs, c.offset_bits);
+  std::vector<float> w = qjt::random_floats(static_cast<size_t>(bags.total() + 1), -2.0f, 2.0f, seed + 3);
+
+  qj_embedding_bag_desc d;
+  std::memset(&d, 0, sizeof d);
+  d.row_type = c.f.t;
+  d.dim = c.dim;
+  d.index_bits = c.index_bits;
+  d.offset_bits = c.offset_bits;
+  d.use_lengths = c.lengths;
+  d.weighted = c.weight_mode != 0;
+  d.positional = c.weight_mode == 2;
+  d.pooling = c.pool;
+  d.out_type = c.out;
+  d.out_stride = c.dim + c.out_pad;
+  d.prefetch_distance = c.prefetch;
+  d.scale_bias_first = c.f.sbf;
+  d.remap = c.remap ? remap.data() : nullptr;
+  d.remap_size = c.remap ? static_cast<int64_t>(remap.size()) : 0;
+  d.row_stride = c.row_pad ? stride : 0;
+
+  const bool gather = c.pool == QJ_POOL_NONE;
+  const int64_t out_rows = gather ? bags.total() : c.nbags;
+  const int ob = c.out == QJ_F32 ? 4 : 2;
+  const size_t out_bytes = static_cast<size_t>((out_rows * d.out_stride + 64) * ob);
+  std::vector<uint8_t> want(out_bytes, 0xcd), got(out_bytes, 0xcd), got3(out_bytes, 0xcd);
+
+  qj::ref::EmbTable rt{c.f.t, c.dim, c.f.sbf, stride, table.data(), c.rows};
+  ASSERT_TRUE(qj::ref::embedding_bag(d, rt, c.nbags, idx.data(), bags.total(), gather ? nullptr : ol.data(),
+                                     d.weighted ? w.data() : nullptr, want.data(), 0, out_rows));
+
+  qj_embedding_bag_plan p = nullptr;
+  ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+  SCOPED_TRACE(qj_embedding_bag_plan_kernel_name(p));
+  if (qj_max_isa() >= QJ_ISA_AVX2) EXPECT_EQ(std::string(qj_embedding_bag_plan_kernel_name(p)).rfind("emb_ref", 0), std::string::npos);
+  ASSERT_EQ(qj_embedding_bag_run(p, table.data(), c.rows, c.nbags, idx.data(), bags.total(),
+                                 gather ? nullptr : ol.data(), d.weighted ? w.data() : nullptr, got.data(), nullptr),
+            QJ_OK)
+      << qj_last_error();
+  for (int t = 0; t < 3; ++t) {
+    qj_partition part{t, 3};
+    ASSERT_EQ(qj_embedding_bag_run(p, table.data(), c.rows, c.nbags, idx.data(), bags.total(),
+                                   gather ? nullptr : ol.data(), d.weighted ? w.data() : nullptr, got3.data(), &part),
+              QJ_OK)
+        << qj_last_error();
+  }
+  qj_embedding_bag_plan_destroy(p);
+  for (size_t i = 0; i < out_bytes; ++i) {
+    if (got[i] != want[i]) {
+      const int64_t e = static_cast<int64_t>(i) / ob;
+      FAIL() << "first difference at output row " << e / d.out_stride << " col " << e % d.out_stride
+             << " (byte " << i << "): got 0x" << std::hex << int(got[i]) << " want 0x" << int(want[i]);
+    }
+  }
+  ASSERT_EQ(0, std::memcmp(got.data(), got3.data(), out_bytes)) << "3-way partition differs";
+}
+
+// The main sweep: every tier x format x dim x pooling x output type; the remaining parameters
+// rotate with the case number so that every value of each appears many times per tier.
+TEST(EmbeddingBag, SweepMatchesReferenceEveryTier) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (const Format& f : kFormats) {
+      for (int64_t dim : kDims) {
+        for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_MEAN, QJ_POOL_NONE}) {
+          for (qj_dtype out : {QJ_F32, QJ_F16, QJ_BF16}) {
+            Case c{f, dim};
+            c.pool = pool;
+            c.out = out;
+            c.weight_mode = static_cast<int>(n % 3);
+            if (pool == QJ_POOL_NONE && c.weight_mode == 2) c.weight_mode = 1;
+            c.index_bits = (n / 3) % 2 ? 32 : 64;
+            c.offset_bits = (n / 2) % 2 ? 32 : 64;
+            c.lengths = (n / 5) % 2;
+            c.remap = n % 7 == 3;
+            c.prefetch = (n % 4 == 0) ? 0 : (n % 4 == 1 ? 2 : 16);
+            c.out_pad = (n % 5 == 2) ? 3 : 0;
+            c.row_pad = (n % 6 == 1) ? 5 : 0;
+            if (dim >= 512) {
+              c.nbags = 5;
+              c.avg = 3;
+            }
+            run_case(c, 1000 + n);
+            if (HasFatalFailure() || HasFailure()) return;
+            ++n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every combination of the index/offset/weight/remap/prefetch options, for a few dims.
+TEST(EmbeddingBag, OptionCombinationsEveryTier) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (const Format& f : kFormats) {
+      for (int64_t dim : {7, 33, 130}) {
+        for (int wm = 0; wm < 3; ++wm)
+          for (int ib : {32, 64})
+            for (int obits : {32, 64})
+              for (bool len : {false, true})
+                for (bool rm : {false, true})
+                  for (int pf : {0, 16}) {
+                    Case c{f, dim};
+                    c.weight_mode = wm;
+                    c.index_bits = ib;
+                    c.offset_bits = obits;
+                    c.lengths = len;
+                    c.remap = rm;
+                    c.prefetch = pf;
+                    c.pool = n % 2 ? QJ_POOL_MEAN : QJ_POOL_SUM;
+                    c.nbags = 4;
+                    c.avg = 3;
+                    run_case(c, 50000 + n++);
+                    if (HasFatalFailure() || HasFailure()) return;
+                  }
+      }
+    }
+  }
+}
+
+qj_embedding_bag_desc simple_desc(qj_dtype t, int64_t dim) {
+  qj_embedding_bag_desc d;
+  std::memset(&d, 0, sizeof d);
+  d.row_type = t;
+  d.dim = dim;
+  d.index_bits = 32;
+  d.offset_bits = 32;
+  d.pooling = QJ_POOL_SUM;
+  d.out_type = QJ_F32;
+  d.prefetch_distance = QJ_PREFETCH_AUTO;
+  return d;
+}
+
+TEST(EmbeddingBag, EmptyInputsEveryTier) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype t : {QJ_F32, QJ_FUSED_4BIT}) {
+      qj_embedding_bag_desc d = simple_desc(t, 20);
+      qj_embedding_bag_plan p;
+      ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+      std::vector<float> out(3 * 20, 7.0f);
+      const int32_t offs[4] = {0, 0, 0, 0};
+      // Three empty bags and an empty index array: zeros (indices and table may be NULL).
+      ASSERT_EQ(qj_embedding_bag_run(p, nullptr, 0, 3, nullptr, 0, offs, nullptr, out.data(), nullptr), QJ_OK)
+          << qj_last_error();
+      for (float v : out) ASSERT_EQ(v, 0.0f);
+      // No bags at all: a no-op, even without offsets.
+      ASSERT_EQ(qj_embedding_bag_run(p, nullptr, 0, 0, nullptr, 0, nullptr, nullptr, nullptr, nullptr), QJ_OK);
+      ASSERT_EQ(qj_embedding_bag_run(p, nullptr, 0, 0, nullptr, 0, offs, nullptr, nullptr, nullptr), QJ_OK);
+      qj_embedding_bag_plan_destroy(p);
+    }
+  }
+}
+
+// Every kind of bad input: the right code, a message naming the bag and the index, and an
+// untouched output, whether the bad bag is in this thread's slice or another's.
+TEST(EmbeddingBag, BadInputsNameBagAndIndexAndWriteNothing) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    const int64_t dim = 8, rows = 10;
+    std::vector<float> table = qjt::random_floats(rows * dim, -1, 1, 5);
+    for (int ib : {32, 64}) {
+      for (bool lengths : {false, true}) {
+        qj_embedding_bag_desc d = simple_desc(QJ_F32, dim);
+        d.index_bits = ib;
+        d.offset_bits = 64;
+        d.use_lengths = lengths;
+        qj_embedding_bag_plan p;
+        ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);
+        auto run = [&](std::vector<int64_t> idx, std::vector<int64_t> ol, int64_t nbags, const qj_partition* part,
+                       qj_status want, const std::vector<std::string>& needles) {
+          std::vector<uint8_t> ix = pack_ints(idx, ib);
+          std::vector<float> out(static_cast<size_t>((nbags + 1) * dim), 3.5f);
+          qj_status s = qj_embedding_bag_run(p, table.data(), rows, nbags, ix.data(), static_cast<int64_t>(idx.size()),
+                                             ol.data(), nullptr, out.data(), part);
+          EXPECT_EQ(s, want) << qj_last_error();
+          std::string msg = qj_last_error();
+          for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+          if (want != QJ_OK)
+            for (float v : out) ASSERT_EQ(v, 3.5f) << "output written on error: " << msg;
+        };
+        auto ol = [&](std::vector<int64_t> offsets) {
+          if (!lengths) return offsets;
+          std::vector<int64_t> l;
+          for (size_t i = 1; i < offsets.size(); ++i) l.push_back(offsets[i] - offsets[i - 1]);
+          return l;
+        };
+        const qj_partition p0{0, 3}, p2{2, 3};
+        // index == num_rows in bag 2, position 4
+        run({1, 2, 3, 4, 10, 5}, ol({0, 2, 3, 6}), 3, nullptr, QJ_ERR_OUT_OF_RANGE, {"bag 2", "indices[4] = 10"});
+        // negative index in bag 0; this thread's slice (p2) does not hold bag 0
+        run({-1, 2, 3, 4, 1, 5}, ol({0, 2, 3, 6}), 3, &p2, QJ_ERR_OUT_OF_RANGE, {"bag 0", "indices[0] = -1"});
+        run({1, 2, 3, 4, 1, 5}, ol({0, 2, 3, 6}), 3, &p0, QJ_OK, {});
+        if (ib == 64) run({1, 2, int64_t{1} << 40, 4}, ol({0, 2, 4}), 2, &p0, QJ_ERR_OUT_OF_RANGE, {"bag 1", "indices[2]"});
+        if (!lengths) {
+          std::vector<int64_t> i6{1, 2, 3, 4, 1, 5};
+          run(i6, {1, 2, 3, 6}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"bag 0", "offsets[0] = 1"});
+          run(i6, {0, 3, 2, 6}, 3, &p0, QJ_ERR_INVALID_ARGUMENT, {"bag 1", "offsets[2] = 2", "less than"});
+          run(i6, {0, 2, 7, 6}, 3, &p2, QJ_ERR_INVALID_ARGUMENT, {"bag 1", "offsets[2] = 7", "overruns"});
+          run(i6, {0, 2, 3, 5}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"offsets[num_bags = 3] = 5", "num_indices = 6"});
+        } else {
+          std::vector<int64_t> i6{1, 2, 3, 4, 1, 5};
+          run(i6, {2, -1, 5}, 3, &p0, QJ_ERR_INVALID_ARGUMENT, {"bag 1", "lengths[1] = -1", "negative"});
+          run(i6, {2, 1, 5}, 3, &p2, QJ_ERR_INVALID_ARGUMENT, {"bag 2", "lengths[2] = 5", "overruns"});
+          run(i6, {2, 1, 2}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"sum to 5", "num_indices = 6"});
+        }
+        qj_embedding_bag_plan_destroy(p);
+      }
+    }
+    // Remap: an index past the remap table; a remap entry past the table; a bad entry at creation.
+    qj_embedding_bag_desc d = simple_desc(QJ_F32, dim);
+    std::vector<int32_t> remap{0, -1, 3, 12};
+    d.remap = remap.data();
+    d.remap_size = 4;
+    qj_embedding_bag_plan p;
+    ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);
+    std::vector<float> out(dim, 3.5f);
+    const int32_t i1[2] = {2, 4};
+    const int32_t o1[2] = {0, 2};
+    EXPECT_EQ(qj_embedding_bag_run(p, table.data(), rows, 1, i1, 2, o1, nullptr, out.data(), nullptr), QJ_ERR_OUT_OF_RANGE);
+    EXPECT_NE(std::string(qj_last_error()).find("indices[1] = 4 is outside the remap table"), std::string::npos)
+        << qj_last_error();
+    const int32_t i2[2] = {2, 1};
+    EXPECT_EQ(qj_embedding_bag_run(p, table.data(), rows, 1, i2, 2, o1, nullptr, out.data(), nullptr), QJ_ERR_OUT_OF_RANGE);
+    EXPECT_NE(std::string(qj_last_error()).find("row 12"), std::string::npos) << qj_last_error();
+    for (float v : out) ASSERT_EQ(v, 3.5f);
+    qj_embedding_bag_plan_destroy(p);
+    remap[1] = -2;
+    EXPECT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qj_last_error()).find("remap[1] = -2"), std::string::npos) << qj_last_error();
+  }
+}
+
+TEST(EmbeddingBag, BadDescsAndArguments) {
+  qj_embedding_bag_desc d = simple_desc(QJ_F32, 8);
+  qj_embedding_bag_plan p = nullptr;
+  auto expect_bad = [&](const qj_embedding_bag_desc& bd, const char* needle) {
+    EXPECT_EQ(qj_embedding_bag_plan_create(&bd, &p), QJ_ERR_INVALID_ARGUMENT) << needle;
+    EXPECT_NE(std::string(qj_last_error()).find(needle), std::string::npos) << qj_last_error();
+    EXPECT_EQ(p, nullptr);
+  };
+  qj_embedding_bag_desc b = d;
+  b.row_type = QJ_S8;
+  expect_bad(b, "row_type=2");
+  b = d;
+  b.dim = 0;
+  expect_bad(b, "dim=0");
+  b = d;
+  b.index_bits = 16;
+  expect_bad(b, "index_bits=16");
+  b = d;
+  b.pooling = static_cast<qj_pooling>(9);
+  expect_bad(b, "pooling=9");
+  b = d;
+  b.out_type = QJ_U8;
+  expect_bad(b, "out_type=1");
+  b = d;
+  b.positional = 1;
+  expect_bad(b, "positional=1 needs weighted=1");
+  b = d;
+  b.out_stride = 7;
+  expect_bad(b, "out_stride=7");
+  b = d;
+  b.scale_bias_first = 1;
+  expect_bad(b, "scale_bias_first=1");
+  b = d;
+  b.row_stride = 31;
+  expect_bad(b, "row_stride=31");
+  b = d;
+  b.prefetch_distance = -2;
+  expect_bad(b, "prefetch_distance=-2");
+  b = d;
+  b.remap_size = 5;
+  expect_bad(b, "remap_size=5");
+  EXPECT_EQ(qj_embedding_bag_plan_create(nullptr, &p), QJ_ERR_INVALID_ARGUMENT);
+
+  ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);
+  float table[16] = {}, out[8];
+  const int32_t idx[1] = {0};
+  const int32_t offs[2] = {0, 1};
+  EXPECT_EQ(qj_embedding_bag_run(p, table, 2, 1, idx, 1, nullptr, nullptr, out, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("offsets_or_lengths is NULL"), std::string::npos);
+  EXPECT_EQ(qj_embedding_bag_run(p, table, 2, 1, nullptr, 1, offs, nullptr, out, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(qj_embedding_bag_run(p, table, 2, 1, idx, 1, offs, nullptr, nullptr, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(qj_embedding_bag_run(p, table, -1, 1, idx, 1, offs, nullptr, out, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("num_rows=-1"), std::string::npos);
+  qj_partition bad{3, 2};
+  EXPECT_EQ(qj_embedding_bag_run(p, table, 2, 1, idx, 1, offs, nullptr, out, &bad), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(qj_embedding_bag_run(nullptr, table, 2, 1, idx, 1, offs, nullptr, out, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  qj_embedding_bag_plan_destroy(p);
+  d.weighted = 1;
+  ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);
+  EXPECT_EQ(qj_embedding_bag_run(p, table, 2, 1, idx, 1, offs, nullptr, out, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("weights is NULL"), std::string::npos);
+  qj_embedding_bag_plan_destroy(p);
+}
+
+// run_parallel with several threads equals one thread, bit for bit; and one concatenated output
+// filled by two tables through out_stride.
+TEST(EmbeddingBag, ParallelAndConcatenatedOutputs) {
+  Case c{{QJ_FUSED_8BIT, false}, 64};
+  const int64_t rows = 100, nb = 37;
+  std::vector<uint8_t> t8 = make_table(c.f, 64, rows, natural_row(c.f, 64), 9);
+  std::vector<uint8_t> t4 = make_table({QJ_FUSED_4BIT, false}, 32, rows, natural_row({QJ_FUSED_4BIT, false}, 32), 10);
+  Bags b = make_bags(nb, 6, rows, 11);
+  std::vector<int64_t> offs{0};
+  for (int64_t l : b.lengths) offs.push_back(offs.back() + l);
+  qj_embedding_bag_desc d8 = simple_desc(QJ_FUSED_8BIT, 64), d4 = simple_desc(QJ_FUSED_4BIT, 32);
+  d8.index_bits = d8.offset_bits = d4.index_bits = d4.offset_bits = 64;
+  d8.out_stride = d4.out_stride = 96;  // [64 from table 8 | 32 from table 4]
+  qj_embedding_bag_plan p8, p4;
+  ASSERT_EQ(qj_embedding_bag_plan_create(&d8, &p8), QJ_OK);
+  ASSERT_EQ(qj_embedding_bag_plan_create(&d4, &p4), QJ_OK);
+  std::vector<float> one(nb * 96, -1.0f), many(nb * 96, -1.0f);
+  ASSERT_EQ(qj_embedding_bag_run(p8, t8.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr, one.data(), nullptr), QJ_OK);
+  ASSERT_EQ(qj_embedding_bag_run(p4, t4.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr, one.data() + 64, nullptr), QJ_OK);
+  for (int threads : {2, 3, 8}) {
+    std::fill(many.begin(), many.end(), -1.0f);
+    ASSERT_EQ(qj_embedding_bag_run_parallel(p8, t8.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr, many.data(), threads), QJ_OK);
+    ASSERT_EQ(qj_embedding_bag_run_parallel(p4, t4.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr, many.data() + 64, threads), QJ_OK);
+    ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4)) << threads << " threads";
+  }
+  // a bad index fails every slice; nothing is written
+  std::vector<int64_t> bad = b.idx;
+  bad.back() = rows;
+  std::fill(many.begin(), many.end(), -1.0f);
+  EXPECT_EQ(qj_embedding_bag_run_parallel(p8, t8.data(), rows, nb, bad.data(), b.total(), offs.data(), nullptr, many.data(), 3),
+            QJ_ERR_OUT_OF_RANGE);
+  EXPECT_NE(std::string(qj_last_error()).find("bag 36"), std::string::npos) << qj_last_error();
+  for (float v : many) ASSERT_EQ(v, -1.0f);
+  qj_embedding_bag_plan_destroy(p8);
+  qj_embedding_bag_plan_destroy(p4);
+}
+
+TEST(EmbeddingBag, HugePageTableAllocation) {
+  const size_t bytes = (size_t{5} << 20) + 123;
+  void* t = qj_embedding_table_alloc(bytes);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t) % (size_t{2} << 20), 0u);
+  auto* b = static_cast<uint8_t*>(t);
+  EXPECT_EQ(b[0], 0);
+  EXPECT_EQ(b[bytes - 1], 0);
+  b[bytes - 1] = 1;
+  qj_embedding_table_free(t, bytes);
+  EXPECT_EQ(qj_embedding_table_alloc(0), nullptr);
+}
+
+}  // namespace
+
+namespace {
+
+// A buffer whose last byte is followed by an inaccessible page (and whose first byte follows one),
+// so any read or write past either end of a table or an output faults.
+class Guarded {
+ public:
+  explicit Guarded(size_t bytes) : bytes_(bytes) {
+    const size_t pg = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    span_ = (bytes + pg - 1) / pg * pg + 2 * pg;
+    base_ = static_cast<uint8_t*>(mmap(nullptr, span_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    mprotect(base_ + pg, span_ - 2 * pg, PROT_READ | PROT_WRITE);
+    data_ = base_ + span_ - pg - bytes;  // ends exactly at the trailing guard page
+  }
+  ~Guarded() { munmap(base_, span_); }
+  uint8_t* data() const { return data_; }
+
+ private:
+  size_t bytes_, span_;
+  uint8_t* base_;
+  uint8_t* data_;
+};
+
+// Every format and tail dim, with the last table row and the last output row against guard pages:
+// the kernels must read exactly the row bytes and write exactly the output elements.
+TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    for (const Format& f : kFormats) {
+      for (int64_t dim : {1, 3, 5, 7, 9, 15, 17, 31, 33, 63, 65, 163}) {
+        for (qj_dtype out : {QJ_F32, QJ_F16, QJ_BF16}) {
+          for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_NONE}) {
+            SCOPED_TRACE(fmt_name(f) + " dim " + std::to_string(dim) + " out " + qj_dtype_name(out));
+            const int64_t rows = 3, rb = natural_row(f, dim);
+            std::vector<uint8_t> src = make_table(f, dim, rows, rb, static_cast<uint32_t>(dim));
+            Guarded table(src.size());
+            std::memcpy(table.data(), src.data(), src.size());
+            const int ob = out == QJ_F32 ? 4 : 2;
+            const int64_t nidx = 4;
+            const int64_t out_rows = pool == QJ_POOL_NONE ? nidx : 2;
+            Guarded o(static_cast<size_t>(out_rows * dim * ob));
+            const int64_t idx[nidx] = {2, 0, 2, 2};  // the last row, the first row
+            const int64_t offs[3] = {0, 1, 4};
+            qj_embedding_bag_desc d = simple_desc(f.t, dim);
+            d.index_bits = d.offset_bits = 64;
+            d.scale_bias_first = f.sbf;
+            d.out_type = out;
+            d.pooling = pool;
+            d.prefetch_distance = 2;
+            qj_embedding_bag_plan p;
+            ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+            ASSERT_EQ(qj_embedding_bag_run(p, table.data(), rows, 2, idx, nidx, offs, nullptr, o.data(), nullptr), QJ_OK);
+            std::vector<uint8_t> want(static_cast<size_t>(out_rows * dim * ob));
+            qj::ref::EmbTable rt{f.t, dim, f.sbf, rb, src.data(), rows};
+            ASSERT_TRUE(qj::ref::embedding_bag(d, rt, 2, idx, nidx, offs, nullptr, want.data(), 0, out_rows));
+            ASSERT_EQ(0, std::memcmp(o.data(), want.data(), want.size()));
+            qj_embedding_bag_plan_destroy(p);
+          }
+        }
+      }
+    }
+  }
+}
+
+// fp16 / bf16 outputs of special values (gather passes fp32 rows through unchanged): NaNs whose
+// payload would round into an infinity, infinities, values that round to infinity, subnormals.
+TEST(EmbeddingBag, SpecialValuesRoundLikeTheReference) {
+  const uint32_t bits[] = {0x7f800001u, 0x7f808000u, 0xffbfffffu, 0x7fc00000u, 0x7f800000u, 0xff800000u,
+                           0x7f7fffffu, 0x477ff000u, 0x477fefffu, 0x00000001u, 0x80000000u, 0x33000000u,
+                           0x33000001u, 0x387fc000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu};
+  const int64_t dim = sizeof(bits) / 4;
+  std::vector<float> row(dim);
+  for (int64_t j = 0; j < dim; ++j) row[j] = qj::bits_f32(bits[j]);
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype out : {QJ_F16, QJ_BF16}) {
+      qj_embedding_bag_desc d = simple_desc(QJ_F32, dim);
+      d.pooling = QJ_POOL_NONE;
+      d.out_type = out;
+      qj_embedding_bag_plan p;
+      ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);
+      const int32_t idx[1] = {0};
+      std::vector<uint16_t> got(dim), want(dim);
+      ASSERT_EQ(qj_embedding_bag_run(p, row.data(), 1, 0, idx, 1, nullptr, nullptr, got.data(), nullptr), QJ_OK);
+      for (int64_t j = 0; j < dim; ++j) {
+        want[j] = out == QJ_F16 ? qj::f32_to_f16(row[j]) : qj::f32_to_bf16(row[j]);
+        EXPECT_EQ(got[j], want[j]) << qj_isa_name(isa) << " " << qj_dtype_name(out) << " input 0x" << std::hex << bits[j];
+      }
+      qj_embedding_bag_plan_destroy(p);
+    }
+  }
+}
+
+}  // namespace
