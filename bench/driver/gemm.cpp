@@ -342,6 +342,7 @@ struct Ours {
   qj_gemm_plan plan = nullptr;
   double gen_us = 0, plan_us = 0, pack_ms = 0;
   int64_t fallbacks = 0;
+  int64_t kernels = 0;  // kernels the plan generated (cache misses)
   ~Ours() { qj_gemm_plan_destroy(plan); }
 };
 
@@ -395,6 +396,7 @@ bool prepare_ours(const Options& o, const WeightKind& kind, CaseData& d, Ours* q
   }
   q->gen_us = (s1.generation_ns - s0.generation_ns) * 1e-3;
   q->fallbacks = static_cast<int64_t>(s1.fallbacks - s0.fallbacks);
+  q->kernels = static_cast<int64_t>(s1.misses - s0.misses);
   return true;
 }
 
@@ -513,7 +515,7 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   if (res.ok) {
     const Timing& t = times[0];
     res.gops = ops / t.median * 1e-9;
-    rec.set("seconds", t.median, 9).set("time_us", t.median * 1e6, 1);
+    rec.set("seconds", t.median, 9).set("time_us", t.median * 1e6, 2);
     rec.set("gops", res.gops, 1).set("peak_fraction", res.gops / peak, 3);
     if (m == 1) {
       // The bandwidth roof: weight bytes per second against a plain streaming read (peak.h) of
@@ -529,7 +531,8 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
       rec.set("roof_gbs", roof, 1);
       rec.set("roof_fraction", wbytes / t.median * 1e-9 / roof, 3);
     }
-    rec.set("gen_us", q.gen_us, 1).set("plan_us", q.plan_us, 1).set("pack_ms", q.pack_ms, 2);
+    rec.set("gen_us", q.gen_us, 1).set("kernels", q.kernels).set("plan_us", q.plan_us, 1);
+    rec.set("pack_ms", q.pack_ms, 2);
     rec.set("fallbacks", q.fallbacks).set("reps", t.reps);
     if (exact) {
       rec.set("ref_max_diff", ref_diff.max);
@@ -544,7 +547,7 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
       const Timing& pt = times.back();
       res.peer_gops = ops / pt.median * 1e-9;
       rec.set("peer_impl", peer->impl());
-      rec.set("peer_seconds", pt.median, 9).set("peer_us", pt.median * 1e6, 1);
+      rec.set("peer_seconds", pt.median, 9).set("peer_us", pt.median * 1e6, 2);
       rec.set("peer_gops", res.peer_gops, 1);
       if (res.ok) {
         res.ratio = pt.median / times[0].median;
@@ -618,7 +621,7 @@ int cmd_gemm(int argc, char** argv) {
   Report rep(o.fmt);
   rep.declare({"m", "n", "k", "a_type", "w_type", "c_type", "isa", "threads", "mode", "seconds",
                "time_us", "gops", "peak_gops", "peak_fraction", "level", "weight_gbs", "roof_gbs",
-               "roof_fraction", "gen_us", "plan_us", "pack_ms", "fallbacks", "reps",
+               "roof_fraction", "gen_us", "kernels", "plan_us", "pack_ms", "fallbacks", "reps",
                "ref_max_diff", "peer", "peer_impl", "peer_seconds", "peer_us", "peer_gops",
                "ratio", "peer_create_us", "peer_max_diff", "peer_off_by_one", "peer_rel_diff",
                "check", "error", "peer_error"});
