@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "src/core/threading.h"
 #include "src/formats/fused_rowwise.h"
 #include "src/ops/embedding_bag.h"
+#include "src/ops/rowwise_adagrad.h"
 #include "src/ops/rowwise_quantize.h"
 
 struct qj_embedding_bag_plan_s {
@@ -233,6 +235,59 @@ qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* tab
 const char* qj_embedding_bag_plan_kernel_name(qj_embedding_bag_plan p) { return p ? p->p.name.c_str() : ""; }
 
 void qj_embedding_bag_plan_destroy(qj_embedding_bag_plan p) { delete p; }
+
+qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table, float* momentum, int64_t num_rows,
+                                   int64_t num_bags, const void* indices, int64_t num_indices,
+                                   const void* offsets_or_lengths, const float* weights, const float* grad,
+                                   uint64_t seed, int32_t num_threads) {
+  const char* fn = "qj_rowwise_adagrad_fused";
+  if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
+  if (d->table_type != QJ_F32 && d->table_type != QJ_F16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table_type=%d (%s) is not F32 or F16", fn,
+                static_cast<int>(d->table_type), qj_dtype_name(d->table_type));
+  if (d->dim < 1 || d->dim > (INT64_C(1) << 24))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: dim=%" PRId64 " is not in [1, 2^24]", fn, d->dim);
+  if (d->index_bits != 32 && d->index_bits != 64)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: index_bits=%d is not 32 or 64", fn, d->index_bits);
+  if (d->offset_bits != 32 && d->offset_bits != 64)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offset_bits=%d is not 32 or 64", fn, d->offset_bits);
+  const int32_t flags[4] = {d->use_lengths, d->weighted, d->positional, d->stochastic_rounding};
+  const char* names[4] = {"use_lengths", "weighted", "positional", "stochastic_rounding"};
+  for (int i = 0; i < 4; ++i)
+    if (flags[i] != 0 && flags[i] != 1)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "%s: %s=%d is not 0 or 1", fn, names[i], flags[i]);
+  if (d->positional && !d->weighted) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: positional=1 needs weighted=1", fn);
+  if (d->stochastic_rounding && d->table_type != QJ_F16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: stochastic_rounding=1 applies to F16 tables", fn);
+  if (d->pooling != QJ_POOL_SUM && d->pooling != QJ_POOL_MEAN)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: pooling=%d is not QJ_POOL_SUM or QJ_POOL_MEAN", fn, static_cast<int>(d->pooling));
+  if (d->optimizer != QJ_OPT_ROWWISE_ADAGRAD && d->optimizer != QJ_OPT_SGD)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: optimizer=%d is not a qj_sparse_optimizer value", fn, static_cast<int>(d->optimizer));
+  if (d->mode != QJ_UPDATE_COALESCED && d->mode != QJ_UPDATE_PER_OCCURRENCE_RACY)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: mode=%d is not a qj_update_mode value", fn, static_cast<int>(d->mode));
+  if (!(d->learning_rate == d->learning_rate) || std::isinf(d->learning_rate))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: learning_rate=%g is not finite", fn, static_cast<double>(d->learning_rate));
+  if (!(d->epsilon >= 0) || std::isinf(d->epsilon))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: epsilon=%g is not finite and >= 0", fn, static_cast<double>(d->epsilon));
+  if (d->grad_stride != 0 && (d->grad_stride < d->dim || d->grad_stride > (INT64_C(1) << 40)))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: grad_stride=%" PRId64 " is smaller than dim=%" PRId64, fn, d->grad_stride, d->dim);
+  if (num_rows < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_rows=%" PRId64 " is negative", fn, num_rows);
+  if (num_bags < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_bags=%" PRId64 " is negative", fn, num_bags);
+  if (num_indices < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_indices=%" PRId64 " is negative", fn, num_indices);
+  if (num_threads < 1) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_threads=%d is < 1", fn, num_threads);
+  if (num_bags == 0 && num_indices == 0) return QJ_OK;
+  if (!offsets_or_lengths) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offsets_or_lengths is NULL", fn);
+  if (num_indices > 0) {
+    if (!indices) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: indices is NULL", fn);
+    if (!table) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table is NULL", fn);
+    if (!grad) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: grad is NULL", fn);
+    if (d->weighted && !weights) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: weights is NULL but desc is weighted", fn);
+    if (d->optimizer == QJ_OPT_ROWWISE_ADAGRAD && !momentum)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "%s: momentum is NULL (row-wise AdaGrad needs one float per row)", fn);
+  }
+  qj::AdagradCall c{table, momentum, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, grad, seed};
+  return qj::rowwise_adagrad_fused(*d, c, num_threads);
+}
 
 void* qj_embedding_table_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;

@@ -69,68 +69,26 @@ std::string ref_name(const qj_embedding_bag_desc& d) {
 }
 
 // The bag that holds index position i (offsets / lengths already validated).
-int64_t bag_of(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int64_t i) {
-  const auto& d = p.d;
-  if (d.pooling == QJ_POOL_NONE) return i;
+int64_t bag_of_index(int offset_bits, bool use_lengths, const void* ol, int64_t num_bags, bool gather,
+                     int64_t i) {
+  if (gather) return i;
   int64_t start = 0;
-  for (int64_t b = 0; b < c.num_bags; ++b) {
-    int64_t end = d.use_lengths ? start + load_int(c.offsets_or_lengths, d.offset_bits, b)
-                                : load_int(c.offsets_or_lengths, d.offset_bits, b + 1);
+  for (int64_t b = 0; b < num_bags; ++b) {
+    int64_t end = use_lengths ? start + load_int(ol, offset_bits, b) : load_int(ol, offset_bits, b + 1);
     if (i < end) return b;
     start = end;
   }
   return -1;
 }
 
-// Checks offsets / lengths; *prefix receives the first index of bag `bag_begin`.
-qj_status check_bags(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int64_t bag_begin,
-                     int64_t* prefix) {
-  const auto& d = p.d;
-  const int ob = d.offset_bits;
-  const void* o = c.offsets_or_lengths;
-  *prefix = 0;
-  if (d.use_lengths) {
-    int64_t sum = 0;
-    for (int64_t b = 0; b < c.num_bags; ++b) {
-      if (b == bag_begin) *prefix = sum;
-      const int64_t len = load_int(o, ob, b);
-      if (len < 0)
-        return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run: bag %" PRId64 ": lengths[%" PRId64 "] = %" PRId64 " is negative",
-                    b, b, len);
-      if (len > c.num_indices - sum)
-        return fail(QJ_ERR_INVALID_ARGUMENT,
-                    "qj_embedding_bag_run: bag %" PRId64 ": lengths[%" PRId64 "] = %" PRId64 " overruns the index array (bag starts at index %" PRId64 ", num_indices = %" PRId64 ")",
-                    b, b, len, sum, c.num_indices);
-      sum += len;
-    }
-    if (bag_begin >= c.num_bags) *prefix = sum;
-    if (sum != c.num_indices)
-      return fail(QJ_ERR_INVALID_ARGUMENT,
-                  "qj_embedding_bag_run: the lengths sum to %" PRId64 ", not num_indices = %" PRId64 " (the last bag, %" PRId64 ", ends early)",
-                  sum, c.num_indices, c.num_bags - 1);
-    return QJ_OK;
-  }
-  const int64_t first = load_int(o, ob, 0);
-  if (first != 0)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run: bag 0: offsets[0] = %" PRId64 " must be 0", first);
-  int64_t prev = first;
-  for (int64_t b = 0; b < c.num_bags; ++b) {
-    const int64_t next = load_int(o, ob, b + 1);
-    if (next < prev)
-      return fail(QJ_ERR_INVALID_ARGUMENT,
-                  "qj_embedding_bag_run: bag %" PRId64 ": offsets[%" PRId64 "] = %" PRId64 " is less than offsets[%" PRId64 "] = %" PRId64 " (offsets must not decrease)",
-                  b, b + 1, next, b, prev);
-    if (next > c.num_indices)
-      return fail(QJ_ERR_INVALID_ARGUMENT,
-                  "qj_embedding_bag_run: bag %" PRId64 ": offsets[%" PRId64 "] = %" PRId64 " overruns the index array (num_indices = %" PRId64 ")",
-                  b, b + 1, next, c.num_indices);
-    prev = next;
-  }
-  if (prev != c.num_indices)
-    return fail(QJ_ERR_INVALID_ARGUMENT,
-                "qj_embedding_bag_run: offsets[num_bags = %" PRId64 "] = %" PRId64 " must equal num_indices = %" PRId64,
-                c.num_bags, prev, c.num_indices);
-  return QJ_OK;
+int64_t bag_of(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int64_t i) {
+  return bag_of_index(p.d.offset_bits, p.d.use_lengths != 0, c.offsets_or_lengths, c.num_bags,
+                      p.d.pooling == QJ_POOL_NONE, i);
+}
+
+qj_status check_bags(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int64_t bag_begin, int64_t* prefix) {
+  return validate_bags("qj_embedding_bag_run", p.d.offset_bits, p.d.use_lengths != 0, c.offsets_or_lengths,
+                       c.num_bags, c.num_indices, bag_begin, prefix);
 }
 
 qj_status check_indices(const EmbeddingBagPlan& p, const EmbeddingBagCall& c) {
@@ -168,6 +126,63 @@ qj_status check_indices(const EmbeddingBagPlan& p, const EmbeddingBagCall& c) {
 }
 
 }  // namespace
+
+qj_status validate_bags(const char* fn, int ob, bool use_lengths, const void* o, int64_t num_bags,
+                        int64_t num_indices, int64_t bag_begin, int64_t* prefix) {
+  *prefix = 0;
+  if (use_lengths) {
+    int64_t sum = 0;
+    for (int64_t b = 0; b < num_bags; ++b) {
+      if (b == bag_begin) *prefix = sum;
+      const int64_t len = load_int(o, ob, b);
+      if (len < 0)
+        return fail(QJ_ERR_INVALID_ARGUMENT, "%s: bag %" PRId64 ": lengths[%" PRId64 "] = %" PRId64 " is negative", fn,
+                    b, b, len);
+      if (len > num_indices - sum)
+        return fail(QJ_ERR_INVALID_ARGUMENT,
+                    "%s: bag %" PRId64 ": lengths[%" PRId64 "] = %" PRId64 " overruns the index array (bag starts at index %" PRId64 ", num_indices = %" PRId64 ")",
+                    fn, b, b, len, sum, num_indices);
+      sum += len;
+    }
+    if (bag_begin >= num_bags) *prefix = sum;
+    if (sum != num_indices)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "%s: the lengths sum to %" PRId64 ", not num_indices = %" PRId64 " (the last bag, %" PRId64 ", ends early)",
+                  fn, sum, num_indices, num_bags - 1);
+    return QJ_OK;
+  }
+  const int64_t first = load_int(o, ob, 0);
+  if (first != 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: bag 0: offsets[0] = %" PRId64 " must be 0", fn, first);
+  int64_t prev = first;
+  for (int64_t b = 0; b < num_bags; ++b) {
+    const int64_t next = load_int(o, ob, b + 1);
+    if (next < prev)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "%s: bag %" PRId64 ": offsets[%" PRId64 "] = %" PRId64 " is less than offsets[%" PRId64 "] = %" PRId64 " (offsets must not decrease)",
+                  fn, b, b + 1, next, b, prev);
+    if (next > num_indices)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "%s: bag %" PRId64 ": offsets[%" PRId64 "] = %" PRId64 " overruns the index array (num_indices = %" PRId64 ")",
+                  fn, b, b + 1, next, num_indices);
+    prev = next;
+  }
+  if (prev != num_indices)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offsets[num_bags = %" PRId64 "] = %" PRId64 " must equal num_indices = %" PRId64,
+                fn, num_bags, prev, num_indices);
+  return QJ_OK;
+}
+
+qj_status validate_indices_scalar(const char* fn, int index_bits, const void* indices, int64_t num_indices,
+                                  uint64_t limit, const char* what, int offset_bits, bool use_lengths,
+                                  const void* ol, int64_t num_bags, bool gather) {
+  for (int64_t i = 0; i < num_indices; ++i) {
+    int64_t v = load_int(indices, index_bits, i);
+    if (v < 0 || static_cast<uint64_t>(v) >= limit)
+      return fail(QJ_ERR_OUT_OF_RANGE, "%s: bag %" PRId64 ": indices[%" PRId64 "] = %" PRId64 " is outside the %s [0, %" PRIu64 ")",
+                  fn, bag_of_index(offset_bits, use_lengths, ol, num_bags, gather, i), i, v, what, limit);
+  }
+  return QJ_OK;
+}
 
 int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   (void)row_type;

@@ -46,6 +46,18 @@ struct EmbeddingBagCall {
 qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c, int32_t thread_id,
                             int32_t num_threads);
 
+// Shared validation (also used by the row-wise AdaGrad driver); `fn` names the API call.
+// Offsets: offsets[0] == 0, non-decreasing, offsets[num_bags] == num_indices. Lengths: >= 0,
+// summing to num_indices. *prefix receives the first index of bag `bag_begin`.
+qj_status validate_bags(const char* fn, int offset_bits, bool use_lengths, const void* ol,
+                        int64_t num_bags, int64_t num_indices, int64_t bag_begin, int64_t* prefix);
+// Scalar index check against [0, limit); names the bag (bags == nullptr: the bag is the index
+// position, as in gather mode).
+qj_status validate_indices_scalar(const char* fn, int index_bits, const void* indices,
+                                  int64_t num_indices, uint64_t limit, const char* what,
+                                  int offset_bits, bool use_lengths, const void* ol,
+                                  int64_t num_bags, bool gather);
+
 // The prefetch distance used when the desc asks for the library's choice (-1).
 int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim);
 

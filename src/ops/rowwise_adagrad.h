@@ -1,0 +1,37 @@
+// Fused embedding-bag backward with a row-wise sparse optimizer (AdaGrad or SGD), deterministic.
+//
+// Why coalesce: when a row occurs several times in a batch, FBGEMM's RowWiseSparseAdaGradFused
+// updates it once per occurrence, and with threads the occurrences race, so results change from
+// run to run. Here the occurrences are sorted by (row, position) once, each unique row's gradient
+// is summed in that fixed order, and the row is updated once by exactly one thread: the result is
+// bit-identical for any thread count. The per-occurrence order is kept as an explicitly named mode
+// for users who need FBGEMM's semantics.
+//
+// Phases: validate everything (nothing is written on error); build (row, position) keys and sort
+// them; split the unique rows into contiguous ranges per thread; per row, G = sum of e_i * grad in
+// position order, then the optimizer step. The vector code (AVX2 / AVX-512 by the ISA cap) performs
+// the operations of src/ref/rowwise_adagrad_ref.h lane by lane, including the 8-lane partial sums
+// of G^2, so every tier gives the reference's bits.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <cstdint>
+
+namespace qj {
+
+struct AdagradCall {
+  void* table;
+  float* momentum;
+  int64_t num_rows, num_bags;
+  const void* indices;
+  int64_t num_indices;
+  const void* offsets_or_lengths;
+  const float* weights;
+  const float* grad;
+  uint64_t seed;
+};
+
+// desc has passed the API's checks.
+qj_status rowwise_adagrad_fused(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32_t num_threads);
+
+}  // namespace qj

@@ -1,0 +1,263 @@
+// qj_rowwise_adagrad_fused against src/ref at every ISA tier, bit for bit: coalescing of duplicate
+// rows, 1/2/3/8 threads giving identical bits, SGD, the per-occurrence mode, fp16 tables with
+// nearest-even and stochastic rounding, and bad inputs leaving the table untouched.
+#include <gtest/gtest.h>
+#include <quantjit/quantjit.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/formats/fp16_stochastic.h"
+#include "src/formats/half.h"
+#include "src/ref/rowwise_adagrad_ref.h"
+#include "test/test_util.h"
+
+namespace {
+
+struct Problem {
+  qj_rowwise_adagrad_desc d;
+  int64_t rows, nbags;
+  std::vector<uint8_t> table;
+  std::vector<float> h;
+  std::vector<int64_t> idx64, ol64;
+  std::vector<uint8_t> idx, ol;
+  std::vector<float> w, g;
+};
+
+std::vector<uint8_t> pack(const std::vector<int64_t>& v, int bits) {
+  std::vector<uint8_t> o(v.size() * bits / 8 + 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (bits == 32) {
+      int32_t x = static_cast<int32_t>(v[i]);
+      std::memcpy(&o[i * 4], &x, 4);
+    } else {
+      std::memcpy(&o[i * 8], &v[i], 8);
+    }
+  }
+  return o;
+}
+
+// Indices drawn from few rows, so most rows occur several times, within and across bags.
+Problem make(qj_dtype tt, int64_t dim, int wmode, qj_pooling pool, qj_sparse_optimizer opt, qj_update_mode mode,
+             bool sr, int ib, int obits, bool lengths, uint32_t seed) {
+  Problem p;
+  std::memset(&p.d, 0, sizeof p.d);
+  auto& d = p.d;
+  d.table_type = tt;
+  d.dim = dim;
+  d.index_bits = ib;
+  d.offset_bits = obits;
+  d.use_lengths = lengths;
+  d.weighted = wmode != 0;
+  d.positional = wmode == 2;
+  d.pooling = pool;
+  d.optimizer = opt;
+  d.mode = mode;
+  d.learning_rate = 0.05f;
+  d.epsilon = 1e-6f;
+  d.stochastic_rounding = sr;
+  d.grad_stride = dim + (seed % 2);
+  p.rows = 23;
+  p.nbags = 11;
+  std::mt19937 gen(seed);
+  std::vector<float> t = qjt::random_floats(static_cast<size_t>(p.rows * dim), -1, 1, seed + 1);
+  if (tt == QJ_F32) {
+    p.table.resize(t.size() * 4);
+    std::memcpy(p.table.data(), t.data(), p.table.size());
+  } else {
+    p.table.resize(t.size() * 2);
+    for (size_t i = 0; i < t.size(); ++i) {
+      uint16_t x = qj::f32_to_f16(t[i]);
+      std::memcpy(&p.table[i * 2], &x, 2);
+    }
+  }
+  p.h = qjt::random_floats(static_cast<size_t>(p.rows), 0, 0.5f, seed + 2);
+  p.ol64.push_back(0);
+  std::vector<int64_t> lens;
+  for (int64_t b = 0; b < p.nbags; ++b) {
+    int64_t len = b == 3 ? 0 : static_cast<int64_t>(gen() % 9);
+    lens.push_back(len);
+    for (int64_t k = 0; k < len; ++k) p.idx64.push_back(static_cast<int64_t>(gen() % 9) * 2);  // rows 0,2,..,16
+    p.ol64.push_back(p.ol64.back() + len);
+  }
+  if (lengths) p.ol64 = lens;
+  p.idx = pack(p.idx64, ib);
+  p.ol = pack(p.ol64, obits);
+  p.w = qjt::random_floats(p.idx64.size() + 1, -1.5f, 1.5f, seed + 3);
+  p.g = qjt::random_floats(static_cast<size_t>(p.nbags * d.grad_stride), -1, 1, seed + 4);
+  return p;
+}
+
+qj_status run_api(Problem& p, std::vector<uint8_t>& table, std::vector<float>& h, int threads, uint64_t seed = 42) {
+  return qj_rowwise_adagrad_fused(&p.d, table.data(), h.data(), p.rows, p.nbags, p.idx.data(),
+                                  static_cast<int64_t>(p.idx64.size()), p.ol.data(), p.d.weighted ? p.w.data() : nullptr,
+                                  p.g.data(), seed, threads);
+}
+
+TEST(RowwiseAdagrad, MatchesReferenceEveryTierAndThreadCount) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (qj_dtype tt : {QJ_F32, QJ_F16}) {
+      for (bool sr : {false, true}) {
+        if (sr && tt == QJ_F32) continue;
+        for (qj_sparse_optimizer opt : {QJ_OPT_ROWWISE_ADAGRAD, QJ_OPT_SGD}) {
+          for (qj_update_mode mode : {QJ_UPDATE_COALESCED, QJ_UPDATE_PER_OCCURRENCE_RACY}) {
+            for (int64_t dim : {1, 7, 8, 15, 16, 17, 33, 64, 100}) {
+              ++n;
+              const int wmode = static_cast<int>(n % 3);
+              const qj_pooling pool = n % 4 == 1 ? QJ_POOL_MEAN : QJ_POOL_SUM;
+              const int ib = n % 2 ? 32 : 64, obits = (n / 2) % 2 ? 32 : 64;
+              const bool lengths = (n / 3) % 2;
+              Problem p = make(tt, dim, wmode, pool, opt, mode, sr, ib, obits, lengths, 77 + n);
+              SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " opt " + std::to_string(opt) +
+                           " mode " + std::to_string(mode) + " dim " + std::to_string(dim) + " w " +
+                           std::to_string(wmode) + " pool " + std::to_string(pool));
+              std::vector<uint8_t> want = p.table;
+              std::vector<float> hw = p.h;
+              ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(p.d, want.data(), hw.data(), p.rows, p.nbags, p.idx.data(),
+                                                         static_cast<int64_t>(p.idx64.size()), p.ol.data(),
+                                                         p.d.weighted ? p.w.data() : nullptr, p.g.data(), 42));
+              ASSERT_NE(want, p.table) << "the update changed nothing: the test would not see a broken kernel";
+              // Coalesced: any thread count gives the same bits. Per-occurrence: one thread only
+              // (several race by design).
+              for (int threads : mode == QJ_UPDATE_COALESCED ? std::vector<int>{1, 2, 3, 8} : std::vector<int>{1}) {
+                std::vector<uint8_t> got = p.table;
+                std::vector<float> hg = p.h;
+                ASSERT_EQ(run_api(p, got, hg, threads), QJ_OK) << qj_last_error();
+                ASSERT_EQ(got, want) << threads << " threads";
+                if (opt == QJ_OPT_ROWWISE_ADAGRAD) {
+                  for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+                } else {
+                  ASSERT_EQ(hg, p.h) << "SGD must not touch the momentum";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Coalescing in numbers: a row used three times gets one step with the summed gradient, not
+// three steps (which is what the per-occurrence mode does).
+TEST(RowwiseAdagrad, CoalescedIsOneStepPerRow) {
+  Problem p = make(QJ_F32, 4, 0, QJ_POOL_SUM, QJ_OPT_ROWWISE_ADAGRAD, QJ_UPDATE_COALESCED, false, 64, 64, false, 5);
+  p.idx64 = {3, 3, 3};
+  p.ol64 = {0, 2, 3};
+  p.nbags = 2;
+  p.idx = pack(p.idx64, 64);
+  p.ol = pack(p.ol64, 64);
+  std::fill(p.h.begin(), p.h.end(), 0.0f);
+  std::vector<uint8_t> t = p.table;
+  std::vector<float> h = p.h;
+  ASSERT_EQ(run_api(p, t, h, 2), QJ_OK) << qj_last_error();
+  const float* g0 = p.g.data();
+  const float* g1 = p.g.data() + p.d.grad_stride;
+  float G[4], s = 0;
+  for (int j = 0; j < 4; ++j) {
+    G[j] = 2 * g0[j] + g1[j];
+    s += G[j] * G[j];
+  }
+  EXPECT_NEAR(h[3], s / 4, 1e-6f);
+  const float* w0 = reinterpret_cast<const float*>(p.table.data()) + 3 * 4;
+  const float* w1 = reinterpret_cast<const float*>(t.data()) + 3 * 4;
+  for (int j = 0; j < 4; ++j) EXPECT_NEAR(w1[j], w0[j] - 0.05f * G[j] / (std::sqrt(s / 4) + 1e-6f), 1e-5f);
+  std::vector<uint8_t> t2 = p.table;
+  std::vector<float> h2(p.h.size(), 0.0f);
+  p.d.mode = QJ_UPDATE_PER_OCCURRENCE_RACY;
+  ASSERT_EQ(run_api(p, t2, h2, 1), QJ_OK);
+  float s3 = 0;
+  for (int j = 0; j < 4; ++j) s3 += 2 * g0[j] * g0[j] + g1[j] * g1[j];
+  EXPECT_NEAR(h2[3], s3 / 4, 1e-5f);  // three separate steps accumulate three squared gradients
+}
+
+// Stochastic rounding: reproducible for a seed, different for another, and unbiased: a value a
+// quarter of the way between two fp16 neighbours rounds up about a quarter of the time.
+TEST(RowwiseAdagrad, StochasticRoundingIsReproducibleAndUnbiased) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    const int64_t dim = 4096;
+    qj_rowwise_adagrad_desc d;
+    std::memset(&d, 0, sizeof d);
+    d.table_type = QJ_F16;
+    d.dim = dim;
+    d.index_bits = d.offset_bits = 32;
+    d.pooling = QJ_POOL_SUM;
+    d.optimizer = QJ_OPT_SGD;
+    d.learning_rate = 1.0f;
+    d.stochastic_rounding = 1;
+    // w = 1.0 (fp16 ulp 2^-10); G = -2^-12: w + 2^-12 lies a quarter of an ulp above 1.0.
+    std::vector<uint16_t> w(dim, qj::f32_to_f16(1.0f)), w2, w3;
+    std::vector<float> g(dim, -std::ldexp(1.0f, -12));
+    const int32_t idx[1] = {0}, off[2] = {0, 1};
+    w2 = w3 = w;
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&d, w.data(), nullptr, 1, 1, idx, 1, off, nullptr, g.data(), 7, 1), QJ_OK)
+        << qj_last_error();
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&d, w2.data(), nullptr, 1, 1, idx, 1, off, nullptr, g.data(), 7, 1), QJ_OK);
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&d, w3.data(), nullptr, 1, 1, idx, 1, off, nullptr, g.data(), 8, 1), QJ_OK);
+    EXPECT_EQ(w, w2);
+    EXPECT_NE(w, w3);
+    int up = 0;
+    for (uint16_t x : w) {
+      ASSERT_TRUE(x == 0x3c00 || x == 0x3c01) << std::hex << x;
+      up += x == 0x3c01;
+    }
+    // Binomial(4096, 1/4): mean 1024, sd 27.7; +-6 sd.
+    EXPECT_NEAR(up, 1024, 166) << qj_isa_name(isa);
+    // Nearest-even rounding instead: always down.
+    d.stochastic_rounding = 0;
+    std::vector<uint16_t> wn(dim, qj::f32_to_f16(1.0f));
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&d, wn.data(), nullptr, 1, 1, idx, 1, off, nullptr, g.data(), 7, 1), QJ_OK);
+    for (uint16_t x : wn) ASSERT_EQ(x, 0x3c00);
+  }
+}
+
+TEST(RowwiseAdagrad, BadInputsLeaveTheTableUntouched) {
+  Problem p = make(QJ_F32, 8, 1, QJ_POOL_SUM, QJ_OPT_ROWWISE_ADAGRAD, QJ_UPDATE_COALESCED, false, 64, 64, false, 9);
+  std::vector<uint8_t> t = p.table;
+  std::vector<float> h = p.h;
+  p.idx64.back() = p.rows;
+  p.idx = pack(p.idx64, 64);
+  EXPECT_EQ(run_api(p, t, h, 3), QJ_ERR_OUT_OF_RANGE);
+  std::string msg = qj_last_error();
+  int64_t last_bag = p.nbags - 1;
+  while (p.ol64[last_bag] == p.ol64[last_bag + 1]) --last_bag;  // the bag holding the last index
+  EXPECT_NE(msg.find("bag " + std::to_string(last_bag) + ":"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("indices[" + std::to_string(p.idx64.size() - 1) + "] = 23"), std::string::npos) << msg;
+  EXPECT_EQ(t, p.table);
+  EXPECT_EQ(h, p.h);
+  p.idx64.back() = 0;
+  p.idx = pack(p.idx64, 64);
+  p.ol64[2] = p.ol64[1] - 1;
+  p.ol = pack(p.ol64, 64);
+  EXPECT_EQ(run_api(p, t, h, 1), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("bag 1"), std::string::npos) << qj_last_error();
+  EXPECT_EQ(t, p.table);
+  qj_rowwise_adagrad_desc bad = p.d;
+  bad.table_type = QJ_BF16;
+  EXPECT_EQ(qj_rowwise_adagrad_fused(&bad, t.data(), h.data(), p.rows, 0, nullptr, 0, nullptr, nullptr, nullptr, 0, 1),
+            QJ_ERR_INVALID_ARGUMENT);
+  bad = p.d;
+  bad.stochastic_rounding = 1;
+  EXPECT_EQ(qj_rowwise_adagrad_fused(&bad, t.data(), h.data(), p.rows, 0, nullptr, 0, nullptr, nullptr, nullptr, 0, 1),
+            QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("stochastic_rounding"), std::string::npos);
+  bad = p.d;
+  bad.pooling = QJ_POOL_NONE;
+  EXPECT_EQ(qj_rowwise_adagrad_fused(&bad, t.data(), h.data(), p.rows, 0, nullptr, 0, nullptr, nullptr, nullptr, 0, 1),
+            QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(qj_rowwise_adagrad_fused(&p.d, t.data(), nullptr, p.rows, p.nbags, p.idx.data(),
+                                     static_cast<int64_t>(p.idx64.size()), p.ol.data(), p.w.data(), p.g.data(), 0, 1),
+            QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("momentum is NULL"), std::string::npos);
+  EXPECT_EQ(qj_rowwise_adagrad_fused(&p.d, t.data(), h.data(), p.rows, 0, nullptr, 0, nullptr, nullptr, nullptr, 0, 0),
+            QJ_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace
