@@ -147,19 +147,22 @@ uint8_t quantize_block(const ElemFormat& f, qj_rounding r, const float* v, int c
     std::memset(codes, 0, kBlock);
     return s;
   }
-  // V / X = V * 2^(127-s): exact unless it underflows below 2^-126, where every element type
-  // rounds to (signed) zero anyway.
-  const float inv = e8m0_inverse_f32(s);
-  for (int i = 0; i < count; ++i) codes[i] = encode_elem(f, v[i] * inv);
+  // y = V / X = V * 2^(127-s) on the bits: exact unless it underflows below 2^-126, where every
+  // element type rounds to (signed) zero anyway. (The vector paths multiply by 2^(127-s) in fp32
+  // under the default MXCSR, which is the same number.)
+  for (int i = 0; i < count; ++i) codes[i] = encode_elem(f, mul_pow2(v[i], 127 - s));
   for (int i = count; i < kBlock; ++i) codes[i] = 0;
   return s;
 }
 
 void dequantize_block(const ElemFormat& f, const uint8_t* codes, uint8_t scale, float* out) {
   const float* tab = value_table(f.type);
-  const float x = e8m0_to_f32(scale);
   const uint32_t mask = (1u << f.bits) - 1u;
-  for (int i = 0; i < kBlock; ++i) out[i] = tab[codes[i] & mask] * x;  // NaN scale -> NaN
+  if (scale == kScaleNaN) {
+    for (int i = 0; i < kBlock; ++i) out[i] = bits_f32(kF32QuietNaN);
+    return;
+  }
+  for (int i = 0; i < kBlock; ++i) out[i] = mul_pow2(tab[codes[i] & mask], scale - 127);
 }
 
 void pack_block(const ElemFormat& f, const uint8_t* c, uint8_t* dst) {

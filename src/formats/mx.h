@@ -1,8 +1,8 @@
 // OCP Microscaling (MX v1.0) formats: element codecs, the E8M0 block scale, block quantize /
 // dequantize and the byte layouts (MX.md is the normative summary; section numbers below are its).
 //
-// Everything here is scalar, integer-exact and independent of the MXCSR rounding mode: it is the
-// definition that the vectorized converters (src/ops/mx_convert*) must match bit for bit, and the
+// Everything here is scalar, integer-exact and independent of the caller's MXCSR (rounding mode,
+// FTZ/DAZ): it is the definition that the vectorized converters (src/ops/mx_convert*) must match bit for bit, and the
 // building block the MX GEMM uses for its decoders (value tables, "integer form" tables).
 //
 // Vocabulary:
@@ -62,6 +62,31 @@ inline float e8m0_inverse_f32(uint8_t b) {
   return b <= 253 ? bits_f32(static_cast<uint32_t>(254 - b) << 23) : bits_f32(0x00400000u);
 }
 
+// v * 2^k rounded to nearest even, computed on the bits (so FTZ/DAZ and the rounding mode of the
+// caller do not matter): what an IEEE fp32 multiply by an exact power of two gives, including
+// gradual underflow and overflow to +-Inf. Zero, Inf and NaN come back unchanged.
+inline float mul_pow2(float v, int k) {
+  const uint32_t u = f32_bits(v);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a == 0 || a >= kF32Inf) return v;
+  int e = static_cast<int>(a >> 23);
+  uint32_t sig = a & 0x7fffffu;
+  if (e == 0) {  // subnormal input: normalize so that bit 23 is set
+    const int lz = __builtin_clz(sig) - 8;
+    sig <<= lz;
+    e = 1 - lz;
+  } else {
+    sig |= 0x800000u;
+  }
+  const int re = e + k;
+  if (re >= 255) return bits_f32(sign | kF32Inf);
+  if (re >= 1) return bits_f32(sign | static_cast<uint32_t>(re) << 23 | (sig & 0x7fffffu));
+  const int sh = 1 - re;  // result below 2^-126: RNE to a multiple of 2^-149
+  const uint32_t m = sh > 25 ? 0u : (sig + (1u << (sh - 1)) - 1u + ((sig >> sh) & 1u)) >> sh;
+  return bits_f32(sign | m);  // m == 2^23 (rounded up to the smallest normal) is still right
+}
+
 // Bits of the largest finite element value, used by the RCEIL threshold.
 inline uint32_t max_value_mantissa(const ElemFormat& f) { return f32_bits(f.max_value) & 0x7fffffu; }
 
@@ -110,8 +135,8 @@ const int16_t* e3m2_int_table();            // 64 entries: 16*v in [-448, 448]
 // codes (padding codes are 0) and returns the scale byte.
 uint8_t quantize_block(const ElemFormat& f, qj_rounding r, const float* v, int count,
                        uint8_t* codes);
-// 32 codes + scale -> 32 floats: value(code) * X in fp32 (exact unless it overflows to +-Inf or
-// underflows below fp32 subnormals). Scale 0xFF -> every output NaN.
+// 32 codes + scale -> 32 floats: value(code) * X rounded once to fp32 (exact unless it overflows
+// to +-Inf or underflows below fp32 subnormals), via mul_pow2. Scale 0xFF -> every output NaN.
 void dequantize_block(const ElemFormat& f, const uint8_t* codes, uint8_t scale, float* out);
 
 // ---- SPLIT layout (default; MX.md section 4 "MX_LAYOUT_SPLIT") ----

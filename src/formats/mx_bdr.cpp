@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/formats/half.h"
+#include "src/formats/mx.h"
 
 namespace qj::bdr {
 namespace {
@@ -69,8 +70,8 @@ void dequantize_fields(const BdrFormat& f, const Fields& b, float* out) {
     return;
   }
   for (int i = 0; i < kBlock; ++i) {
-    // |int| < 2^7 and the step is >= 2^-133, so ldexpf is exact (no fp32 underflow below 2^-149).
-    const float v = std::ldexp(static_cast<float>(b.code[i] & ((1 << f.m) - 1)), step_exp(f, b, i / 2));
+    // M * 2^step with step in [-134, 126]: exact in fp32 (a multiple of 2^-134, below 2^128).
+    const float v = mx::mul_pow2(static_cast<float>(b.code[i] & ((1 << f.m) - 1)), step_exp(f, b, i / 2));
     out[i] = (b.code[i] >> f.m) & 1 ? -v : v;
   }
 }
