@@ -35,37 +35,38 @@
 namespace qj::mxk {
 namespace {
 
-// Compile-time parameters of the element types (mirror mx::ElemFormat; checked in the test).
+// Compile-time parameters of the element types (mirror mx::ElemFormat; a wrong value shows up in
+// the every-tier comparisons against the reference in test/mx_convert_test.cpp).
 template <qj_dtype T>
 struct Tr;
 template <>
 struct Tr<QJ_MXFP8_E4M3> {
-  static constexpr int bits = 8, mbits = 3, bias = 7, max_code = 0x7e, bytes = 32;
+  static constexpr int bits = 8, mbits = 3, bias = 7, max_code = 0x7e, bytes = 32, emax = 8, max_mant = 0x600000;
   static constexpr bool is_int = false;
 };
 template <>
 struct Tr<QJ_MXFP8_E5M2> {
-  static constexpr int bits = 8, mbits = 2, bias = 15, max_code = 0x7b, bytes = 32;
+  static constexpr int bits = 8, mbits = 2, bias = 15, max_code = 0x7b, bytes = 32, emax = 15, max_mant = 0x600000;
   static constexpr bool is_int = false;
 };
 template <>
 struct Tr<QJ_MXFP6_E3M2> {
-  static constexpr int bits = 6, mbits = 2, bias = 3, max_code = 0x1f, bytes = 24;
+  static constexpr int bits = 6, mbits = 2, bias = 3, max_code = 0x1f, bytes = 24, emax = 4, max_mant = 0x600000;
   static constexpr bool is_int = false;
 };
 template <>
 struct Tr<QJ_MXFP6_E2M3> {
-  static constexpr int bits = 6, mbits = 3, bias = 1, max_code = 0x1f, bytes = 24;
+  static constexpr int bits = 6, mbits = 3, bias = 1, max_code = 0x1f, bytes = 24, emax = 2, max_mant = 0x700000;
   static constexpr bool is_int = false;
 };
 template <>
 struct Tr<QJ_MXFP4_E2M1> {
-  static constexpr int bits = 4, mbits = 1, bias = 1, max_code = 0x7, bytes = 16;
+  static constexpr int bits = 4, mbits = 1, bias = 1, max_code = 0x7, bytes = 16, emax = 2, max_mant = 0x400000;
   static constexpr bool is_int = false;
 };
 template <>
 struct Tr<QJ_MXINT8> {
-  static constexpr int bits = 8, mbits = 6, bias = 0, max_code = 0x7f, bytes = 32;
+  static constexpr int bits = 8, mbits = 6, bias = 0, max_code = 0x7f, bytes = 32, emax = 0, max_mant = 0x7e0000;
   static constexpr bool is_int = true;
 };
 
@@ -261,8 +262,8 @@ template <class TR>
 QJ_AVX512 inline __m512i encode16(__m512i vi, __m512i a, __m512 inv) {
   if constexpr (TR::is_int) {
     const __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(vi), inv), _mm512_set1_ps(64.0f));
-    const __m512i q = _mm512_cvtps_epi32(y);
-    return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+    // The top clamp to 127 is the saturating vpmovsdb of store_codes.
+    return _mm512_max_epi32(_mm512_cvtps_epi32(y), _mm512_set1_epi32(-127));
   } else {
     const __m512 y = _mm512_mul_ps(_mm512_castsi512_ps(a), inv);
     const __m512i yb = _mm512_castps_si512(y);
@@ -272,40 +273,116 @@ QJ_AVX512 inline __m512i encode16(__m512i vi, __m512i a, __m512 inv) {
     __m512i code = _mm512_sub_epi32(_mm512_castps_si512(sum), cb);
     code = _mm512_add_epi32(code, _mm512_slli_epi32(_mm512_sub_epi32(ep, _mm512_set1_epi32(128 - TR::bias)), TR::mbits));
     code = _mm512_min_epu32(code, _mm512_set1_epi32(TR::max_code));
-    return _mm512_or_si512(code, _mm512_srli_epi32(_mm512_xor_si512(vi, a), 32 - TR::bits));
+    // code | (sign of v moved to bit bits-1): A | (B & C) = ternlog 0xF8.
+    return _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(vi, 32 - TR::bits),
+                                     _mm512_set1_epi32(1 << (TR::bits - 1)), 0xf8);
   }
 }
 
+// Two vectors of dword codes -> one SPLIT block.
+template <class TR>
+QJ_AVX512 inline void store_codes(__m512i c0, __m512i c1, uint8_t* dst) {
+  if constexpr (TR::bits == 4) {
+    // qword j holds codes 2j (low dword) and 2j+1 (high dword): fold the high one to bits 4..7.
+    const __m128i b0 = _mm512_cvtepi64_epi8(_mm512_or_si512(c0, _mm512_srli_epi64(c0, 28)));
+    const __m128i b1 = _mm512_cvtepi64_epi8(_mm512_or_si512(c1, _mm512_srli_epi64(c1, 28)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi64(b0, b1));
+  } else if constexpr (TR::is_int) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtsepi32_epi8(c0));  // saturates at 127
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm512_cvtsepi32_epi8(c1));
+  } else if constexpr (TR::bits == 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(c0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm512_cvtepi32_epi8(c1));
+  } else {
+    store_block<6>(_mm256_set_m128i(_mm512_cvtepi32_epi8(c1), _mm512_cvtepi32_epi8(c0)), dst);
+  }
+}
+
+// One block, scale through the scalar rule (also the path of NaN/Inf blocks).
+template <class TR, bool kBf16>
+QJ_AVX512 inline void quantize_one_avx512(const mx::ElemFormat& f, qj_rounding r, const void* src, int64_t b,
+                                          uint8_t* elems, uint8_t* scales) {
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i v0 = load16<kBf16>(src, b * 32), v1 = load16<kBf16>(src, b * 32 + 16);
+  const __m512i a0 = _mm512_and_si512(v0, absmask), a1 = _mm512_and_si512(v1, absmask);
+  const uint32_t amax = _mm512_reduce_max_epu32(_mm512_max_epu32(a0, a1));
+  const uint8_t s = mx::scale_from_amax(f, amax, r);
+  scales[b] = s;
+  uint8_t* dst = elems + b * TR::bytes;
+  if (s == mx::kScaleNaN) {
+    std::memset(dst, 0, TR::bytes);
+    return;
+  }
+  const __m512 inv = _mm512_set1_ps(mx::e8m0_inverse_f32(s));
+  store_codes<TR>(encode16<TR>(v0, a0, inv), encode16<TR>(v1, a1, inv), dst);
+}
+
+// mx::scale_from_amax for finite amax, on every lane (the vector twin; same integer steps).
+template <class TR>
+QJ_AVX512 inline __m512i scale_vec(__m512i amax, bool rceil) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i b = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(amax, 23), _mm512_set1_epi32(TR::emax)), zero);
+  if (rceil) {
+    const __m512i te = _mm512_add_epi32(b, _mm512_set1_epi32(TR::emax));
+    __m512i t = _mm512_or_si512(_mm512_slli_epi32(te, 23), _mm512_set1_epi32(TR::max_mant));
+    if constexpr (TR::emax == 0)  // threshold exponent field 0: the subnormal max_value * 2^-127
+      t = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(te, zero), t,
+                                  _mm512_set1_epi32((TR::max_mant | 0x800000) >> 1));
+    b = _mm512_mask_add_epi32(b, _mm512_cmpgt_epu32_mask(amax, t), b, _mm512_set1_epi32(1));
+    b = _mm512_min_epi32(b, _mm512_set1_epi32(254));
+  }
+  return b;
+}
+
+template <int K>
+QJ_AVX512 inline __m512 lane_broadcast(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_shuffle_i32x4(v, v, K * 0x55));
+}
+
+// Four blocks per step: their maxima by a transpose-reduce (every lane of 128-bit lane k ends up
+// holding block k's amax), the scale rule in-vector, one lane broadcast per block.
 template <qj_dtype T, bool kBf16>
 QJ_AVX512 void quantize_avx512_k(qj_rounding r, const void* src, int64_t nb, uint8_t* elems, uint8_t* scales) {
   using TR = Tr<T>;
   const mx::ElemFormat& f = *mx::format(T);
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m512i v0 = load16<kBf16>(src, b * 32), v1 = load16<kBf16>(src, b * 32 + 16);
-    const __m512i a0 = _mm512_and_si512(v0, absmask), a1 = _mm512_and_si512(v1, absmask);
-    const uint32_t amax = _mm512_reduce_max_epu32(_mm512_max_epu32(a0, a1));
-    const uint8_t s = mx::scale_from_amax(f, amax, r);
-    scales[b] = s;
-    uint8_t* dst = elems + b * TR::bytes;
-    if (s == mx::kScaleNaN) {
-      std::memset(dst, 0, TR::bytes);
+  const bool rceil = r == QJ_ROUND_RCEIL;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    __m512i v[8], a[8];
+    for (int k = 0; k < 8; ++k) {
+      v[k] = load16<kBf16>(src, b * 32 + 16 * k);
+      a[k] = _mm512_and_si512(v[k], absmask);
+    }
+    const __m512i m0 = _mm512_max_epu32(a[0], a[1]), m1 = _mm512_max_epu32(a[2], a[3]);
+    const __m512i m2 = _mm512_max_epu32(a[4], a[5]), m3 = _mm512_max_epu32(a[6], a[7]);
+    const __m512i x01 = _mm512_max_epu32(_mm512_shuffle_i32x4(m0, m1, 0x44), _mm512_shuffle_i32x4(m0, m1, 0xee));
+    const __m512i x23 = _mm512_max_epu32(_mm512_shuffle_i32x4(m2, m3, 0x44), _mm512_shuffle_i32x4(m2, m3, 0xee));
+    __m512i y = _mm512_max_epu32(_mm512_shuffle_i32x4(x01, x23, 0x88), _mm512_shuffle_i32x4(x01, x23, 0xdd));
+    y = _mm512_max_epu32(y, _mm512_shuffle_epi32(y, _MM_PERM_BADC));
+    y = _mm512_max_epu32(y, _mm512_shuffle_epi32(y, _MM_PERM_CDAB));
+    if (_mm512_cmpge_epu32_mask(y, _mm512_set1_epi32(0x7f800000))) {  // NaN/Inf somewhere: rare
+      for (int k = 0; k < 4; ++k) quantize_one_avx512<TR, kBf16>(f, r, src, b + k, elems, scales);
       continue;
     }
-    const __m512 inv = _mm512_set1_ps(mx::e8m0_inverse_f32(s));
-    const __m512i c0 = encode16<TR>(v0, a0, inv), c1 = encode16<TR>(v1, a1, inv);
-    if constexpr (TR::bits == 4) {
-      // qword j holds codes 2j (low dword) and 2j+1 (high dword): fold the high one to bits 4..7.
-      const __m128i b0 = _mm512_cvtepi64_epi8(_mm512_or_si512(c0, _mm512_srli_epi64(c0, 28)));
-      const __m128i b1 = _mm512_cvtepi64_epi8(_mm512_or_si512(c1, _mm512_srli_epi64(c1, 28)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi64(b0, b1));
-    } else if constexpr (TR::bits == 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(c0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm512_cvtepi32_epi8(c1));
-    } else {
-      store_block<6>(_mm256_set_m128i(_mm512_cvtepi32_epi8(c1), _mm512_cvtepi32_epi8(c0)), dst);
-    }
+    const __m512i sb = scale_vec<TR>(y, rceil);
+    const __m512i inv = _mm512_max_epi32(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), sb), 23),
+                                         _mm512_set1_epi32(0x00400000));  // 2^(127-s); s = 254: 2^-127
+    const __m128i s16 = _mm512_cvtepi32_epi8(sb);
+    const int s4 = _mm_cvtsi128_si32(_mm_shuffle_epi8(s16, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                                                          -1, -1, -1, -1, -1)));
+    std::memcpy(scales + b, &s4, 4);
+    uint8_t* dst = elems + b * TR::bytes;
+    __m512 ik = lane_broadcast<0>(inv);
+    store_codes<TR>(encode16<TR>(v[0], a[0], ik), encode16<TR>(v[1], a[1], ik), dst);
+    ik = lane_broadcast<1>(inv);
+    store_codes<TR>(encode16<TR>(v[2], a[2], ik), encode16<TR>(v[3], a[3], ik), dst + TR::bytes);
+    ik = lane_broadcast<2>(inv);
+    store_codes<TR>(encode16<TR>(v[4], a[4], ik), encode16<TR>(v[5], a[5], ik), dst + 2 * TR::bytes);
+    ik = lane_broadcast<3>(inv);
+    store_codes<TR>(encode16<TR>(v[6], a[6], ik), encode16<TR>(v[7], a[7], ik), dst + 3 * TR::bytes);
   }
+  for (; b < nb; ++b) quantize_one_avx512<TR, kBf16>(f, r, src, b, elems, scales);
 }
 
 template <qj_dtype T>
@@ -361,25 +438,66 @@ QJ_AVX512 void dequantize_avx512_k(const uint8_t* elems, const uint8_t* scales, 
 
 // ---- BDR (AVX-512): one zmm per 16-value block ----
 
+// 16 codes of M+1 bits (dword lanes) -> the LSB-first field stream of 2(M+1) bytes. Pairs are
+// joined in-vector (qword j = code 2j | code 2j+1 << (M+1)), then a few 64-bit mask-and-shift
+// steps squeeze out the gaps.
 template <int M>
-inline void bdr_pack_codes(const uint8_t* c, uint8_t* dst) {
+QJ_AVX512 inline void bdr_pack_codes(__m512i code, uint8_t* dst) {
   if constexpr (M == 7) {
-    std::memcpy(dst, c, 16);
-  } else {
-    unsigned __int128 acc = 0;
-    for (int i = 0; i < 16; ++i) acc |= static_cast<unsigned __int128>(c[i]) << ((M + 1) * i);
-    std::memcpy(dst, &acc, 2 * (M + 1));  // 16 fields * (M+1) bits = 2 (M+1) bytes
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(code));
+  } else if constexpr (M == 2) {  // 3-bit fields: 8 pairs of 6 bits -> 48 bits
+    const __m512i q = _mm512_or_si512(code, _mm512_srli_epi64(code, 32 - 3));
+    uint64_t x = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(q)));
+    x = (x & 0x003f003f003f003full) | ((x & 0x3f003f003f003f00ull) >> 2);
+    x = (x & 0x00000fff00000fffull) | ((x & 0x0fff00000fff0000ull) >> 4);
+    x = (x & 0x0000000000ffffffull) | ((x & 0x00ffffff00000000ull) >> 8);
+    std::memcpy(dst, &x, 6);
+  } else {  // M == 4, 5-bit fields: 8 pairs of 10 bits -> 2 x 40 bits
+    static_assert(M == 4);
+    const __m512i q = _mm512_or_si512(code, _mm512_srli_epi64(code, 32 - 5));
+    const __m128i w = _mm512_cvtepi64_epi16(q);
+    uint64_t h[2] = {static_cast<uint64_t>(_mm_cvtsi128_si64(w)),
+                     static_cast<uint64_t>(_mm_extract_epi64(w, 1))};
+    for (uint64_t& x : h) {
+      x = (x & 0x000003ff000003ffull) | ((x & 0x03ff000003ff0000ull) >> 6);
+      x = (x & 0x00000000000fffffull) | ((x & 0x000fffff00000000ull) >> 12);
+    }
+    std::memcpy(dst, &h[0], 5);
+    std::memcpy(dst + 5, &h[1], 5);
   }
 }
 
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t x;
+  std::memcpy(&x, p, 8);
+  return x;
+}
+
+// The inverse: one whole block (header included: the 8-byte loads stay inside it and avoid the
+// store-forwarding stall of assembling 5- or 6-byte pieces) -> 16 codes in dword lanes.
 template <int M>
-inline void bdr_unpack_codes(const uint8_t* src, uint8_t* c) {
+QJ_AVX512 inline __m512i bdr_unpack_codes(const uint8_t* block) {
   if constexpr (M == 7) {
-    std::memcpy(c, src, 16);
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
+  } else if constexpr (M == 2) {
+    uint64_t x = load_u64(block) >> 16;  // the 6 field bytes (8-byte block)
+    x = (x & 0x0000000000ffffffull) | ((x & 0x0000ffffff000000ull) << 8);
+    x = (x & 0x00000fff00000fffull) | ((x & 0x00fff00000fff000ull) << 4);
+    x = (x & 0x003f003f003f003full) | ((x & 0x0fc00fc00fc00fc0ull) << 2);
+    const __m512i q = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128(static_cast<long long>(x)));
+    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(7)),
+                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0x38)), 32 - 3));
   } else {
-    unsigned __int128 acc = 0;
-    std::memcpy(&acc, src, 2 * (M + 1));
-    for (int i = 0; i < 16; ++i) c[i] = static_cast<uint8_t>(acc >> ((M + 1) * i)) & ((1u << (M + 1)) - 1u);
+    static_assert(M == 4);
+    // 12-byte block: field bytes 2..6 and 7..11.
+    uint64_t h[2] = {(load_u64(block) >> 16) & 0xffffffffffull, load_u64(block + 4) >> 24};
+    for (uint64_t& x : h) {
+      x = (x & 0x00000000000fffffull) | ((x & 0x000000fffff00000ull) << 12);
+      x = (x & 0x000003ff000003ffull) | ((x & 0x000ffc00000ffc00ull) << 6);
+    }
+    const __m512i q = _mm512_cvtepu16_epi64(_mm_set_epi64x(static_cast<long long>(h[1]), static_cast<long long>(h[0])));
+    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(31)),
+                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0x3e0)), 32 - 5));
   }
 }
 
@@ -423,11 +541,9 @@ QJ_AVX512 void bdr_quantize_avx512_k(const void* src, int64_t nb, uint8_t* block
     __m512i mag = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(sig, half_m1), lsb), sh);
     mag = _mm512_min_epu32(mag, _mm512_set1_epi32((1 << M) - 1));
     const __m512i code = _mm512_or_si512(mag, _mm512_slli_epi32(_mm512_srli_epi32(vi, 31), M));
-    alignas(16) uint8_t c[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(c), _mm512_cvtepi32_epi8(code));
     dst[0] = static_cast<uint8_t>(e);
     dst[1] = even_bits(mu_mask);
-    bdr_pack_codes<M>(c, dst + 2);
+    bdr_pack_codes<M>(code, dst + 2);
   }
 }
 
@@ -442,9 +558,7 @@ QJ_AVX512 void bdr_dequantize_avx512_k(const uint8_t* blocks, int64_t nb, void* 
       store16<kBf16>(dst, b * 16, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
       continue;
     }
-    alignas(16) uint8_t c[16];
-    bdr_unpack_codes<M>(src + 2, c);
-    const __m512i code = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(c)));
+    const __m512i code = bdr_unpack_codes<M>(src);
     const __m512i mu = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(src[1]), pair_idx), _mm512_set1_epi32(1));
     // value = M * 2^(E - 127 - mu + 1 - m): vscalefps is exact here (results >= 2^-149).
     const __m512i step = _mm512_sub_epi32(_mm512_set1_epi32(static_cast<int>(src[0]) - 126 - M), mu);
