@@ -3,6 +3,7 @@
 // element rounding at every grid boundary, the scale rules against the double reference, the
 // integer-form tables, SPLIT packing, the foreign MXFP4 layouts and the BDR codec.
 #include <gtest/gtest.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -257,6 +258,53 @@ TEST(MxFormats, ScaleRulesMatchReference) {
   EXPECT_TRUE(std::isnan(qj::mx::e8m0_to_f32(0xff)));
   for (int b = 0; b <= 254; ++b)
     EXPECT_EQ(static_cast<double>(qj::mx::e8m0_inverse_f32(static_cast<uint8_t>(b))), std::ldexp(1.0, 127 - b));
+}
+
+// mul_pow2 is an fp32 multiply by an exact power of two, done on the bits: compare it with the
+// hardware multiply (default MXCSR here) over normal, subnormal, huge and tiny inputs and shifts
+// that produce overflow, gradual underflow and total underflow.
+TEST(MxFormats, MulPow2IsTheIeeeProduct) {
+  std::mt19937 g(77);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xffffffffu);
+  std::uniform_int_distribution<int> kd(-300, 300);
+  auto pow2 = [](int k, double* d) { *d = std::ldexp(1.0, k); };
+  for (int i = 0; i < 400000; ++i) {
+    float v = qj::bits_f32(bits(g));
+    if (i % 4 == 0) v = qj::bits_f32(bits(g) & 0x807fffffu);  // subnormal inputs
+    const int k = i % 2 ? kd(g) : kd(g) / 10;
+    double p;
+    pow2(k, &p);
+    // double product of exact operands, rounded once to float: the IEEE fp32 result.
+    const float want = static_cast<float>(static_cast<double>(v) * p);
+    const float got = qj::mx::mul_pow2(v, k);
+    ASSERT_TRUE(mxt::same_bits(got, want)) << std::hex << qj::f32_bits(v) << std::dec << " k " << k
+                                           << " got " << got << " want " << want;
+  }
+}
+
+// The scalar codecs give the same bytes and floats under FTZ | DAZ | round-toward-zero.
+TEST(MxFormats, ScalarCodecsIgnoreMxcsr) {
+  for (const Spec& s : kSpecs) {
+    const qj::mx::ElemFormat& f = *qj::mx::format(s.t);
+    std::mt19937 g(3);
+    std::uniform_int_distribution<uint32_t> bits(0, 0x7f7fffffu);
+    for (int rep = 0; rep < 300; ++rep) {
+      float v[32];
+      for (float& x : v) x = qj::bits_f32(bits(g) >> (rep % 3 == 0 ? 8 : 0)) * (rep % 2 ? -1.0f : 1.0f);
+      uint8_t c0[32], c1[32];
+      float d0[32], d1[32];
+      const uint8_t s0 = qj::mx::quantize_block(f, QJ_ROUND_FLOOR, v, 32, c0);
+      qj::mx::dequantize_block(f, c0, s0, d0);
+      const unsigned saved = _mm_getcsr();
+      _mm_setcsr(saved | 0x8040u | 0x6000u);
+      const uint8_t s1 = qj::mx::quantize_block(f, QJ_ROUND_FLOOR, v, 32, c1);
+      qj::mx::dequantize_block(f, c1, s1, d1);
+      _mm_setcsr(saved);
+      ASSERT_EQ(s0, s1) << f.name;
+      ASSERT_EQ(0, std::memcmp(c0, c1, 32)) << f.name;
+      for (int i = 0; i < 32; ++i) ASSERT_TRUE(mxt::same_bits(d0[i], d1[i])) << f.name << " " << i;
+    }
+  }
 }
 
 TEST(MxFormats, SplitPackingRoundTrip) {
