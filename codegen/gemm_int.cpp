@@ -16,6 +16,7 @@
 #include <string>
 
 #include "codegen/simd.h"
+#include "codegen/weight_decode.h"
 #include "src/core/kernel_cache.h"
 
 namespace qj {
@@ -112,7 +113,7 @@ void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {
 }
 
 
-bool emit(const KernelKey& key, Assembler& a, std::string* why) {
+bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   Plan p;
   if (!make_plan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
@@ -249,11 +250,297 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   return true;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decoded weights (S4 / U4 now; codegen/weight_decode.h): the weights are decoded in registers to
+// unsigned byte quads d = q + offset and are the unsigned operand; A is packed as s8 quads (the
+// signed operand). Per K step (k_per_step values, n_out quads per column):
+//   VNNI:      vpdpbusd acc, d, {1to16}[A quad]        (A broadcast straight from memory)
+//   AVX-512 / AVX2: vpmaddubsw t, d, A (exact: |d| <= 15, |a| <= 128), the n_out products added
+//              as s16 (|sum| <= n_out * 3840), vpmaddwd t, t, ones, vpaddd acc, acc, t.
+// At the end of each K group, exact int32 corrections:
+//   flags bit 2 (row corr)  acc += row_sum[g][i]            (pack_a gives -z * sum_k a for a
+//                                                            constant zero point z = zp + offset)
+//   has_b_zp (zp vector)    acc -= row_sum[g][i] * z[g][c]   (z inline in the panel, vpmulld)
+//   flags bit 1 (col corr)  acc += col_corr[g][c]            (A zero point terms, from the plan)
+// then (grouped) facc = fma(float(acc), scale[g][c], facc) with the scales inline in the panel.
+// Panel stream per group: steps, [nr fp32 scales if grouped], [nr int32 z if has_b_zp].
+// flags bit 0 (dual): quads of odd index accumulate into a second set (latency at small mr).
+
+struct DPlan {
+  cg::Simd s;
+  cg::DecoderInfo dec;
+  bool vnni;
+  int mr, nr, nrv;
+  bool grouped, dual, row_corr, col_corr, zp_vec;
+  int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
+};
+
+bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
+  p->s = cg::simd_for(key.isa);
+  p->dec = cg::decoder_info(key.b_type);
+  if (!p->dec.ok) {
+    *why = "no decoder for this weight type";
+    return false;
+  }
+  if (key.isa < QJ_ISA_AVX2) {
+    *why = "no JIT kernel below avx2";
+    return false;
+  }
+  p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
+  if (!p->vnni && !p->dec.pair_exact) {
+    *why = "this weight type needs VNNI (its decoded bytes overflow vpmaddubsw pairs)";
+    return false;
+  }
+  p->mr = key.mr;
+  p->nr = key.nr;
+  if (p->nr % p->s.lanes32 != 0 || p->mr < 1 || p->nr < 1) {
+    *why = "nr must be a multiple of the vector width";
+    return false;
+  }
+  p->nrv = p->nr / p->s.lanes32;
+  p->grouped = key.granularity == QJ_GRAN_GROUP;
+  p->dual = (key.flags & 1) != 0 && p->vnni;
+  p->col_corr = (key.flags & 2) != 0;
+  p->row_corr = (key.flags & 4) != 0;
+  p->zp_vec = key.has_b_zp != 0;
+  if (p->row_corr && p->zp_vec) {
+    *why = "row correction and zero-point vector are exclusive";
+    return false;
+  }
+  const int n_acc = p->mr * p->nrv;
+  int used = 0;
+  p->acc0 = used, used += n_acc;
+  p->acc1 = used, used += p->dual ? n_acc : 0;
+  p->facc = used, used += p->grouped ? n_acc : 0;
+  p->dec0 = used, used += p->dec.n_out * p->nrv;
+  p->cst = used, used += p->dec.n_consts;
+  p->dtmp = used, used += p->dec.n_temps;
+  p->ones = p->abc = p->tmp = -1;
+  if (!p->vnni) {
+    p->ones = used, used += 1;
+    p->abc = used, used += p->dec.n_out;
+    p->tmp = used, used += 2;
+  }
+  if (used > p->s.regs || p->dec.n_out * p->nrv < p->nrv + 1) {
+    *why = "register tile too large for the ISA";
+    return false;
+  }
+  return true;
+}
+
+bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
+  DPlan p;
+  if (!make_dplan(key, &p, why)) return false;
+  const cg::Simd& s = p.s;
+  const int n_acc = p.mr * p.nrv;
+  const int eb = cg::out_elem_bytes(key);
+  const int n_out = p.dec.n_out;
+  const int step_bytes = p.nr * p.dec.bytes_per_col_step;
+  const int col_bytes = p.dec.bytes_per_col_step * s.lanes32;  // one column vector of a step
+  const int param_bytes = (p.grouped ? p.nr * 4 : 0) + (p.zp_vec ? p.nr * 4 : 0);
+  cg::DecodeRegs dr;
+  dr.consts = p.cst;
+  dr.temps = p.dtmp;
+
+  const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
+  for (const Gp& g : saved) a.push(g);
+  cg::emit_decoder_setup(a, s, key.b_type, dr, rax);
+  if (!p.vnni) {
+    a.mov(eax, 0x00010001);  // s16 ones for vpmaddwd
+    if (s.zmm) {
+      a.vpbroadcastd(s.v(p.ones), eax);
+    } else {
+      a.vmovd(xmm(p.ones), eax);
+      a.vpbroadcastd(s.v(p.ones), xmm(p.ones));
+    }
+  }
+  a.mov(rdx, ARG(b));
+  a.mov(rcx, ARG(c));
+  a.mov(r9, ARG(n_panels));
+  a.xor_(ebp, ebp);
+  a.mov(r13, ARG(col_corr));
+
+  Label l_panel = a.newLabel();
+  a.bind(l_panel);
+  a.mov(rsi, ARG(a));
+  a.mov(r11, rbp);
+  a.mov(r12, ARG(row_sum));
+  if (p.grouped) {
+    zero_regs(a, s, p.facc, n_acc);
+    a.mov(r10, ARG(groups));
+  }
+  Label l_group = a.newLabel();
+  a.bind(l_group);
+  zero_regs(a, s, p.acc0, n_acc);
+  if (p.dual) zero_regs(a, s, p.acc1, n_acc);
+
+  Label l_k = a.newLabel();
+  a.mov(r8, ARG(k_groups));
+  a.bind(l_k);
+  {
+    int outs[8];
+    for (int j = 0; j < p.nrv; ++j) {
+      for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
+      cg::emit_decode(a, s, key.b_type, ptr(rdx, j * col_bytes), dr, outs);
+    }
+    if (p.vnni) {
+      // Quad o of every row before quad o + 1: dependent updates of one accumulator are spread.
+      for (int o = 0; o < n_out; ++o)
+        for (int i = 0; i < p.mr; ++i)
+          for (int j = 0; j < p.nrv; ++j) {
+            const int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+            a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
+                       dword_ptr(rsi, (o * p.mr + i) * 4)._1to16());
+          }
+    } else {
+      const Vec t0 = s.v(p.tmp), t1 = s.v(p.tmp + 1);
+      for (int i = 0; i < p.mr; ++i) {
+        for (int o = 0; o < n_out; ++o) a.vpbroadcastd(s.v(p.abc + o), dword_ptr(rsi, (o * p.mr + i) * 4));
+        for (int j = 0; j < p.nrv; ++j) {
+          a.vpmaddubsw(t0, s.v(p.dec0 + j), s.v(p.abc));
+          for (int o = 1; o < n_out; ++o) {
+            a.vpmaddubsw(t1, s.v(p.dec0 + o * p.nrv + j), s.v(p.abc + o));
+            a.vpaddw(t0, t0, t1);
+          }
+          a.vpmaddwd(t0, t0, s.v(p.ones));
+          Vec c = s.v(p.acc0 + i * p.nrv + j);
+          a.vpaddd(c, c, t0);
+        }
+      }
+    }
+    a.add(rsi, n_out * p.mr * 4);
+    a.add(rdx, step_bytes);
+    a.dec(r8);
+    a.jnz(l_k);
+  }
+  if (p.dual)
+    for (int r = 0; r < n_acc; ++r) a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
+
+  // Exact int32 corrections of this group (decoded registers are free now).
+  const int bc_tmp = p.vnni ? p.dec0 : p.abc;  // AVX2 broadcast target
+  if (p.row_corr)
+    for (int i = 0; i < p.mr; ++i)
+      for (int j = 0; j < p.nrv; ++j) {
+        if (!s.zmm && j == 0) a.vpbroadcastd(s.v(bc_tmp), dword_ptr(r12, i * 4));
+        Vec c = s.v(p.acc0 + i * p.nrv + j);
+        if (s.zmm)
+          a.vpaddd(c, c, dword_ptr(r12, i * 4)._1to16());
+        else
+          a.vpaddd(c, c, s.v(bc_tmp));
+      }
+  if (p.zp_vec) {
+    const int zoff = p.grouped ? p.nr * 4 : 0;
+    for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.dec0 + j, ptr(rdx, zoff + j * s.bytes));
+    const Vec prod = s.v(p.vnni ? p.dec0 + p.nrv : p.tmp);
+    for (int i = 0; i < p.mr; ++i) {
+      if (!s.zmm) a.vpbroadcastd(s.v(p.abc), dword_ptr(r12, i * 4));
+      for (int j = 0; j < p.nrv; ++j) {
+        if (s.zmm)
+          a.vpmulld(prod, s.v(p.dec0 + j), dword_ptr(r12, i * 4)._1to16());
+        else
+          a.vpmulld(prod, s.v(p.dec0 + j), s.v(p.abc));
+        Vec c = s.v(p.acc0 + i * p.nrv + j);
+        a.vpsubd(c, c, prod);
+      }
+    }
+  }
+  if (p.col_corr)
+    for (int i = 0; i < p.mr; ++i)
+      for (int j = 0; j < p.nrv; ++j) {
+        Vec c = s.v(p.acc0 + i * p.nrv + j);
+        a.vpaddd(c, c, ptr(r13, r11, 0, j * s.bytes));
+      }
+  if (p.grouped) {
+    for (int i = 0; i < n_acc; ++i) {
+      Vec c = s.v(p.acc0 + i);
+      a.vcvtdq2ps(c, c);
+      a.vfmadd231ps(s.v(p.facc + i), c, ptr(rdx, (i % p.nrv) * s.bytes));
+    }
+  }
+  if (param_bytes) a.add(rdx, param_bytes);
+  if (p.grouped) {
+    a.add(r11, ARG(col_stride));
+    a.add(r12, p.mr * 4);
+    a.dec(r10);
+    a.jnz(l_group);
+  }
+
+  // Output stage for this panel.
+  a.mov(r8, ARG(col_mult));
+  a.add(r8, rbp);
+  a.mov(r10, ARG(col_bias));
+  a.add(r10, rbp);
+  a.mov(r11, ARG(row_scale));
+  cg::EpilogueRegs er;
+  er.consts = rdi;
+  er.c_row = rbx;
+  er.mult = r8;
+  er.bias = r10;
+  er.row_scale = r11;
+  er.tmp = rax;
+  er.t0 = p.dec0;
+  er.t1 = p.dec0 + 1;
+  const int res = p.grouped ? p.facc : p.acc0;
+  auto stores = [&](int n_live) {
+    a.mov(rbx, rcx);
+    for (int i = 0; i < p.mr; ++i) {
+      for (int j = 0; j < p.nrv; ++j) {
+        int lanes = n_live - j * s.lanes32;
+        lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);
+        cg::emit_output_vec(a, s, key, er, res + i * p.nrv + j, p.grouped, i, j, lanes);
+      }
+      if (i + 1 < p.mr) a.add(rbx, ARG(ldc));
+    }
+  };
+  Label l_next = a.newLabel();
+  if (key.n_tail) {
+    Label l_full = a.newLabel();
+    a.cmp(r9, 1);
+    a.jne(l_full);
+    a.cmp(ARG(last_is_tail), 0);
+    a.je(l_full);
+    stores(key.n_tail);
+    a.jmp(l_next);
+    a.bind(l_full);
+  }
+  stores(p.nr);
+  a.bind(l_next);
+  a.add(rcx, p.nr * eb);
+  a.add(rbp, p.nr * 4);
+  a.dec(r9);
+  a.jnz(l_panel);
+
+  a.vzeroupper();
+  for (int i = 5; i >= 0; --i) a.pop(saved[i]);
+  a.ret();
+  return true;
+}
+
+bool emit(const KernelKey& key, Assembler& a, std::string* why) {
+  if (key.b_type == QJ_S8) return emit_s8(key, a, why);
+  return emit_decoded(key, a, why);
+}
+
 const char* dt(int t) { return qj_dtype_name(static_cast<qj_dtype>(t)); }
 
 std::string name(const KernelKey& key) {
   const bool vnni = key.isa >= QJ_ISA_AVX512_VNNI;
-  char buf[200];
+  char buf[240];
+  if (key.b_type != QJ_S8) {
+    // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
+    const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
+                  dt(key.a_type), dt(key.b_type),
+                  key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
+                  dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
+                  key.has_b_zp ? "_bzp" : "", (key.flags & 4) ? "_rc" : "", (key.flags & 2) ? "_cc" : "",
+                  key.has_bias ? "_bias" : "", key.activation == QJ_ACT_RELU ? "_relu" : "",
+                  key.has_row_scale ? "_dyn" : "", key.has_beta ? "_beta" : "", isa_suffix(key.isa),
+                  key.mr, key.nr, dec.k_per_step,
+                  key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
+                  (key.flags & 1) ? "_dual" : "");
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
                 vnni ? "u8" : "s16", vnni ? "s8" : "s16",
                 key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
@@ -267,6 +554,22 @@ std::string name(const KernelKey& key) {
 }
 
 }  // namespace
+
+int gemm_int_max_mr(const KernelKey& key_in, int cap) {
+  KernelKey key = key_in;
+  std::string why;
+  for (int mr = cap; mr >= 1; --mr) {
+    key.mr = static_cast<uint8_t>(mr);
+    if (key.b_type == QJ_S8) {
+      Plan p;
+      if (make_plan(key, &p, &why)) return mr;
+    } else {
+      DPlan p;
+      if (make_dplan(key, &p, &why)) return mr;
+    }
+  }
+  return 0;
+}
 
 const KernelFamily& gemm_int_family() {
   static const KernelFamily f{emit, name};

@@ -11,6 +11,13 @@
 //   has_b_zp       subtract row_sum * b_zero_point per group (vpmulld)
 //   n_tail         live columns of the partial last panel (0 when N is a multiple of nr)
 //   flags bit 0    two accumulator sets over alternate K quads (hides latency when mr is small)
+//   b_type         QJ_S8: the kernels above. A decoded type (QJ_S4, QJ_U4; codegen/weight_decode):
+//                  weights decoded in registers to unsigned quads, A read as s8 quads (a_type
+//                  QJ_S8), group scales and zero-point vectors inline in the panel; see the
+//                  comment above emit_decoded in gemm_int.cpp. Extra key fields for them:
+//   flags bit 1    add the plan's column corrections (A zero point) per group
+//   flags bit 2    add the per-row corrections of pack_a (a constant weight zero point)
+//   has_b_zp       (decoded) per-column zero-point vector inline in the panel, times row sums
 #pragma once
 #include <cstdint>
 
@@ -25,7 +32,8 @@ struct GemmIntArgs {
   const uint8_t* b;          // first packed B panel: k_groups x nr x 4 bytes per panel
   uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
   int64_t ldc;               // bytes between rows of C
-  int64_t k_groups;          // 4-byte K groups per scale group (all of K when not grouped)
+  int64_t k_groups;          // 4-byte K groups per scale group (all of K when not grouped);
+                             // decoded weights: K steps per scale group
   int64_t groups;            // scale groups (1 when not grouped)
   int64_t n_panels;          // panels to compute
   int64_t last_is_tail;      // 1 if the last panel is the partial one (key.n_tail columns)
@@ -42,5 +50,9 @@ struct GemmIntArgs {
 using GemmIntKernel = void (*)(const GemmIntArgs*);
 
 const KernelFamily& gemm_int_family();
+
+// The largest mr <= cap for which the generator accepts `key` (its mr field is ignored): the
+// register budget is defined once, in the emitter. 0 if none.
+int gemm_int_max_mr(const KernelKey& key, int cap);
 
 }  // namespace qj

@@ -199,6 +199,34 @@ QJ_API qj_status qj_weights_deserialize(const void* buf, size_t size, qj_weights
 QJ_API qj_status qj_weights_info(qj_weights w, qj_dtype* dtype, int64_t* k, int64_t* n, qj_isa* isa);
 QJ_API void qj_weights_destroy(qj_weights w);
 
+/* ---- INT4 and FP16 / BF16 weights ---------------------------------------------------------
+ * S4 / U4 (qj_weights_pack): data holds nibbles as described at qj_weights_desc, ld in BYTES
+ *  (QJ_LAYOUT_KN: ld >= n; QJ_LAYOUT_NK: ld >= ceil(k/2)). Granularity tensor, channel or group
+ *  with group_size a multiple of 8 (32, 64, 128, 256 ...) or equal to k; a group_size that does
+ *  not divide k is QJ_ERR_INVALID_ARGUMENT (no padding is implied). Zero points: S4 in [-8, 7],
+ *  U4 in [0, 15]. qj_weights_quantize_pack computes S4 symmetric (scale = amax / 7, q in [-7, 7])
+ *  and U4 asymmetric (over [min(0, lo), max(0, hi)]: scale = (max - min) / 15, zero point
+ *  rne(-min / scale) in [0, 15]) per channel or per group. The nibbles stay 4-bit in memory;
+ *  the GEMM kernels decode them in registers.
+ *  GEMM with S4 / U4 weights takes every A type and output type of the S8 path and has the same
+ *  exact definition (integer sums per group folded in fp32, docs/kernel-contract.md);
+ *  k <= 561424 (int32 exactness of 255 * 15 * k).
+ * F16 / BF16: qj_weights_pack takes uint16_t codes (ld in elements); desc->scales and
+ *  desc->zero_points must be NULL, granularity and group_size are ignored. Every code is kept,
+ *  including inf, nan and subnormals. qj_weights_quantize_pack converts fp32 by round-to-nearest-
+ *  even; a finite value whose rounding would overflow (|x| >= 65520 for f16) is stored as
+ *  +-65504 (+-bf16 max) instead of +-inf: qj_weights_clamped reports how many, and QJ_VERBOSE=1
+ *  logs a line. inf and nan inputs are kept.
+ *  GEMM with F16 / BF16 weights: a_type QJ_F32 or QJ_BF16 (not quantized), c_type QJ_F32 or
+ *  QJ_BF16, fp32 accumulation; y = sum_k a*w + bias[n], ReLU, then C = y + beta * C (fp32 C);
+ *  a_scale, a_zero_point, c_scale, c_zero_point are ignored. The summation order over K is the
+ *  kernel's (results may differ from a sequential sum by rounding; src/ref/gemm_float_ref.h
+ *  states the bound the tests use). Non-finite A values propagate (no error). */
+
+/** Number of values qj_weights_quantize_pack clamped to the largest finite value of a float
+ *  weight type (0 for every other way of making weights). */
+QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
+
 /* ------------------------------------------------------------------------------------------ */
 /* GEMM: C (M x N) = output_stage(A (M x K) * B (K x N))                                       */
 /* ------------------------------------------------------------------------------------------ */

@@ -21,6 +21,14 @@ struct qj_gemm_plan_s {
 
 namespace {
 
+// Elements (bytes for S4 / U4, which hold two values per byte) of one stored row of `data`.
+int64_t stored_row_length(const qj_weights_desc* d, bool quantized) {
+  const int64_t row = d->layout == QJ_LAYOUT_KN ? d->n : d->k;
+  if (quantized && (d->dtype == QJ_S4 || d->dtype == QJ_U4))
+    return d->layout == QJ_LAYOUT_KN ? d->n : (d->k + 1) / 2;
+  return row;
+}
+
 template <class F>
 qj_status guarded(F&& f) {
   try {
@@ -49,7 +57,7 @@ qj_status qj_weights_pack(const qj_weights_desc* desc, const void* data, int64_t
     if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
     QJ_TRY(qj::check_int_weights_desc(desc, true));
     if (!data) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "data is NULL");
-    int64_t row = desc->layout == QJ_LAYOUT_KN ? desc->n : desc->k;
+    int64_t row = stored_row_length(desc, true);
     if (ld < row)
       return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
                       (long long)ld, (long long)row);
@@ -65,7 +73,7 @@ qj_status qj_weights_quantize_pack(const qj_weights_desc* desc, const float* dat
     if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
     QJ_TRY(qj::check_int_weights_desc(desc, false));
     if (!data) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "w is NULL");
-    int64_t row = desc->layout == QJ_LAYOUT_KN ? desc->n : desc->k;
+    int64_t row = stored_row_length(desc, false);
     if (ld < row)
       return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
                       (long long)ld, (long long)row);
@@ -103,6 +111,13 @@ qj_status qj_weights_info(qj_weights w, qj_dtype* dtype, int64_t* k, int64_t* n,
   if (k) *k = w->w->k;
   if (n) *n = w->w->n;
   if (isa) *isa = w->w->isa;
+  return QJ_OK;
+}
+
+qj_status qj_weights_clamped(qj_weights w, int64_t* count) {
+  if (!w) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "w is NULL");
+  if (!count) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "count is NULL");
+  *count = w->w->clamped;
   return QJ_OK;
 }
 

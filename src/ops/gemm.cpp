@@ -86,17 +86,45 @@ bool fill_buffer(AlignedBuffer& b, size_t bytes) { return b.allocate(bytes, true
 
 }  // namespace
 
+namespace {
+
+// Everything a plan needs beyond the integer path: F16 / BF16 weights with fp32 / bf16 A.
+qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
+                            std::unique_ptr<GemmPlan>* out);
+
+// The blocking of the float kernels: mr rows of fp32 A (up to 14, FBGEMM's AVX-512 tile) share
+// every converted weight vector.
+GemmBlocking float_blocking(const PackedWeights& w, int mr) {
+  GemmBlocking b;
+  b.nr = w.nr;
+  b.mr = mr;
+  const int64_t a_row_bytes = w.kp * 4;  // fp32 A
+  int64_t mc = (256 << 10) / std::max<int64_t>(a_row_bytes, 1);
+  mc = std::max<int64_t>(b.mr, mc / b.mr * b.mr);
+  b.mc = std::min<int64_t>(mc, 4096);
+  b.nc_panels = std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(w.panel_bytes(), 1));
+  b.nc_panels = std::min(b.nc_panels, w.n_panels);
+  return b;
+}
+
+}  // namespace
+
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out) {
+  if (w->is_float()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
   const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
+  const bool decoded = w->dtype != QJ_S8;
   if (desc.c_type == QJ_S32 && w->gran == QJ_GRAN_GROUP)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 needs per-tensor or per-channel weights "
                 "(group scales are applied in fp32)");
-  if (w->k * 255LL * 255LL > 2147483647LL)
-    return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= 33025",
-                (long long)w->k);
+  // int32 exactness of one (group) sum: |(a - za)(q - zb)| <= 255 * 255 (s8), 255 * 15 (4-bit).
+  const int64_t max_k = 2147483647LL / (255LL * (decoded ? 15 : 255));
+  if (w->k > max_k)
+    return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= %lld",
+                (long long)w->k, (long long)max_k);
   auto p = std::make_unique<GemmPlan>();
+  p->kind = decoded ? GemmKind::kDecoded : GemmKind::kInt8;
   p->desc = desc;
   if (desc.bias) {
     p->bias.assign(desc.bias, desc.bias + w->n);
@@ -107,7 +135,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   }
   p->isa = max_isa();
   // Weights packed for another tier (the cap changed since packing) are repacked for this plan.
-  if (w->kg != weights_kg(p->isa) || w->nr != weights_nr(p->isa, w->n)) {
+  if (!weights_match_isa(*w, p->isa)) {
     std::shared_ptr<PackedWeights> rw;
     QJ_TRY(repack_int_weights(*w, p->isa, &rw));
     QJ_LOG(1, "gemm: weights packed for %s repacked for %s", isa_name(w->isa), isa_name(p->isa));
@@ -118,10 +146,35 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
 
   // Zero point of A as the kernel sees it.
   p->za = dynamic ? 0 : desc.a_zero_point;
-  if (w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
+  if (!decoded && w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
+  if (decoded && desc.a_type == QJ_U8) p->za -= 128;  // A is the signed operand: u8 - 128
+  // Decoded weights d = q + off are the unsigned operand; the constant part z0 of z = zb + off
+  // (no per-column zero points) is removed with row sums pre-multiplied by -z0.
+  const int32_t off = decoded ? w->nibble_offset() : 0;
+  int32_t z0 = 0;
+  if (decoded && !w->zp_vec) z0 = off + (w->zero_points.empty() ? 0 : w->zero_points[0]);
+  p->row_sums = decoded ? (w->zp_vec || z0 != 0) : !w->zero_points.empty();
+  p->row_sum_mult = decoded && !w->zp_vec ? -z0 : 1;
 
   if (p->isa >= QJ_ISA_AVX2) {
     p->blk = choose_blocking(p->isa, w->nr, w->gran == QJ_GRAN_GROUP, w->kp, w->n_panels, w->kg);
+    if (decoded) {
+      // The register budget is the emitter's (gemm_int_max_mr); B blocks of ~1 MiB of panels.
+      KernelKey probe = KernelKey::zeroed();
+      probe.op = KernelOp::kGemmInt;
+      probe.isa = static_cast<uint8_t>(p->isa);
+      probe.a_type = QJ_S8;
+      probe.b_type = w->dtype;
+      probe.nr = static_cast<uint16_t>(w->nr);
+      probe.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
+      probe.has_b_zp = w->zp_vec;
+      p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
+      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp, 1);  // s8 A: kp bytes per row
+      mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
+      p->blk.mc = std::min<int64_t>(mc, 4096);
+      p->blk.nc_panels = std::min<int64_t>(
+          w->n_panels, std::max<int64_t>(1, (1 << 20) / std::max<size_t>(w->panel_bytes(), 1)));
+    }
     p->n_pad = w->n_panels * w->nr;
     const size_t col_bytes = static_cast<size_t>(groups * p->n_pad) * 4;
     if (!fill_buffer(p->col_corr, col_bytes) || !fill_buffer(p->b_zp, col_bytes) ||
@@ -136,9 +189,11 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     float* bi = p->col_bias.data<float>();
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t c = 0; c < n; ++c) {
-        int64_t zb = w->zp(g, c);
+        // Decoded: in terms of d = q + off and z = zb + off (the column sum of d is colsum + gk*off).
+        int64_t zb = w->zp(g, c) + off;
+        int64_t csum = w->colsum[g * n + c] + gk * off;
         // sum (a - za)(b - zb) = sum a*b - za*colsum - zb*rowsum + gk*za*zb   (mod 2^32, exact)
-        int64_t corr = gk * static_cast<int64_t>(p->za) * zb - static_cast<int64_t>(p->za) * w->colsum[g * n + c];
+        int64_t corr = gk * static_cast<int64_t>(p->za) * zb - static_cast<int64_t>(p->za) * csum;
         cc[g * p->n_pad + c] = static_cast<int32_t>(static_cast<uint32_t>(corr));
         bz[g * p->n_pad + c] = static_cast<int32_t>(zb);
         gs[g * p->n_pad + c] = w->scale(g, c);
@@ -163,14 +218,14 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     KernelKey key = KernelKey::zeroed();
     key.op = KernelOp::kGemmInt;
     key.isa = static_cast<uint8_t>(p->isa);
-    key.a_type = w->kg == 4 ? QJ_U8 : QJ_S8;
+    key.a_type = decoded ? QJ_S8 : (w->kg == 4 ? QJ_U8 : QJ_S8);
     key.b_type = w->dtype;
     key.c_type = desc.c_type;
     key.nr = static_cast<uint16_t>(w->nr);
     key.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
     key.has_bias = desc.bias != nullptr;
     key.activation = desc.activation;
-    key.has_b_zp = !w->zero_points.empty();
+    key.has_b_zp = decoded ? w->zp_vec : !w->zero_points.empty();
     key.has_row_scale = dynamic;
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
@@ -181,6 +236,13 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       key.mr = static_cast<uint8_t>(r);
       // Few rows: two accumulator sets over alternate K groups hide the vpdpbusd latency.
       key.flags = (r <= 2 && w->gran != QJ_GRAN_GROUP) ? 1 : 0;
+      if (decoded) {
+        // Dual sets while fewer than 4 accumulators would chain the vpdpbusd latency (VNNI).
+        const int nrv = w->nr / (p->isa >= QJ_ISA_AVX512 ? 16 : 8);
+        key.flags = (r * nrv < 4 && p->isa >= QJ_ISA_AVX512_VNNI) ? 1 : 0;
+        if (p->za != 0) key.flags |= 2;
+        if (!w->zp_vec && z0 != 0) key.flags |= 4;
+      }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
       if (st != QJ_OK) {
@@ -215,10 +277,124 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
 
 namespace {
 
+qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
+  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d (%s): %s weights need QJ_F32 or QJ_BF16 A",
+                (int)d.a_type, qj_dtype_name(d.a_type), qj_dtype_name(wt));
+  if (d.c_type != QJ_F32 && d.c_type != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=%d (%s): %s weights give QJ_F32 or QJ_BF16 C",
+                (int)d.c_type, qj_dtype_name(d.c_type), qj_dtype_name(wt));
+  if (d.activation != QJ_ACT_NONE && d.activation != QJ_ACT_RELU)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->activation=%d is not a qj_activation", (int)d.activation);
+  if (!std::isfinite(d.beta))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->beta=%g must be finite", (double)d.beta);
+  if (d.beta != 0.0f && d.c_type != QJ_F32)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->beta=%g needs c_type QJ_F32 (got %s)", (double)d.beta,
+                qj_dtype_name(d.c_type));
+  return QJ_OK;
+}
+
+qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
+                            std::unique_ptr<GemmPlan>* out) {
+  QJ_TRY(check_float_desc(desc, w->dtype));
+  auto p = std::make_unique<GemmPlan>();
+  p->kind = GemmKind::kFloat;
+  p->desc = desc;
+  if (desc.bias) {
+    p->bias.assign(desc.bias, desc.bias + w->n);
+    for (int64_t i = 0; i < w->n; ++i)
+      if (!std::isfinite(p->bias[i]))
+        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->bias[%lld]=%g is not finite", (long long)i, (double)p->bias[i]);
+    p->desc.bias = p->bias.data();
+  }
+  p->isa = max_isa();
+  if (!weights_match_isa(*w, p->isa)) {
+    std::shared_ptr<PackedWeights> rw;
+    QJ_TRY(repack_int_weights(*w, p->isa, &rw));
+    QJ_LOG(1, "gemm: weights packed for %s repacked for %s", isa_name(w->isa), isa_name(p->isa));
+    w = std::move(rw);
+  }
+  p->w = w;
+  const int64_t n = w->n;
+  if (p->isa >= QJ_ISA_AVX2) {
+    KernelKey key = KernelKey::zeroed();
+    key.op = KernelOp::kGemmFloat;
+    key.isa = static_cast<uint8_t>(p->isa);
+    key.a_type = QJ_F32;
+    key.b_type = w->dtype;
+    key.c_type = desc.c_type;
+    key.nr = static_cast<uint16_t>(w->nr);
+    key.has_bias = desc.bias != nullptr;
+    key.activation = desc.activation;
+    key.has_beta = desc.beta != 0.0f;
+    const int64_t n_tail = n % w->nr;
+    key.n_tail = static_cast<uint8_t>(n_tail);
+    key.param[0] = 1;
+    const int mr = std::max(1, gemm_float_max_mr(key, 14));
+    p->blk = float_blocking(*w, mr);
+    p->n_pad = w->n_panels * w->nr;
+    if (!fill_buffer(p->col_mult, p->n_pad * 4) || !fill_buffer(p->col_bias, p->n_pad * 4))
+      return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's column vectors");
+    float* ml = p->col_mult.data<float>();
+    float* bi = p->col_bias.data<float>();
+    for (int64_t c = 0; c < n; ++c) {
+      ml[c] = 1.0f;  // float weights have no scale: y = fma(acc, 1, bias) = acc + bias
+      bi[c] = desc.bias ? p->bias[c] : 0.0f;
+    }
+    cg::EpilogueConsts& k = p->consts;
+    k.f_lo = -16777216.0f;
+    k.f_hi = 16777216.0f;
+    k.beta = desc.beta;
+    k.zero = 0.0f;
+    for (int l = 0; l < 16; ++l) k.tail_mask[l] = l < n_tail ? -1 : 0;
+    const int lanes = p->isa >= QJ_ISA_AVX512 ? 16 : 8;
+    const int nrv = w->nr / lanes;
+    for (int r = 1; r <= mr; ++r) {
+      // Independent FMA chains: latency 4 x throughput 1 (zmm) or 2 (ymm) per cycle needs 4-8;
+      // K-interleaved sets supply them when the tile has few accumulators.
+      int sets = 1;
+      while (sets < 4 && r * nrv * sets < 8) sets *= 2;
+      key.mr = static_cast<uint8_t>(r);
+      key.param[0] = static_cast<uint32_t>(sets);
+      while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
+      KernelRef ref;
+      qj_status st = acquire_kernel(key, gemm_float_family(), &ref);
+      if (st != QJ_OK) {
+        QJ_LOG(1, "gemm: JIT declined (%s); falling back to the scalar reference", last_error());
+        p->kernels.clear();
+        p->ksets.clear();
+        break;
+      }
+      p->gen_us += ref.gen_us();
+      p->kernels.push_back(std::move(ref));
+      p->ksets.push_back(sets);
+    }
+    p->jit = !p->kernels.empty();
+  } else {
+    QJ_LOG(1, "gemm: isa cap is scalar: using the scalar reference");
+  }
+  if (!p->jit) {
+    cache_note_fallback();
+    ref::FloatWeights& r = p->ref_fw;
+    r.k = w->k;
+    r.n = n;
+    r.w.resize(w->k * n);
+    for (int64_t kk = 0; kk < w->k; ++kk)
+      for (int64_t c = 0; c < n; ++c) r.w[kk * n + c] = w->value(kk, c);
+  }
+  clear_error();
+  *out = std::move(p);
+  return QJ_OK;
+}
+
+}  // namespace
+
+namespace {
+
 struct Scratch {
   AlignedBuffer a_pack;
   std::vector<int32_t> row_sum;
-  std::vector<float> amax, inv, row_scale;
+  std::vector<float> amax, inv, pre, row_scale;
 };
 
 Scratch& scratch() {
@@ -228,8 +404,79 @@ Scratch& scratch() {
 
 }  // namespace
 
+namespace {
+
+qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                    int32_t tid, int32_t nth) {
+  const PackedWeights& w = *p.w;
+  const qj_gemm_desc& d = p.desc;
+  if (!p.jit) {
+    if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    ref::gemm_float(d, p.ref_fw, m, a, lda, c, ldc);
+    return QJ_OK;
+  }
+  Scratch& s = scratch();
+  const GemmBlocking& b = p.blk;
+  const int mr = b.mr;
+  const int64_t m_tiles = (m + mr - 1) / mr;
+  const int64_t n_panels = w.n_panels;
+  Range mt{0, m_tiles}, np{0, n_panels};
+  if (nth > 1) {
+    if (m_tiles >= 4 * nth || n_panels < nth)
+      mt = split_range(m_tiles, tid, nth);
+    else
+      np = split_range(n_panels, tid, nth);
+  }
+  if (mt.begin >= mt.end || np.begin >= np.end) return QJ_OK;
+
+  const size_t tile_bytes = static_cast<size_t>(w.kp) * mr * 4;
+  const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
+  if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
+  const int out_bytes = d.c_type == QJ_BF16 ? 2 : 4;
+  const size_t a_esz = d.a_type == QJ_BF16 ? 2 : 4;
+  const int64_t n_tail = w.n % w.nr;
+  const int64_t units = w.layout == PackLayout::kBf16Pair ? w.kp / 2 : w.kp;
+
+  GemmFloatArgs args;
+  args.consts = p.consts;
+  args.ldc = ldc * out_bytes;
+  args.row_scale = nullptr;
+  for (int64_t t0 = mt.begin; t0 < mt.end; t0 += mc_tiles) {
+    const int64_t t1 = std::min(mt.end, t0 + mc_tiles);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row0 = t * mr;
+      const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+      pack_a_float_tile(d.a_type, static_cast<const uint8_t*>(a) + row0 * lda * a_esz, lda, rows, rows,
+                        w.k, w.kp, reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
+    }
+    for (int64_t p0 = np.begin; p0 < np.end; p0 += b.nc_panels) {
+      const int64_t p1 = std::min(np.end, p0 + b.nc_panels);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t row0 = t * mr;
+        const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+        const int sets = p.ksets[rows - 1];
+        args.a = reinterpret_cast<const float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes);
+        args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
+        args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
+        args.k_main = units / sets;
+        args.k_rem = units % sets;
+        args.n_panels = p1 - p0;
+        args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;
+        args.col_mult = p.col_mult.data<float>() + p0 * w.nr;
+        args.col_bias = p.col_bias.data<float>() + p0 * w.nr;
+        p.kernels[rows - 1].fn<GemmFloatKernel>()(&args);
+      }
+    }
+  }
+  return QJ_OK;
+}
+
+}  // namespace
+
 qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                    int32_t tid, int32_t nth) {
+  if (p.kind == GemmKind::kFloat) return float_run(p, m, a, lda, c, ldc, tid, nth);
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
@@ -269,17 +516,26 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   }
   if (mt.begin >= mt.end || np.begin >= np.end) return QJ_OK;
 
+  const bool decoded = p.kind == GemmKind::kDecoded;
   const int64_t groups = w.groups();
-  const int64_t kgroups = w.k_groups();
+  // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
+  const int64_t kgroups = decoded ? w.kp / 4 : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
   const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   s.row_sum.resize(static_cast<size_t>(mc_tiles) * groups * mr);
   s.inv.resize(static_cast<size_t>(mc_tiles) * mr);
+  s.pre.resize(static_cast<size_t>(mc_tiles) * mr);
   s.row_scale.resize(static_cast<size_t>(mc_tiles) * mr);
 
   PackASpec spec{d.a_type, w.kg, w.k, w.kp, groups, !w.zero_points.empty()};
+  if (decoded) {
+    spec.kg = 4;
+    spec.row_sums = p.row_sums;
+    spec.signed_quads = true;
+    spec.row_sum_mult = p.row_sum_mult;
+  }
   const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
   const int64_t n_tail = w.n % w.nr;
 
@@ -290,7 +546,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   GemmIntArgs args;
   args.consts = p.consts;
   args.ldc = ldc * out_bytes;
-  args.k_groups = kgroups / groups;
+  args.k_groups = decoded ? w.group_steps() : kgroups / groups;
   args.groups = groups;
   args.col_stride = p.n_pad * 4;
 
@@ -302,16 +558,13 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
       const int64_t slot = t - t0;
       float* inv = s.inv.data() + slot * mr;
+      float* pre = s.pre.data() + slot * mr;
       float* rsc = s.row_scale.data() + slot * mr;
       if (dynamic)
-        for (int i = 0; i < rows; ++i) {
-          float am = s.amax[row0 + i];
-          inv[i] = am > 0.0f ? 127.0f / am : 0.0f;
-          rsc[i] = am > 0.0f ? am / 127.0f : 1.0f;
-        }
+        for (int i = 0; i < rows; ++i) dynamic_scales(s.amax[row0 + i], &inv[i], &pre[i], &rsc[i]);
       const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
       if (direct_row && rows == 1) continue;  // GEMV: the kernel streams the row of A in place
-      pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv,
+      pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv, pre,
                   s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr);
     }
     // Then every N block of this thread for these tiles.

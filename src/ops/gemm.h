@@ -1,6 +1,7 @@
 // The GEMM driver: plan creation (blocking, kernel keys, precomputed output-stage vectors) and
-// the run loop (partition, A packing, kernel calls). Integer weights go through the JIT kernels of
-// codegen/gemm_int; the scalar tier (or a key the generator declines) runs src/ref, and says so
+// the run loop (partition, A packing, kernel calls). Integer weights (S8, and S4 / U4 decoded in
+// the kernel) go through the JIT kernels of codegen/gemm_int, F16 / BF16 weights through
+// codegen/gemm_float; the scalar tier (or a key a generator declines) runs src/ref, and says so
 // in the verbose log.
 #pragma once
 #include <quantjit/quantjit.h>
@@ -8,10 +9,12 @@
 #include <memory>
 #include <vector>
 
+#include "codegen/gemm_float.h"
 #include "codegen/gemm_int.h"
 #include "src/core/buffer.h"
 #include "src/core/kernel_cache.h"
 #include "src/ops/int_weights.h"
+#include "src/ref/gemm_float_ref.h"
 #include "src/ref/gemm_ref.h"
 
 namespace qj {
@@ -22,7 +25,11 @@ struct GemmBlocking {
   int64_t nc_panels = 0;  // panels per N block (L2-resident B block)
 };
 
+// What the packed A tile and the kernels look like for the weight type.
+enum class GemmKind { kInt8, kDecoded, kFloat };
+
 struct GemmPlan {
+  GemmKind kind = GemmKind::kInt8;
   qj_gemm_desc desc{};
   std::vector<float> bias;  // copy of desc.bias
   std::shared_ptr<const PackedWeights> w;
@@ -34,7 +41,12 @@ struct GemmPlan {
   int64_t n_pad = 0;
   AlignedBuffer col_corr, b_zp, group_scale, col_mult, col_bias;  // [groups][n_pad] / [n_pad]
   cg::EpilogueConsts consts{};
-  ref::IntWeights ref_w;  // scalar path only
+  // Decoded weights (S4 / U4): A packed as s8 quads, row sums times row_sum_mult.
+  bool row_sums = false;
+  int32_t row_sum_mult = 1;
+  std::vector<int> ksets;   // float kernels: accumulator sets of kernels[r - 1]
+  ref::IntWeights ref_w;    // scalar path only (integer weights)
+  ref::FloatWeights ref_fw; // scalar path only (float weights)
   double gen_us = 0;      // generation time of the kernels this plan created (0 if all cached)
 };
 

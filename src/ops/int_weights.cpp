@@ -1,32 +1,102 @@
+// Packing of GEMM weights (S8, S4, U4, F16, BF16) into the panel layouts of int_weights.h, and
+// the fp32 -> weight-type quantization / conversion of qj_weights_quantize_pack.
+//
+// Packers read the source through an accessor (k, n) -> value, so no dense int32 copy of a large
+// matrix is ever made (LLM weights are hundreds of MiB).
 #include "src/ops/int_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "src/core/log.h"
 #include "src/core/status.h"
+#include "src/formats/half.h"
 
 namespace qj {
 
-int32_t weights_kg(qj_isa isa) { return isa >= QJ_ISA_AVX512_VNNI ? 4 : 2; }
+PackLayout weights_layout(qj_isa isa, qj_dtype dtype) {
+  switch (dtype) {
+    case QJ_S4:
+    case QJ_U4: return PackLayout::kNibble;
+    case QJ_F16: return PackLayout::kHalf;
+    case QJ_BF16: return PackLayout::kBf16Pair;
+    default: return isa >= QJ_ISA_AVX512_VNNI ? PackLayout::kQuad8 : PackLayout::kPair16;
+  }
+}
 
-int32_t weights_nr(qj_isa isa, int64_t n) {
+int32_t weights_kg(qj_isa isa, qj_dtype dtype) {
+  switch (weights_layout(isa, dtype)) {
+    case PackLayout::kQuad8: return 4;
+    case PackLayout::kNibble: return 8;
+    case PackLayout::kHalf: return 1;
+    default: return 2;
+  }
+}
+
+int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype) {
+  const int lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
+  if (dtype == QJ_S4 || dtype == QJ_U4) {
+    // Two zmm columns leave room for mr = 6 rows of int32 + fp32 group accumulators (VNNI). AVX2
+    // (16 registers) fits one ymm per row only.
+    if (isa < QJ_ISA_AVX512) return 8;
+    return n <= 16 ? 16 : 32;
+  }
+  if (dtype == QJ_F16 || dtype == QJ_BF16) {
+    // Two vectors per row: 14 rows x 2 zmm (or 6 x 2 ymm) accumulators, FBGEMM's shape.
+    return n <= lanes ? lanes : 2 * lanes;
+  }
   // Wide panels amortize A broadcasts; narrow N (e.g. 156800x16x36) gets narrow panels so no
   // columns are wasted. AVX2 has 16 registers: at most 2 ymm per row of the tile.
-  int lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
   int max_v = isa >= QJ_ISA_AVX512 ? 3 : 2;
   int64_t v = (n + lanes - 1) / lanes;
   if (v > max_v) v = max_v;
   return static_cast<int32_t>(v * lanes);
 }
 
+size_t PackedWeights::group_block_bytes() const {
+  return static_cast<size_t>(group_steps()) * nr * 4 + (gran == QJ_GRAN_GROUP ? nr * 4 : 0) +
+         (zp_vec ? nr * 4 : 0);
+}
+
+size_t PackedWeights::panel_bytes() const {
+  switch (layout) {
+    case PackLayout::kNibble: return static_cast<size_t>(groups()) * group_block_bytes();
+    case PackLayout::kHalf: return static_cast<size_t>(kp) * nr * 2;
+    default: return static_cast<size_t>(k_groups()) * nr * 4;  // quads, pairs, bf16 pairs
+  }
+}
+
 int32_t PackedWeights::q(int64_t kk, int64_t col) const {
-  int64_t panel = col / nr, c = col % nr;
-  size_t off = panel * panel_bytes() + (kk / kg) * nr * 4 + c * 4;
-  const uint8_t* p = packed.data<uint8_t>() + off;
+  const int64_t panel = col / nr, c = col % nr;
+  const uint8_t* base = packed.data<uint8_t>() + panel * panel_bytes();
+  if (layout == PackLayout::kNibble) {
+    const int64_t gk = kp / groups();
+    const int64_t g = kk / gk, s = (kk % gk) / 8, r = kk % 8;
+    uint8_t b = base[g * group_block_bytes() + s * nr * 4 + c * 4 + (r % 4)];
+    return static_cast<int32_t>(r < 4 ? (b & 15) : (b >> 4)) - nibble_offset();
+  }
+  const uint8_t* p = base + (kk / kg) * nr * 4 + c * 4;
   if (kg == 4) return static_cast<int8_t>(p[kk % 4]);
   int16_t v;
   std::memcpy(&v, p + (kk % 2) * 2, 2);
   return v;
+}
+
+uint16_t PackedWeights::code(int64_t kk, int64_t col) const {
+  const int64_t panel = col / nr, c = col % nr;
+  const uint8_t* base = packed.data<uint8_t>() + panel * panel_bytes();
+  uint16_t v;
+  if (layout == PackLayout::kHalf)
+    std::memcpy(&v, base + (kk * nr + c) * 2, 2);
+  else
+    std::memcpy(&v, base + (kk / 2) * nr * 4 + c * 4 + (kk % 2) * 2, 2);
+  return v;
+}
+
+float PackedWeights::value(int64_t kk, int64_t col) const {
+  uint16_t h = code(kk, col);
+  return dtype == QJ_F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
 float PackedWeights::scale(int64_t g, int64_t col) const {
@@ -42,11 +112,27 @@ int32_t PackedWeights::zp(int64_t g, int64_t col) const {
   return zero_points[g * n + col];
 }
 
+bool weights_match_isa(const PackedWeights& w, qj_isa isa) {
+  return w.layout == weights_layout(isa, w.dtype) && w.kg == weights_kg(isa, w.dtype) &&
+         w.nr == weights_nr(isa, w.n, w.dtype);
+}
+
+namespace {
+
+bool is_int_type(qj_dtype t) { return t == QJ_S8 || t == QJ_S4 || t == QJ_U4; }
+bool is_float_type(qj_dtype t) { return t == QJ_F16 || t == QJ_BF16; }
+
+void zp_range(qj_dtype t, int* lo, int* hi) {
+  *lo = t == QJ_S8 ? -128 : (t == QJ_S4 ? -8 : 0);
+  *hi = t == QJ_S8 ? 127 : (t == QJ_S4 ? 7 : 15);
+}
+
+}  // namespace
+
 qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
   if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "desc is NULL");
-  if (d->dtype != QJ_S8) {
-    if (d->dtype == QJ_S4 || d->dtype == QJ_U4 || d->dtype == QJ_F16 || d->dtype == QJ_BF16 ||
-        (d->dtype >= QJ_MXFP8_E4M3 && d->dtype <= QJ_BDR_MX4))
+  if (!is_int_type(d->dtype) && !is_float_type(d->dtype)) {
+    if (d->dtype >= QJ_MXFP8_E4M3 && d->dtype <= QJ_BDR_MX4)
       return fail(QJ_ERR_UNSUPPORTED, "desc->dtype=%s weights are not implemented yet",
                   qj_dtype_name(d->dtype));
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->dtype=%d is not a weight type",
@@ -60,6 +146,13 @@ qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k*desc->n=%lld is too large", (long long)(d->k * d->n));
   if (d->layout != QJ_LAYOUT_KN && d->layout != QJ_LAYOUT_NK)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=%d is not a qj_layout", (int)d->layout);
+  if (is_float_type(d->dtype)) {
+    // Float weights carry no quantization parameters; granularity and group_size are ignored.
+    if (d->scales || d->zero_points)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->scales and desc->zero_points must be NULL for %s weights",
+                  qj_dtype_name(d->dtype));
+    return QJ_OK;
+  }
   if (d->granularity != QJ_GRAN_TENSOR && d->granularity != QJ_GRAN_CHANNEL &&
       d->granularity != QJ_GRAN_GROUP)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->granularity=%d is not tensor, channel or group",
@@ -68,9 +161,10 @@ qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
     if (d->group_size <= 0 || d->k % d->group_size != 0)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->group_size=%lld does not divide k=%lld",
                   (long long)d->group_size, (long long)d->k);
-    if (d->group_size % 4 != 0 && d->group_size != d->k)
-      return fail(QJ_ERR_UNSUPPORTED, "desc->group_size=%lld: groups must be a multiple of 4",
-                  (long long)d->group_size);
+    const int mult = d->dtype == QJ_S8 ? 4 : 8;  // a group is whole packed K steps
+    if (d->group_size % mult != 0 && d->group_size != d->k)
+      return fail(QJ_ERR_UNSUPPORTED, "desc->group_size=%lld: %s groups must be a multiple of %d",
+                  (long long)d->group_size, qj_dtype_name(d->dtype), mult);
   }
   if (!quantized) {
     if (d->scales || d->zero_points)
@@ -86,48 +180,117 @@ qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
     if (!std::isfinite(d->scales[i]) || !(d->scales[i] > 0.0f))
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->scales[%lld]=%g must be finite and > 0",
                   (long long)i, (double)d->scales[i]);
-  if (d->zero_points)
+  if (d->zero_points) {
+    int lo, hi;
+    zp_range(d->dtype, &lo, &hi);
     for (int64_t i = 0; i < count; ++i)
-      if (d->zero_points[i] < -128 || d->zero_points[i] > 127)
-        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->zero_points[%lld]=%d is outside [-128, 127]",
-                    (long long)i, d->zero_points[i]);
+      if (d->zero_points[i] < lo || d->zero_points[i] > hi)
+        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->zero_points[%lld]=%d is outside [%d, %d]",
+                    (long long)i, d->zero_points[i], lo, hi);
+  }
   return QJ_OK;
+}
+
+void set_weights_geometry(PackedWeights* w, qj_isa isa) {
+  w->isa = isa;
+  w->layout = weights_layout(isa, w->dtype);
+  w->kg = weights_kg(isa, w->dtype);
+  w->nr = weights_nr(isa, w->n, w->dtype);
+  w->kp = (w->k + w->kg - 1) / w->kg * w->kg;
+  w->n_panels = (w->n + w->nr - 1) / w->nr;
+  w->zp_vec = w->is_int4() && !w->zero_points.empty() && w->gran != QJ_GRAN_TENSOR;
 }
 
 namespace {
 
-// Fills geometry and packs q(k, n) given by a callback-free dense K x N int32 matrix.
-qj_status pack_dense(PackedWeights* w, const std::vector<int32_t>& q, qj_isa isa) {
-  w->isa = isa;
-  w->kg = weights_kg(isa);
-  w->nr = weights_nr(isa, w->n);
-  w->kp = (w->k + w->kg - 1) / w->kg * w->kg;
-  w->n_panels = (w->n + w->nr - 1) / w->nr;
-  if (!w->packed.allocate(w->n_panels * w->panel_bytes()))
-    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights",
-                static_cast<size_t>(w->n_panels * w->panel_bytes()));
+qj_status allocate(PackedWeights* w) {
+  const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
+  if (!w->packed.allocate(bytes))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
+  return QJ_OK;
+}
+
+// Packs integer weights q(k, n) (get(kk, col) -> int32) into w's layout for `isa`; w holds the
+// type, shape and quantization parameters already.
+template <class Get>
+qj_status pack_int(PackedWeights* w, qj_isa isa, const Get& get) {
+  set_weights_geometry(w, isa);
+  QJ_TRY(allocate(w));
   uint8_t* base = w->packed.data<uint8_t>();
-  const int64_t n = w->n, k = w->k;
-  for (int64_t p = 0; p < w->n_panels; ++p) {
-    uint8_t* panel = base + p * w->panel_bytes();
-    for (int64_t kk = 0; kk < k; ++kk) {
-      int64_t g = kk / w->kg, r = kk % w->kg;
-      uint8_t* row = panel + g * w->nr * 4;
-      for (int64_t c = 0; c < w->nr && p * w->nr + c < n; ++c) {
-        int32_t v = q[kk * n + p * w->nr + c];
-        if (w->kg == 4) {
-          row[c * 4 + r] = static_cast<uint8_t>(static_cast<int8_t>(v));
-        } else {
-          int16_t s = static_cast<int16_t>(v);
-          std::memcpy(row + c * 4 + r * 2, &s, 2);
+  const int64_t n = w->n, k = w->k, nr = w->nr;
+  const int64_t groups = w->groups(), gk = k / groups;
+  if (w->layout == PackLayout::kNibble) {
+    const int32_t off = w->nibble_offset();
+    const int64_t gsteps = w->group_steps(), gkp = gsteps * 8;
+    for (int64_t p = 0; p < w->n_panels; ++p) {
+      const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
+      for (int64_t g = 0; g < groups; ++g) {
+        uint8_t* blk = base + p * w->panel_bytes() + g * w->group_block_bytes();
+        for (int64_t s = 0; s < gsteps; ++s)
+          for (int r = 0; r < 8; ++r) {
+            const int64_t kk = g * gkp + s * 8 + r;
+            if (kk >= k) continue;  // padding stays u = 0
+            uint8_t* row = blk + s * nr * 4 + (r % 4);
+            const int shift = r < 4 ? 0 : 4;
+            for (int64_t c = 0; c < live; ++c)
+              row[c * 4] |= static_cast<uint8_t>(((get(kk, c0 + c) + off) & 15) << shift);
+          }
+        uint8_t* params = blk + gsteps * nr * 4;
+        if (w->gran == QJ_GRAN_GROUP) {
+          float* sc = reinterpret_cast<float*>(params);
+          for (int64_t c = 0; c < live; ++c) sc[c] = w->scale(g, c0 + c);
+          params += nr * 4;
+        }
+        if (w->zp_vec) {
+          int32_t* z = reinterpret_cast<int32_t*>(params);
+          for (int64_t c = 0; c < live; ++c) z[c] = w->zp(g, c0 + c) + off;
+        }
+      }
+    }
+  } else {
+    for (int64_t p = 0; p < w->n_panels; ++p) {
+      uint8_t* panel = base + p * w->panel_bytes();
+      for (int64_t kk = 0; kk < k; ++kk) {
+        int64_t g = kk / w->kg, r = kk % w->kg;
+        uint8_t* row = panel + g * nr * 4;
+        for (int64_t c = 0; c < nr && p * nr + c < n; ++c) {
+          int32_t v = get(kk, p * nr + c);
+          if (w->kg == 4) {
+            row[c * 4 + r] = static_cast<uint8_t>(static_cast<int8_t>(v));
+          } else {
+            int16_t s = static_cast<int16_t>(v);
+            std::memcpy(row + c * 4 + r * 2, &s, 2);
+          }
         }
       }
     }
   }
-  int64_t groups = w->groups(), gk = k / groups;
   w->colsum.assign(groups * n, 0);
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t c = 0; c < n; ++c) w->colsum[(kk / gk) * n + c] += q[kk * n + c];
+    for (int64_t c = 0; c < n; ++c) w->colsum[(kk / gk) * n + c] += get(kk, c);
+  return QJ_OK;
+}
+
+// Packs fp16 / bf16 codes (get(kk, col) -> uint16).
+template <class Get>
+qj_status pack_half(PackedWeights* w, qj_isa isa, const Get& get) {
+  set_weights_geometry(w, isa);
+  QJ_TRY(allocate(w));
+  uint8_t* base = w->packed.data<uint8_t>();
+  const int64_t nr = w->nr;
+  for (int64_t p = 0; p < w->n_panels; ++p) {
+    uint8_t* panel = base + p * w->panel_bytes();
+    const int64_t c0 = p * nr, live = std::min<int64_t>(nr, w->n - c0);
+    for (int64_t kk = 0; kk < w->k; ++kk) {
+      uint8_t* row = w->layout == PackLayout::kHalf ? panel + kk * nr * 2
+                                                    : panel + (kk / 2) * nr * 4 + (kk % 2) * 2;
+      const int64_t step = w->layout == PackLayout::kHalf ? 2 : 4;
+      for (int64_t c = 0; c < live; ++c) {
+        uint16_t h = get(kk, c0 + c);
+        std::memcpy(row + c * step, &h, 2);
+      }
+    }
+  }
   return QJ_OK;
 }
 
@@ -135,6 +298,11 @@ void copy_params(const qj_weights_desc& d, PackedWeights* w) {
   w->dtype = d.dtype;
   w->k = d.k;
   w->n = d.n;
+  if (is_float_type(d.dtype)) {
+    w->gran = QJ_GRAN_TENSOR;
+    w->group_size = 0;
+    return;
+  }
   w->gran = d.granularity;
   w->group_size = d.granularity == QJ_GRAN_GROUP ? d.group_size : 0;
   // A single group spanning K is per-channel quantization.
@@ -144,27 +312,47 @@ void copy_params(const qj_weights_desc& d, PackedWeights* w) {
   }
 }
 
+int64_t param_count(const qj_weights_desc& d) {
+  return d.granularity == QJ_GRAN_TENSOR ? 1
+         : d.granularity == QJ_GRAN_CHANNEL ? d.n
+                                            : (d.k / d.group_size) * d.n;
+}
+
 }  // namespace
 
 qj_status pack_int_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
                            std::shared_ptr<PackedWeights>* out) {
   auto w = std::make_shared<PackedWeights>();
   copy_params(d, w.get());
-  int64_t count = d.granularity == QJ_GRAN_TENSOR ? 1
-                  : d.granularity == QJ_GRAN_CHANNEL ? d.n
-                                                     : (d.k / d.group_size) * d.n;
+  const bool kn = d.layout == QJ_LAYOUT_KN;
+  if (is_float_type(d.dtype)) {
+    const uint16_t* src = static_cast<const uint16_t*>(data);
+    QJ_TRY(pack_half(w.get(), isa, [&](int64_t kk, int64_t c) { return kn ? src[kk * ld + c] : src[c * ld + kk]; }));
+    *out = std::move(w);
+    return QJ_OK;
+  }
+  const int64_t count = param_count(d);
   w->scales.assign(d.scales, d.scales + count);
   if (d.zero_points) {
     bool any = false;
     for (int64_t i = 0; i < count; ++i) any |= d.zero_points[i] != 0;
     if (any) w->zero_points.assign(d.zero_points, d.zero_points + count);
   }
-  std::vector<int32_t> q(d.k * d.n);
-  const int8_t* src = static_cast<const int8_t*>(data);
-  for (int64_t kk = 0; kk < d.k; ++kk)
-    for (int64_t c = 0; c < d.n; ++c)
-      q[kk * d.n + c] = d.layout == QJ_LAYOUT_KN ? src[kk * ld + c] : src[c * ld + kk];
-  QJ_TRY(pack_dense(w.get(), q, isa));
+  if (d.dtype == QJ_S8) {
+    const int8_t* src = static_cast<const int8_t*>(data);
+    QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t {
+      return kn ? src[kk * ld + c] : src[c * ld + kk];
+    }));
+  } else {
+    // Nibbles: element (k, n) is nibble k % 2 of byte (k/2)*ld + n (KN) or n*ld + k/2 (NK).
+    const uint8_t* src = static_cast<const uint8_t*>(data);
+    const bool s4 = d.dtype == QJ_S4;
+    QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t {
+      uint8_t b = kn ? src[(kk >> 1) * ld + c] : src[c * ld + (kk >> 1)];
+      int32_t v = (kk & 1) ? (b >> 4) : (b & 15);
+      return s4 ? (v ^ 8) - 8 : v;  // sign-extend the nibble
+    }));
+  }
   *out = std::move(w);
   return QJ_OK;
 }
@@ -175,31 +363,81 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
   copy_params(d, w.get());
   const int64_t k = d.k, n = d.n;
   auto at = [&](int64_t kk, int64_t c) { return d.layout == QJ_LAYOUT_KN ? src[kk * ld + c] : src[c * ld + kk]; };
+
+  if (is_float_type(d.dtype)) {
+    // Round to nearest even; a finite value whose rounding would overflow to +-inf is clamped to
+    // the largest finite value and counted. inf and nan are kept (both formats have them).
+    const bool f16 = d.dtype == QJ_F16;
+    int64_t clamped = 0;
+    QJ_TRY(pack_half(w.get(), isa, [&](int64_t kk, int64_t c) -> uint16_t {
+      const float x = at(kk, c);
+      uint16_t h = f16 ? f32_to_f16(x) : f32_to_bf16(x);
+      const uint16_t mag = h & 0x7fff, inf = f16 ? 0x7c00 : 0x7f80;
+      if (mag == inf && std::isfinite(x)) {
+        ++clamped;
+        h = static_cast<uint16_t>((h & 0x8000) | (f16 ? 0x7bff : 0x7f7f));
+      }
+      return h;
+    }));
+    w->clamped = clamped;
+    if (clamped)
+      QJ_LOG(1, "weights: %lld of %lld fp32 values exceed the %s range and were clamped to +-%g",
+             (long long)clamped, (long long)(k * n), qj_dtype_name(d.dtype),
+             f16 ? 65504.0 : 3.3895313892515355e38);
+    *out = std::move(w);
+    return QJ_OK;
+  }
+
   for (int64_t kk = 0; kk < k; ++kk)
     for (int64_t c = 0; c < n; ++c)
       if (!std::isfinite(at(kk, c)))
         return fail(QJ_ERR_INVALID_ARGUMENT, "w[k=%lld][n=%lld]=%g is not finite", (long long)kk,
                     (long long)c, (double)at(kk, c));
-  // Symmetric: scale = amax / 127 over each channel (tensor: everything; group: the group).
-  int64_t groups = w->gran == QJ_GRAN_GROUP ? k / w->group_size : 1;
-  int64_t gk = k / groups;
-  int64_t count = w->gran == QJ_GRAN_TENSOR ? 1 : groups * n;
+  const int64_t groups = w->gran == QJ_GRAN_GROUP ? k / w->group_size : 1;
+  const int64_t gk = k / groups;
+  const int64_t count = w->gran == QJ_GRAN_TENSOR ? 1 : groups * n;
+  auto idx_of = [&](int64_t kk, int64_t c) { return w->gran == QJ_GRAN_TENSOR ? 0 : (kk / gk) * n + c; };
+  w->scales.resize(count);
+  if (d.dtype == QJ_U4) {
+    // Asymmetric: the range [min(0, lo), max(0, hi)] mapped onto 0..15.
+    std::vector<float> lo(count, 0.0f), hi(count, 0.0f);
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t c = 0; c < n; ++c) {
+        const int64_t i = idx_of(kk, c);
+        lo[i] = std::fmin(lo[i], at(kk, c));
+        hi[i] = std::fmax(hi[i], at(kk, c));
+      }
+    std::vector<int32_t> zp(count);
+    bool any = false;
+    for (int64_t i = 0; i < count; ++i) {
+      float range = hi[i] - lo[i];
+      w->scales[i] = range > 0.0f && std::isfinite(range) ? range / 15.0f : 1.0f;
+      float z = std::nearbyint(-lo[i] / w->scales[i]);
+      zp[i] = static_cast<int32_t>(std::fmin(std::fmax(z, 0.0f), 15.0f));
+      any |= zp[i] != 0;
+    }
+    if (any) w->zero_points = zp;
+    QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t {
+      const int64_t i = idx_of(kk, c);
+      float t = std::nearbyint(at(kk, c) / w->scales[i]) + static_cast<float>(w->zp(kk / gk, c));
+      return static_cast<int32_t>(std::fmin(std::fmax(t, 0.0f), 15.0f));
+    }));
+    *out = std::move(w);
+    return QJ_OK;
+  }
+  // Symmetric: scale = amax / qmax over each channel (tensor: everything; group: the group).
+  const float qmax = d.dtype == QJ_S8 ? 127.0f : 7.0f;
   std::vector<float> amax(count, 0.0f);
   for (int64_t kk = 0; kk < k; ++kk)
     for (int64_t c = 0; c < n; ++c) {
-      int64_t idx = w->gran == QJ_GRAN_TENSOR ? 0 : (kk / gk) * n + c;
-      amax[idx] = std::fmax(amax[idx], std::fabs(at(kk, c)));
+      const int64_t i = idx_of(kk, c);
+      amax[i] = std::fmax(amax[i], std::fabs(at(kk, c)));
     }
-  w->scales.resize(count);
-  for (int64_t i = 0; i < count; ++i) w->scales[i] = amax[i] > 0.0f ? amax[i] / 127.0f : 1.0f;
-  std::vector<int32_t> q(k * n);
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t c = 0; c < n; ++c) {
-      int64_t idx = w->gran == QJ_GRAN_TENSOR ? 0 : (kk / gk) * n + c;
-      float t = std::nearbyint(at(kk, c) / w->scales[idx]);
-      q[kk * n + c] = static_cast<int32_t>(std::fmin(std::fmax(t, -127.0f), 127.0f));
-    }
-  QJ_TRY(pack_dense(w.get(), q, isa));
+  for (int64_t i = 0; i < count; ++i) w->scales[i] = amax[i] > 0.0f ? amax[i] / qmax : 1.0f;
+  QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t {
+    float t = std::nearbyint(at(kk, c) / w->scales[idx_of(kk, c)]);
+    return static_cast<int32_t>(std::fmin(std::fmax(t, -qmax), qmax));
+  }));
   *out = std::move(w);
   return QJ_OK;
 }
@@ -213,10 +451,11 @@ qj_status repack_int_weights(const PackedWeights& src, qj_isa isa, std::shared_p
   w->group_size = src.group_size;
   w->scales = src.scales;
   w->zero_points = src.zero_points;
-  std::vector<int32_t> q(src.k * src.n);
-  for (int64_t kk = 0; kk < src.k; ++kk)
-    for (int64_t c = 0; c < src.n; ++c) q[kk * src.n + c] = src.q(kk, c);
-  QJ_TRY(pack_dense(w.get(), q, isa));
+  w->clamped = src.clamped;
+  if (src.is_float())
+    QJ_TRY(pack_half(w.get(), isa, [&](int64_t kk, int64_t c) { return src.code(kk, c); }));
+  else
+    QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) { return src.q(kk, c); }));
   *out = std::move(w);
   return QJ_OK;
 }

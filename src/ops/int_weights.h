@@ -1,11 +1,26 @@
-// Packed integer weights (S8 now; the INT4 issue extends the same object): quantization
-// parameters, the packed panels in the layout of one ISA tier, and the column sums the zero-point
-// corrections need. Packed once, shared (read-only) by every plan made from it.
+// Packed weights of every GEMM family: quantization parameters, the packed panels in the layout
+// of one ISA tier, and what the zero-point corrections need. Packed once, shared (read-only) by
+// every plan made from it. One object for integer (S8, S4, U4) and float (F16, BF16) weights:
+// `layout` says how `packed` is organised, the rest of the object is common.
 //
-// Layout of `packed` (docs/kernel-contract.md): N is cut into panels of nr columns (the last one
-// zero-padded); each panel holds kp/kg groups of K; each group is nr columns x 4 bytes:
-//   kg = 4 (avx512_vnni): 4 consecutive s8 values of K for one column (vpdpbusd quads);
-//   kg = 2 (avx512, avx2, scalar): 2 consecutive s16 values of K for one column (vpmaddwd pairs).
+// Layouts of `packed` (docs/kernel-contract.md). N is cut into panels of nr columns (the last one
+// zero-padded); panels are contiguous, panel_bytes() each.
+//   kQuad8  (s8, avx512_vnni)   kg = 4: per K group of 4, nr columns x 4 consecutive s8 of K
+//                               (vpdpbusd quads).
+//   kPair16 (s8, avx512, avx2)  kg = 2: per K group of 2, nr columns x 2 consecutive s16 of K
+//                               (vpmaddwd pairs).
+//   kNibble (s4, u4, every tier) kg = 8: per scale group (or all of K when not grouped):
+//                 steps of 8 K: nr columns x 4 bytes; byte r (0..3) of column c holds
+//                   low nibble = u(k0 + r, c), high nibble = u(k0 + 4 + r, c)
+//                 with u = q + 8 for S4 (0..15) and u = q for U4, so one vpand gives the quads of
+//                 k0..k0+3 and one shift + vpand the quads of k0+4..k0+7 (codegen/weight_decode);
+//                 then, grouped only, nr fp32 scales of the group; then, when zp_vec, nr int32
+//                 z(g, c) = zero_point + 8 (S4) or zero_point (U4). Group parameters sit inline so
+//                 that a panel is one sequential stream (M = 1 is bandwidth bound). Padding
+//                 (K to a multiple of 8, columns past N) holds u = 0 and scale 0.
+//   kHalf   (f16)   kg = 1: per k, nr fp16 values (one vcvtph2ps per vector).
+//   kBf16Pair (bf16) kg = 2: per pair of K, nr dwords: low half bf16(k, c), high half bf16(k+1, c)
+//                   (vpslld 16 gives k, vpandd 0xffff0000 gives k + 1). Odd K is padded with +0.
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -17,41 +32,65 @@
 
 namespace qj {
 
+enum class PackLayout : int32_t { kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4 };
+
 struct PackedWeights {
   qj_dtype dtype = QJ_S8;
   int64_t k = 0, n = 0;
   qj_granularity gran = QJ_GRAN_TENSOR;
   int64_t group_size = 0;            // QJ_GRAN_GROUP only
-  std::vector<float> scales;         // 1, n or groups*n
+  std::vector<float> scales;         // 1, n or groups*n (empty for float weights)
   std::vector<int32_t> zero_points;  // same count, or empty when all zero
   qj_isa isa = QJ_ISA_SCALAR;        // tier whose layout `packed` uses
-  int32_t nr = 0, kg = 0;
+  PackLayout layout = PackLayout::kQuad8;
+  int32_t nr = 0, kg = 0;            // panel width; K values per packed step of one column
   int64_t kp = 0;                    // K padded to a multiple of kg
   int64_t n_panels = 0;
+  bool zp_vec = false;               // kNibble: per-column z vector inline after each group
+  int64_t clamped = 0;               // float weights converted from fp32: values clamped to +-max
   AlignedBuffer packed;
-  std::vector<int32_t> colsum;       // [groups][n]: sum of q over the group's K
+  std::vector<int32_t> colsum;       // [groups][n]: sum of q over the group's K (integer weights)
 
+  bool is_float() const { return dtype == QJ_F16 || dtype == QJ_BF16; }
+  bool is_int4() const { return dtype == QJ_S4 || dtype == QJ_U4; }
   int64_t groups() const { return gran == QJ_GRAN_GROUP ? k / group_size : 1; }
   int64_t k_groups() const { return kp / kg; }
-  size_t panel_bytes() const { return static_cast<size_t>(k_groups()) * nr * 4; }
-  int32_t q(int64_t kk, int64_t col) const;  // read back one quantized value
+  // kNibble: 8-K steps per scale group, and the bytes of one group block of a panel.
+  int64_t group_steps() const { return kp / groups() / 8; }
+  size_t group_block_bytes() const;
+  size_t panel_bytes() const;
+  int32_t nibble_offset() const { return dtype == QJ_S4 ? 8 : 0; }  // u = q + offset
+  int32_t q(int64_t kk, int64_t col) const;       // read back one quantized value (integer)
+  uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)
+  float value(int64_t kk, int64_t col) const;     // decoded float weight (float)
   float scale(int64_t g, int64_t col) const;
   int32_t zp(int64_t g, int64_t col) const;
 };
 
-// Panel geometry of a tier for N columns.
-int32_t weights_nr(qj_isa isa, int64_t n);
-int32_t weights_kg(qj_isa isa);
+// Panel geometry of a tier for N columns and a weight type.
+int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype = QJ_S8);
+int32_t weights_kg(qj_isa isa, qj_dtype dtype = QJ_S8);
+PackLayout weights_layout(qj_isa isa, qj_dtype dtype);
 
 // Validates desc (for packing integers when `quantized`, or for quantizing fp32 otherwise).
+// Handles every weight type (the name predates S4/U4/F16/BF16).
 qj_status check_int_weights_desc(const qj_weights_desc* desc, bool quantized);
+// Packs ready data: S8 bytes, S4/U4 nibbles (ld in bytes), F16/BF16 codes (ld in elements).
 qj_status pack_int_weights(const qj_weights_desc& desc, const void* data, int64_t ld, qj_isa isa,
                            std::shared_ptr<PackedWeights>* out);
-// Symmetric quantization of fp32 weights (per channel or per group: amax / 127), then packing.
+// From fp32: S8 symmetric (amax / 127), S4 symmetric (amax / 7, q in [-7, 7]), U4 asymmetric
+// (min/max with 0 included: scale (max - min) / 15, zero point rne(-min / scale)), per channel or
+// per group; F16 / BF16 by round-to-nearest-even conversion, finite values beyond the format's
+// largest finite value clamped to it and counted in `clamped` (logged at QJ_VERBOSE=1).
 qj_status quantize_int_weights(const qj_weights_desc& desc, const float* w, int64_t ld, qj_isa isa,
                                std::shared_ptr<PackedWeights>* out);
 // The same weights in the layout of another tier.
 qj_status repack_int_weights(const PackedWeights& w, qj_isa isa, std::shared_ptr<PackedWeights>* out);
+// Fills layout, kg, nr, kp, n_panels and zp_vec of `w` (type, shape, granularity and zero points
+// set) for `isa`: the one definition of the geometry, used by packing and by deserialization.
+void set_weights_geometry(PackedWeights* w, qj_isa isa);
+// True when `w` is already in the layout `isa` uses.
+bool weights_match_isa(const PackedWeights& w, qj_isa isa);
 
 // Versioned, checksummed images (see serialize.cpp for the format).
 size_t weights_serialized_size(const PackedWeights& w);

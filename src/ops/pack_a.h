@@ -3,6 +3,14 @@
 // A tile of mr rows is stored K-group-major: for each group of kg K values, mr rows x 4 bytes
 // (kg = 4: u8 quads for vpdpbusd; kg = 2: s16 pairs for vpmaddwd). K is zero-padded to the group.
 // s8 A on the VNNI path is shifted to u8 (+128) and its zero point with it, exactly.
+//
+// INT4 (and other decoded) weights swap the operands' roles: the decoded weights are the unsigned
+// operand of vpdpbusd / vpmaddubsw and A the signed one, so A is packed as s8 quads
+// (signed_quads): u8 A shifted by -128, s8 and dynamically quantized A as they are. Row sums are
+// then multiplied by row_sum_mult (the kernel adds them as they are: -z * sum for a constant
+// weight zero point z).
+//
+// The float-weight kernels take A as fp32 (bf16 widened exactly), K-major per tile.
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -16,6 +24,8 @@ struct PackASpec {
   int64_t k, kp;       // real and padded K
   int64_t groups;      // scale groups along K (row sums per group)
   bool row_sums;       // compute row sums (weights have zero points)
+  bool signed_quads = false;   // kg == 4: keep A signed (u8 - 128, s8 / dynamic as is)
+  int32_t row_sum_mult = 1;    // row_sum = mult * sum (mod 2^32)
 };
 
 // Amax of each row of fp32/bf16 A. Returns the first row holding a non-finite value, or -1.
@@ -23,8 +33,18 @@ int64_t row_amax(qj_dtype a_type, const void* a, int64_t lda, int64_t m, int64_t
 
 // Packs rows [0, mr_t) of A (pointer at the first row) into `dst` (k_groups x mr x 4 bytes), with
 // row_sum[g * mr + i] = sum over group g of the packed (shifted) values when spec.row_sums.
-// inv_scale[i] = 127 / amax of row i (dynamic A only).
+// Dynamic A only: q = clamp(rne((v * pre_scale[i]) * inv_scale[i]), -127, 127) with
+// inv_scale[i] = 127 / amax and pre_scale[i] = 1, or, when 127 / amax overflows fp32 (amax below
+// ~3.7e-37), pre_scale[i] = 2^100 and inv_scale[i] = 127 / (amax * 2^100) (both exact powers of
+// two scalings; see dynamic_scales). src/ref/gemm_ref.cpp defines the same.
 void pack_a_tile(const PackASpec& spec, const void* a, int64_t lda, int mr, int mr_t,
-                 const float* inv_scale, uint8_t* dst, int32_t* row_sum);
+                 const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum);
+// The per-row factors above and the row's dequantization scale (amax / 127; 1 when amax = 0).
+void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_scale);
+
+// Packs rows [0, mr_t) of fp32 / bf16 A into `dst` as kp x mr floats (dst[k * mr + i]); rows past
+// mr_t and k past K are +0.
+void pack_a_float_tile(qj_dtype a_type, const void* a, int64_t lda, int mr, int mr_t, int64_t k,
+                       int64_t kp, float* dst);
 
 }  // namespace qj

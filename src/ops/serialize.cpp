@@ -6,6 +6,9 @@
 // A reader rejects a wrong magic or a short/long buffer (QJ_ERR_CORRUPT_DATA), another format
 // version (QJ_ERR_VERSION_MISMATCH), a checksum mismatch or inconsistent fields
 // (QJ_ERR_CORRUPT_DATA). Panels packed for another ISA tier are repacked for the current one.
+// Every weight type shares the format: the packed layout is implied by (dtype, isa) and checked
+// against set_weights_geometry; float weights have no scales, zero points or column sums, and
+// keep their pack-time clamp count in `clamped` (the former reserved2, 0 in older images).
 #include <cstring>
 
 #include "src/core/status.h"
@@ -25,12 +28,12 @@ struct Header {
   int32_t dtype, gran, isa, nr, kg, reserved;
   int64_t k, n, group_size, kp, n_panels;
   uint64_t n_scales, n_zps, packed_bytes, n_colsum;
-  uint64_t reserved2;
+  uint64_t clamped;
 };
 static_assert(sizeof(Header) == 128, "stable header size");
 
 uint64_t fnv1a(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // the FNV-1a-64 offset basis
   for (size_t i = 0; i < n; ++i) {
     h ^= p[i];
     h *= 1099511628211ull;
@@ -72,6 +75,7 @@ qj_status weights_serialize(const PackedWeights& w, void* buf, size_t size) {
   h.n_zps = w.zero_points.size();
   h.packed_bytes = w.n_panels * w.panel_bytes();
   h.n_colsum = w.colsum.size();
+  h.clamped = static_cast<uint64_t>(w.clamped);
   uint8_t* p = static_cast<uint8_t*>(buf);
   uint8_t* q = p;
   auto put = [&](const void* src, size_t n) {
@@ -108,33 +112,41 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   if (fnv1a(p, size - 8) != sum)
     return fail(QJ_ERR_CORRUPT_DATA, "checksum mismatch: the weights image is corrupted");
   // Fields must describe a well-formed object (the checksum does not prove that the writer was us).
-  qj_isa img_isa = static_cast<qj_isa>(h.isa);
-  bool ok = h.dtype == QJ_S8 && h.k > 0 && h.n > 0 && h.k <= (int64_t(1) << 31) &&
+  const qj_dtype dt = static_cast<qj_dtype>(h.dtype);
+  const bool int_type = dt == QJ_S8 || dt == QJ_S4 || dt == QJ_U4;
+  const bool float_type = dt == QJ_F16 || dt == QJ_BF16;
+  bool ok = (int_type || float_type) && h.k > 0 && h.n > 0 && h.k <= (int64_t(1) << 31) &&
             h.n <= (int64_t(1) << 31) && h.isa >= QJ_ISA_SCALAR && h.isa <= QJ_ISA_AVX512_VNNI &&
-            h.kg == weights_kg(img_isa) && h.nr == weights_nr(img_isa, h.n) &&
-            h.kp == (h.k + h.kg - 1) / h.kg * h.kg && h.n_panels == (h.n + h.nr - 1) / h.nr &&
             (h.gran == QJ_GRAN_TENSOR || h.gran == QJ_GRAN_CHANNEL || h.gran == QJ_GRAN_GROUP);
-  if (ok && h.gran == QJ_GRAN_GROUP) ok = h.group_size > 0 && h.k % h.group_size == 0;
-  int64_t groups = ok && h.gran == QJ_GRAN_GROUP ? h.k / h.group_size : 1;
-  uint64_t count = h.gran == QJ_GRAN_TENSOR ? 1 : h.gran == QJ_GRAN_CHANNEL ? h.n : groups * h.n;
-  if (ok)
+  if (ok && h.gran == QJ_GRAN_GROUP)
+    ok = int_type && h.group_size > 0 && h.group_size < h.k && h.k % h.group_size == 0 &&
+         h.group_size % (dt == QJ_S8 ? 4 : 8) == 0;
+  if (ok && float_type)
+    ok = h.gran == QJ_GRAN_TENSOR && h.n_scales == 0 && h.n_zps == 0 && h.n_colsum == 0;
+  if (ok && !float_type) ok = h.clamped == 0;
+  const qj_isa img_isa = static_cast<qj_isa>(h.isa);
+  auto w = std::make_shared<PackedWeights>();
+  if (ok) {
+    w->dtype = dt;
+    w->k = h.k;
+    w->n = h.n;
+    w->gran = static_cast<qj_granularity>(h.gran);
+    w->group_size = h.gran == QJ_GRAN_GROUP ? h.group_size : 0;
+    const int64_t groups = w->groups();
+    const uint64_t count = float_type ? 0 : h.gran == QJ_GRAN_TENSOR ? 1 : groups * h.n;
     ok = h.n_scales == count && (h.n_zps == 0 || h.n_zps == count) &&
-         h.packed_bytes == static_cast<uint64_t>(h.n_panels) * (h.kp / h.kg) * h.nr * 4 &&
-         h.n_colsum == static_cast<uint64_t>(groups * h.n) &&
-         sizeof(Header) + payload_bytes(h) + 8 == size;
+         h.n_colsum == (float_type ? 0 : static_cast<uint64_t>(groups * h.n));
+    if (ok) {
+      if (h.n_zps) w->zero_points.resize(h.n_zps);  // geometry depends on their presence
+      set_weights_geometry(w.get(), img_isa);
+      ok = h.nr == w->nr && h.kg == w->kg && h.kp == w->kp && h.n_panels == w->n_panels &&
+           h.packed_bytes == static_cast<uint64_t>(w->n_panels) * w->panel_bytes() &&
+           sizeof(Header) + payload_bytes(h) + 8 == size;
+    }
+  }
   if (!ok) return fail(QJ_ERR_CORRUPT_DATA, "the weights image has inconsistent fields");
 
-  auto w = std::make_shared<PackedWeights>();
-  w->dtype = static_cast<qj_dtype>(h.dtype);
-  w->k = h.k;
-  w->n = h.n;
-  w->gran = static_cast<qj_granularity>(h.gran);
-  w->group_size = h.group_size;
-  w->isa = img_isa;
-  w->nr = h.nr;
-  w->kg = h.kg;
-  w->kp = h.kp;
-  w->n_panels = h.n_panels;
+  w->clamped = static_cast<int64_t>(h.clamped);
   const uint8_t* q = p + sizeof(Header);
   w->scales.resize(h.n_scales);
   std::memcpy(w->scales.data(), q, h.n_scales * 4);
@@ -151,7 +163,14 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   for (float s : w->scales)
     if (!(s > 0.0f) || s != s || s > 3.4e38f)
       return fail(QJ_ERR_CORRUPT_DATA, "the weights image holds a scale that is not finite and > 0");
-  if (w->kg != weights_kg(isa) || w->nr != weights_nr(isa, w->n))
+  for (int32_t z : w->zero_points) {
+    const int lo = w->dtype == QJ_S8 ? -128 : (w->dtype == QJ_S4 ? -8 : 0);
+    const int hi = w->dtype == QJ_S8 ? 127 : (w->dtype == QJ_S4 ? 7 : 15);
+    if (z < lo || z > hi)
+      return fail(QJ_ERR_CORRUPT_DATA, "the weights image holds a zero point outside the %s range",
+                  qj_dtype_name(w->dtype));
+  }
+  if (!weights_match_isa(*w, isa))
     return repack_int_weights(*w, isa, out);  // another tier's layout: repack, never misread
   *out = std::move(w);
   return QJ_OK;

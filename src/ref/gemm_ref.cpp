@@ -47,10 +47,16 @@ bool dynamic_quantize_rows(const qj_gemm_desc& d, int64_t m, int64_t k, const vo
   }
   for (int64_t i = 0; i < m; ++i) {
     if (amax[i] == 0.0f) continue;  // all zero: q = 0, scale 1
-    float inv = 127.0f / amax[i];
+    // When 127 / amax overflows (amax < ~3.7e-37), v and amax are first scaled by 2^100 (exact),
+    // so that zeros stay zeros and the row still spans [-127, 127].
+    float pre = 1.0f, inv = 127.0f / amax[i];
+    if (std::isinf(inv)) {
+      pre = 0x1p100f;
+      inv = 127.0f / (amax[i] * pre);
+    }
     (*row_scale)[i] = amax[i] / 127.0f;
     for (int64_t j = 0; j < k; ++j) {
-      float t = std::nearbyint(load_float_a(d, a, i * lda + j) * inv);
+      float t = std::nearbyint((load_float_a(d, a, i * lda + j) * pre) * inv);
       t = std::fmin(std::fmax(t, -127.0f), 127.0f);
       (*q)[i * k + j] = static_cast<int32_t>(t);
     }

@@ -25,7 +25,9 @@ struct IntWeights {
 };
 
 // Per-row dynamic quantization of fp32 / bf16 A: q = clamp(rne(a * (127 / amax)), -127, 127),
-// row scale amax / 127 (1 when amax == 0). Returns false if a value is not finite.
+// row scale amax / 127 (1 when amax == 0). When 127 / amax overflows fp32, a and amax are scaled
+// by 2^100 first: q = clamp(rne((a * 2^100) * (127 / (amax * 2^100)))). Returns false if a value
+// is not finite.
 bool dynamic_quantize_rows(const qj_gemm_desc& d, int64_t m, int64_t k, const void* a, int64_t lda,
                            std::vector<int32_t>* q, std::vector<float>* row_scale);
 

@@ -1,0 +1,46 @@
+// Float-weight GEMM microkernels (KernelOp::kGemmFloat): fp32 A x F16 / BF16 packed B, fp32
+// accumulation, the shared output stage (bias, ReLU, beta, fp32 or bf16 C).
+//
+// One kernel computes an mr x (n_panels * nr) strip of C from a packed fp32 A tile (kp x mr,
+// K-major) and consecutive packed B panels (src/ops/int_weights.h: kHalf / kBf16Pair). Per K unit
+// (one k for f16, one pair of k for bf16) each weight vector is converted once and used by all mr
+// rows: vcvtph2ps (F16C) for f16; vpslld 16 (k) and vpandd 0xffff0000 (k + 1) for bf16. A values
+// are embedded broadcasts (AVX-512) or vbroadcastss (AVX2) from the packed tile.
+// Key fields used:
+//   isa            avx2 (ymm, 16 registers) or avx512 / avx512_vnni (zmm, 32 registers)
+//   b_type         QJ_F16 or QJ_BF16;  a_type QJ_F32 (the packed tile)
+//   mr, nr         register tile (nr a multiple of the vector width)
+//   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)
+//   param[0]       K-interleaved accumulator sets (1, 2 or 4): unit u of every group of param[0]
+//                  units accumulates into set u, summed at the end (FMA latency at small mr)
+#pragma once
+#include <cstdint>
+
+#include "codegen/epilogue.h"
+#include "src/core/kernel_cache.h"
+
+namespace qj {
+
+struct GemmFloatArgs {
+  cg::EpilogueConsts consts; // first: the epilogue addresses it from the argument pointer
+  const float* a;            // packed A tile: kp x mr floats
+  const uint8_t* b;          // first packed B panel (panels are contiguous)
+  uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
+  int64_t ldc;               // bytes between rows of C
+  int64_t k_main;            // K units / param[0]: iterations of the unrolled loop
+  int64_t k_rem;             // K units % param[0]: single units after it (into set 0)
+  int64_t n_panels;          // panels to compute
+  int64_t last_is_tail;      // 1 if the last panel is the partial one (key.n_tail columns)
+  const float* col_mult;     // [n_pad] ones (the epilogue's multiplier), at the first panel
+  const float* col_bias;     // [n_pad] bias, at the first panel
+  const float* row_scale;    // unused (no row scale for float weights)
+};
+
+using GemmFloatKernel = void (*)(const GemmFloatArgs*);
+
+const KernelFamily& gemm_float_family();
+
+// The largest mr <= cap the generator accepts for `key` (mr ignored); 0 if none.
+int gemm_float_max_mr(const KernelKey& key, int cap);
+
+}  // namespace qj

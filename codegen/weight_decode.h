@@ -1,0 +1,58 @@
+// Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int: S4 and U4
+// now; MX element types such as FP4 via a vpshufb LUT, E2M3 or MXINT8 are meant to be added here).
+//
+// The contract between a decoder and the kernel that calls it:
+//  - The packed panel is a sequence of *steps*. One step holds bytes_per_col_step bytes for each
+//    of the nr columns and covers k_per_step consecutive values of K per column. The bytes of a
+//    step for the column vector j (lanes32 columns) start at  step_base + j * bytes_per_col_step *
+//    lanes32; how they are arranged inside is the decoder's business (documented per type in
+//    src/ops/int_weights.h).
+//  - emit_decode turns those bytes into n_out = k_per_step / 4 vectors of byte *quads*: output o
+//    holds, in the dword lane of column c, the 4 decoded values of K = k0 + 4o .. k0 + 4o + 3 (the
+//    vpdpbusd layout).
+//  - Decoded bytes are UNSIGNED, d = q + offset in [0, 255], where q is the integer the reference
+//    multiplies (src/ref). The kernel uses them as the unsigned operand (vpdpbusd / vpmaddubsw)
+//    with A as the signed one, and removes offset (and any zero point) with a row-sum correction.
+//    A decoder whose natural output is signed (an FP4 LUT to int8, say) adds its offset in the
+//    LUT for free.
+//  - For the exact non-VNNI path (vpmaddubsw + vpmaddwd) |d * a + d' * a'| must stay below 2^15
+//    for |a| <= 128: d <= 127. 4-bit types satisfy it; a decoder that does not sets pair_exact =
+//    false and the kernel then requires VNNI.
+//  - Constants (masks, LUTs) live in n_consts vector registers loaded once per kernel by
+//    emit_decoder_setup; emit_decode may also use n_temps scratch registers.
+#pragma once
+#include <asmjit/x86.h>
+
+#include <cstdint>
+
+#include "codegen/simd.h"
+
+namespace qj::cg {
+
+struct DecoderInfo {
+  bool ok = false;             // b_type has a decoder
+  int k_per_step = 0;          // K values per column in one step
+  int bytes_per_col_step = 0;  // packed bytes per column per step
+  int n_out = 0;               // quad vectors produced per column vector (k_per_step / 4)
+  int32_t offset = 0;          // decoded byte = q + offset
+  bool pair_exact = false;     // decoded bytes <= 127 (exact with vpmaddubsw)
+  int n_consts = 0;            // vector registers of constants
+  int n_temps = 0;             // scratch vector registers during emit_decode
+};
+
+DecoderInfo decoder_info(int b_type);
+
+struct DecodeRegs {
+  int consts = 0;  // first of n_consts constant registers
+  int temps = 0;   // first of n_temps scratch registers
+};
+
+// Loads the decoder's constants (once per kernel). `tmp` is a free general-purpose register.
+void emit_decoder_setup(asmjit::x86::Assembler& a, const Simd& s, int b_type, const DecodeRegs& r,
+                        const asmjit::x86::Gp& tmp);
+
+// Decodes the step bytes of one column vector at `src` into vector registers out[0..n_out).
+void emit_decode(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
+                 const DecodeRegs& r, const int* out);
+
+}  // namespace qj::cg
