@@ -290,6 +290,7 @@ TEST_P(BdrConvert, MatchesReferenceAtEveryIsa) {
         qjt::IsaCap cap(isa);
         const std::string where = std::string(f.name) + " " + gen_name(gen) + " n=" + std::to_string(n) +
                                   " isa=" + qj_isa_name(isa);
+        EXPECT_EQ(qj::mx_convert_isa(t), isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa) << where;
         for (int src16 = 0; src16 < 2; ++src16) {
           std::vector<uint8_t> got(bytes + 32, kGuard);
           ASSERT_EQ(qj_mx_quantize_ex(t, QJ_ROUND_FLOOR, src16 ? QJ_BF16 : QJ_F32,

@@ -174,7 +174,7 @@ void bdr_quantize(qj_dtype t, qj_dtype src_type, const void* src, int64_t n, uin
   const bdr::BdrFormat& f = *bdr::format(t);
   const bool bf16 = src_type == QJ_BF16;
   const size_t esz = bf16 ? 2 : 4;
-  const mxk::BdrQuantizeFn fn = pick<mxk::BdrQuantizeFn>(t, bf16, &mxk::bdr_quantize_avx512, nullptr,
+  const mxk::BdrQuantizeFn fn = pick<mxk::BdrQuantizeFn>(t, bf16, &mxk::bdr_quantize_avx512, &mxk::bdr_quantize_avx2,
                                                          &bdr_quantize_scalar_fn, "bdr_quantize");
   MxcsrGuard guard;
   const int64_t full = n / bdr::kBlock;
@@ -192,7 +192,7 @@ void bdr_dequantize(qj_dtype t, const uint8_t* blocks, int64_t n, qj_dtype dst_t
   const bool bf16 = dst_type == QJ_BF16;
   const size_t esz = bf16 ? 2 : 4;
   const mxk::BdrDequantizeFn fn = pick<mxk::BdrDequantizeFn>(
-      t, bf16, &mxk::bdr_dequantize_avx512, nullptr, &bdr_dequantize_scalar_fn, "bdr_dequantize");
+      t, bf16, &mxk::bdr_dequantize_avx512, &mxk::bdr_dequantize_avx2, &bdr_dequantize_scalar_fn, "bdr_dequantize");
   MxcsrGuard guard;
   const int64_t full = n / bdr::kBlock;
   if (full) fn(blocks, full, dst);
@@ -234,8 +234,8 @@ qj_isa mx_convert_isa(qj_dtype t) {
   if (mx::is_ocp_type(t))
     pick(t, false, &mxk::quantize_avx512, &mxk::quantize_avx2, &quantize_scalar_fn, "mx", &chosen);
   else if (bdr::is_bdr_type(t))
-    pick<mxk::BdrQuantizeFn>(t, false, &mxk::bdr_quantize_avx512, nullptr, &bdr_quantize_scalar_fn,
-                             "bdr", &chosen);
+    pick<mxk::BdrQuantizeFn>(t, false, &mxk::bdr_quantize_avx512, &mxk::bdr_quantize_avx2,
+                             &bdr_quantize_scalar_fn, "bdr", &chosen);
   return chosen;
 }
 

@@ -24,5 +24,7 @@ QuantizeFn quantize_avx2(qj_dtype t, bool bf16_src);
 DequantizeFn dequantize_avx2(qj_dtype t, bool bf16_dst);
 BdrQuantizeFn bdr_quantize_avx512(qj_dtype t, bool bf16_src);
 BdrDequantizeFn bdr_dequantize_avx512(qj_dtype t, bool bf16_dst);
+BdrQuantizeFn bdr_quantize_avx2(qj_dtype t, bool bf16_src);
+BdrDequantizeFn bdr_dequantize_avx2(qj_dtype t, bool bf16_dst);
 
 }  // namespace qj::mxk

@@ -438,33 +438,27 @@ QJ_AVX512 void dequantize_avx512_k(const uint8_t* elems, const uint8_t* scales, 
 
 // ---- BDR (AVX-512): one zmm per 16-value block ----
 
-// 16 codes of M+1 bits (dword lanes) -> the LSB-first field stream of 2(M+1) bytes. Pairs are
-// joined in-vector (qword j = code 2j | code 2j+1 << (M+1)), then a few 64-bit mask-and-shift
-// steps squeeze out the gaps.
-template <int M>
-QJ_AVX512 inline void bdr_pack_codes(__m512i code, uint8_t* dst) {
-  if constexpr (M == 7) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(code));
-  } else if constexpr (M == 2) {  // 3-bit fields: 8 pairs of 6 bits -> 48 bits
-    const __m512i q = _mm512_or_si512(code, _mm512_srli_epi64(code, 32 - 3));
-    uint64_t x = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(q)));
-    x = (x & 0x003f003f003f003full) | ((x & 0x3f003f003f003f00ull) >> 2);
-    x = (x & 0x00000fff00000fffull) | ((x & 0x0fff00000fff0000ull) >> 4);
-    x = (x & 0x0000000000ffffffull) | ((x & 0x00ffffff00000000ull) >> 8);
-    std::memcpy(dst, &x, 6);
-  } else {  // M == 4, 5-bit fields: 8 pairs of 10 bits -> 2 x 40 bits
-    static_assert(M == 4);
-    const __m512i q = _mm512_or_si512(code, _mm512_srli_epi64(code, 32 - 5));
-    const __m128i w = _mm512_cvtepi64_epi16(q);
-    uint64_t h[2] = {static_cast<uint64_t>(_mm_cvtsi128_si64(w)),
-                     static_cast<uint64_t>(_mm_extract_epi64(w, 1))};
-    for (uint64_t& x : h) {
-      x = (x & 0x000003ff000003ffull) | ((x & 0x03ff000003ff0000ull) >> 6);
-      x = (x & 0x00000000000fffffull) | ((x & 0x000fffff00000000ull) >> 12);
-    }
-    std::memcpy(dst, &h[0], 5);
-    std::memcpy(dst + 5, &h[1], 5);
-  }
+// BDR field streams. Codes are first joined in pairs (pair j = code 2j | code 2j+1 << (M+1)),
+// then 64-bit mask-and-shift steps squeeze out the gaps (and spread them back on decode).
+// MX4: 8 pairs of 6 bits, one per byte of x -> 48 bits.
+inline uint64_t squeeze6(uint64_t x) {
+  x = (x & 0x003f003f003f003full) | ((x & 0x3f003f003f003f00ull) >> 2);
+  x = (x & 0x00000fff00000fffull) | ((x & 0x0fff00000fff0000ull) >> 4);
+  return (x & 0x0000000000ffffffull) | ((x & 0x00ffffff00000000ull) >> 8);
+}
+inline uint64_t spread6(uint64_t x) {
+  x = (x & 0x0000000000ffffffull) | ((x & 0x0000ffffff000000ull) << 8);
+  x = (x & 0x00000fff00000fffull) | ((x & 0x00fff00000fff000ull) << 4);
+  return (x & 0x003f003f003f003full) | ((x & 0x0fc00fc00fc00fc0ull) << 2);
+}
+// MX6: 4 pairs of 10 bits, one per 16-bit word of x -> 40 bits.
+inline uint64_t squeeze10(uint64_t x) {
+  x = (x & 0x000003ff000003ffull) | ((x & 0x03ff000003ff0000ull) >> 6);
+  return (x & 0x00000000000fffffull) | ((x & 0x000fffff00000000ull) >> 12);
+}
+inline uint64_t spread10(uint64_t x) {
+  x = (x & 0x00000000000fffffull) | ((x & 0x000000fffff00000ull) << 12);
+  return (x & 0x000003ff000003ffull) | ((x & 0x000ffc00000ffc00ull) << 6);
 }
 
 inline uint64_t load_u64(const uint8_t* p) {
@@ -473,31 +467,59 @@ inline uint64_t load_u64(const uint8_t* p) {
   return x;
 }
 
-// The inverse: one whole block (header included: the 8-byte loads stay inside it and avoid the
-// store-forwarding stall of assembling 5- or 6-byte pieces) -> 16 codes in dword lanes.
+// Field bytes of a whole block (header included: the 8-byte loads stay inside the block and avoid
+// the store-forwarding stall of assembling 5- or 6-byte pieces): MX4 -> 8 pair bytes; MX6 -> two
+// words of 4 pair words.
+inline uint64_t mx4_pairs(const uint8_t* block) { return spread6(load_u64(block) >> 16); }
+inline void mx6_pairs(const uint8_t* block, uint64_t h[2]) {
+  h[0] = spread10((load_u64(block) >> 16) & 0xffffffffffull);  // field bytes 2..6
+  h[1] = spread10(load_u64(block + 4) >> 24);                   // field bytes 7..11
+}
+inline void store_mx4_pairs(uint64_t pairs, uint8_t* dst) {
+  const uint64_t x = squeeze6(pairs);
+  std::memcpy(dst, &x, 6);
+}
+inline void store_mx6_pairs(uint64_t lo, uint64_t hi, uint8_t* dst) {
+  const uint64_t a = squeeze10(lo), b = squeeze10(hi);
+  std::memcpy(dst, &a, 5);
+  std::memcpy(dst + 5, &b, 5);
+}
+
+// 16 codes in dword lanes -> the field stream of 2(M+1) bytes at dst.
+template <int M>
+QJ_AVX512 inline void bdr_pack_codes(__m512i code, uint8_t* dst) {
+  if constexpr (M == 7) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(code));
+  } else {
+    const __m512i q = _mm512_or_si512(code, _mm512_srli_epi64(code, 32 - (M + 1)));
+    if constexpr (M == 2) {
+      store_mx4_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(q))), dst);
+    } else {
+      static_assert(M == 4);
+      const __m128i w = _mm512_cvtepi64_epi16(q);
+      store_mx6_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(w)), static_cast<uint64_t>(_mm_extract_epi64(w, 1)), dst);
+    }
+  }
+}
+
+// One whole block -> its 16 codes in dword lanes.
 template <int M>
 QJ_AVX512 inline __m512i bdr_unpack_codes(const uint8_t* block) {
   if constexpr (M == 7) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
-  } else if constexpr (M == 2) {
-    uint64_t x = load_u64(block) >> 16;  // the 6 field bytes (8-byte block)
-    x = (x & 0x0000000000ffffffull) | ((x & 0x0000ffffff000000ull) << 8);
-    x = (x & 0x00000fff00000fffull) | ((x & 0x00fff00000fff000ull) << 4);
-    x = (x & 0x003f003f003f003full) | ((x & 0x0fc00fc00fc00fc0ull) << 2);
-    const __m512i q = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128(static_cast<long long>(x)));
-    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(7)),
-                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0x38)), 32 - 3));
   } else {
-    static_assert(M == 4);
-    // 12-byte block: field bytes 2..6 and 7..11.
-    uint64_t h[2] = {(load_u64(block) >> 16) & 0xffffffffffull, load_u64(block + 4) >> 24};
-    for (uint64_t& x : h) {
-      x = (x & 0x00000000000fffffull) | ((x & 0x000000fffff00000ull) << 12);
-      x = (x & 0x000003ff000003ffull) | ((x & 0x000ffc00000ffc00ull) << 6);
+    __m512i q;
+    if constexpr (M == 2) {
+      q = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128(static_cast<long long>(mx4_pairs(block))));
+    } else {
+      static_assert(M == 4);
+      uint64_t h[2];
+      mx6_pairs(block, h);
+      q = _mm512_cvtepu16_epi64(_mm_set_epi64x(static_cast<long long>(h[1]), static_cast<long long>(h[0])));
     }
-    const __m512i q = _mm512_cvtepu16_epi64(_mm_set_epi64x(static_cast<long long>(h[1]), static_cast<long long>(h[0])));
-    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(31)),
-                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(0x3e0)), 32 - 5));
+    constexpr int kMask = (1 << (M + 1)) - 1;
+    return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(kMask)),
+                           _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(kMask << (M + 1))), 32 - (M + 1)));
   }
 }
 
@@ -570,6 +592,137 @@ QJ_AVX512 void bdr_dequantize_avx512_k(const uint8_t* blocks, int64_t nb, void* 
   }
 }
 
+// ---- BDR (AVX2): two ymm per 16-value block; same integer steps as the scalar codec ----
+
+template <int M, bool kBf16>
+QJ_AVX2 void bdr_quantize_avx2_k(const void* src, int64_t nb, uint8_t* blocks) {
+  constexpr int kBytes = 2 + 2 * (M + 1);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* dst = blocks + b * kBytes;
+    __m256i vi[2], a[2];
+    for (int k = 0; k < 2; ++k) {
+      vi[k] = _mm256_castps_si256(load8<kBf16>(src, b * 16 + 8 * k));
+      a[k] = _mm256_and_si256(vi[k], absmask);
+    }
+    const __m256i m8 = _mm256_max_epu32(a[0], a[1]);
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+    const uint32_t amax = static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+    if (amax >= 0x7f800000u) {
+      std::memset(dst, 0, kBytes);
+      dst[0] = bdr::kExpNaN;
+      continue;
+    }
+    const int e = static_cast<int>(amax >> 23);
+    const __m256i ev = _mm256_set1_epi32(e);
+    __m256i code[2];
+    uint32_t mu_bits = 0;
+    for (int k = 0; k < 2; ++k) {
+      const __m256i pair_max = _mm256_max_epu32(a[k], _mm256_shuffle_epi32(a[k], 0xb1));
+      const __m256i mu_mask = _mm256_cmpgt_epi32(ev, _mm256_srli_epi32(pair_max, 23));  // pair exp < E
+      mu_bits |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(mu_mask))) << (8 * k);
+      const __m256i mu = _mm256_and_si256(mu_mask, one);
+      const __m256i ef = _mm256_srli_epi32(a[k], 23);
+      const __m256i normal = _mm256_cmpgt_epi32(ef, _mm256_setzero_si256());
+      const __m256i sig = _mm256_or_si256(_mm256_and_si256(a[k], _mm256_set1_epi32(0x7fffff)),
+                                          _mm256_and_si256(normal, _mm256_set1_epi32(0x800000)));
+      const __m256i efp = _mm256_max_epi32(ef, one);
+      const __m256i sh = _mm256_sub_epi32(_mm256_sub_epi32(_mm256_add_epi32(ev, _mm256_set1_epi32(24 - M)), efp), mu);
+      const __m256i half_m1 = _mm256_sub_epi32(_mm256_sllv_epi32(one, _mm256_sub_epi32(sh, one)), one);
+      const __m256i lsb = _mm256_and_si256(_mm256_srlv_epi32(sig, sh), one);
+      __m256i mag = _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(sig, half_m1), lsb), sh);
+      mag = _mm256_min_epu32(mag, _mm256_set1_epi32((1 << M) - 1));
+      code[k] = _mm256_or_si256(mag, _mm256_slli_epi32(_mm256_srli_epi32(vi[k], 31), M));
+    }
+    dst[0] = static_cast<uint8_t>(e);
+    dst[1] = even_bits(mu_bits);
+    if constexpr (M == 7) {
+      __m256i p = _mm256_packus_epi32(code[0], code[1]);  // [c0 0-3, c1 0-3 | c0 4-7, c1 4-7]
+      p = _mm256_permute4x64_epi64(p, 0xd8);              // c0 0-7, c1 0-7 (words)
+      const __m128i w = _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2), w);
+    } else {
+      alignas(32) uint64_t q[8];
+      for (int k = 0; k < 2; ++k)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 4 * k),
+                           _mm256_or_si256(code[k], _mm256_srli_epi64(code[k], 32 - (M + 1))));
+      if constexpr (M == 2) {
+        uint64_t x = 0;
+        for (int j = 0; j < 8; ++j) x |= (q[j] & 0xff) << (8 * j);
+        store_mx4_pairs(x, dst + 2);
+      } else {
+        uint64_t lo = 0, hi = 0;
+        for (int j = 0; j < 4; ++j) {
+          lo |= (q[j] & 0xffff) << (16 * j);
+          hi |= (q[4 + j] & 0xffff) << (16 * j);
+        }
+        store_mx6_pairs(lo, hi, dst + 2);
+      }
+    }
+  }
+}
+
+template <int M>
+QJ_AVX2 inline void bdr_unpack_codes_avx2(const uint8_t* block, __m256i code[2]) {
+  if constexpr (M == 7) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    code[0] = _mm256_cvtepu8_epi32(x);
+    code[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(x, 8));
+  } else {
+    __m256i q[2];
+    if constexpr (M == 2) {
+      const __m128i x = _mm_cvtsi64_si128(static_cast<long long>(mx4_pairs(block)));
+      q[0] = _mm256_cvtepu8_epi64(x);
+      q[1] = _mm256_cvtepu8_epi64(_mm_srli_si128(x, 4));
+    } else {
+      uint64_t h[2];
+      mx6_pairs(block, h);
+      q[0] = _mm256_cvtepu16_epi64(_mm_cvtsi64_si128(static_cast<long long>(h[0])));
+      q[1] = _mm256_cvtepu16_epi64(_mm_cvtsi64_si128(static_cast<long long>(h[1])));
+    }
+    constexpr int kMask = (1 << (M + 1)) - 1;
+    for (int k = 0; k < 2; ++k)
+      code[k] = _mm256_or_si256(_mm256_and_si256(q[k], _mm256_set1_epi64x(kMask)),
+                                _mm256_slli_epi64(_mm256_and_si256(q[k], _mm256_set1_epi64x(kMask << (M + 1))),
+                                                  32 - (M + 1)));
+  }
+}
+
+template <int M, bool kBf16>
+QJ_AVX2 void bdr_dequantize_avx2_k(const uint8_t* blocks, int64_t nb, void* dst) {
+  constexpr int kBytes = 2 + 2 * (M + 1);
+  const __m256i pair_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  const __m256i pair_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = blocks + b * kBytes;
+    if (src[0] == bdr::kExpNaN) {
+      const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+      store16_avx2<kBf16>(dst, b * 16, nan, nan);
+      continue;
+    }
+    __m256i code[2];
+    bdr_unpack_codes_avx2<M>(src, code);
+    const __m256i mub = _mm256_set1_epi32(src[1]);
+    const __m256i ebase = _mm256_set1_epi32(static_cast<int>(src[0]) - 126 - M);
+    __m256 v[2];
+    for (int k = 0; k < 2; ++k) {
+      const __m256i mu = _mm256_and_si256(_mm256_srlv_epi32(mub, k ? pair_hi : pair_lo), _mm256_set1_epi32(1));
+      // M * 2^step, step in [-134, 126], as two exact multiplies by normal powers of two.
+      const __m256i step = _mm256_sub_epi32(ebase, mu);
+      const __m256i h1 = _mm256_srai_epi32(step, 1), h2 = _mm256_sub_epi32(step, h1);
+      const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
+      const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
+      const __m256 mag = _mm256_cvtepi32_ps(_mm256_and_si256(code[k], _mm256_set1_epi32((1 << M) - 1)));
+      const __m256 val = _mm256_mul_ps(_mm256_mul_ps(mag, p1), p2);
+      v[k] = _mm256_or_ps(val, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(code[k], M), 31)));
+    }
+    store16_avx2<kBf16>(dst, b * 16, v[0], v[1]);
+  }
+}
+
 }  // namespace
 
 // ---- dispatch tables ----
@@ -599,5 +752,7 @@ QuantizeFn quantize_avx2(qj_dtype t, bool bf16) { QJ_MXK_OCP_SWITCH(quantize_avx
 DequantizeFn dequantize_avx2(qj_dtype t, bool bf16) { QJ_MXK_OCP_SWITCH(dequantize_avx2_k) }
 BdrQuantizeFn bdr_quantize_avx512(qj_dtype t, bool bf16) { QJ_MXK_BDR_SWITCH(bdr_quantize_avx512_k) }
 BdrDequantizeFn bdr_dequantize_avx512(qj_dtype t, bool bf16) { QJ_MXK_BDR_SWITCH(bdr_dequantize_avx512_k) }
+BdrQuantizeFn bdr_quantize_avx2(qj_dtype t, bool bf16) { QJ_MXK_BDR_SWITCH(bdr_quantize_avx2_k) }
+BdrDequantizeFn bdr_dequantize_avx2(qj_dtype t, bool bf16) { QJ_MXK_BDR_SWITCH(bdr_dequantize_avx2_k) }
 
 }  // namespace qj::mxk
