@@ -265,13 +265,18 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 // then (grouped) facc = fma(float(acc), scale[g][c], facc) with the scales inline in the panel.
 // Panel stream per group: steps, [nr fp32 scales if grouped], [nr int32 z if has_b_zp].
 // flags bit 0 (dual): quads of odd index accumulate into a second set (latency at small mr).
+// flags bit 3 (scaled, VNNI dual only): the decoder skips its unpacking shift and delivers the odd
+// quads times 2^scaled_shift (4-bit: the high nibble masked in place, 16 d); the second set is
+// shifted back (vpsrad, exact) before it is added. The plan sets it only when a group's sum
+// cannot reach 2^31 / 16.
+// flags bit 4 (grouped, dynamic A per group): float(acc) *= row_group_scale[g][i] before the fold.
 
 struct DPlan {
   cg::Simd s;
   cg::DecoderInfo dec;
   bool vnni;
   int mr, nr, nrv;
-  bool grouped, dual, row_corr, col_corr, zp_vec;
+  bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a;
   int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
 };
 
@@ -303,6 +308,16 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->col_corr = (key.flags & 2) != 0;
   p->row_corr = (key.flags & 4) != 0;
   p->zp_vec = key.has_b_zp != 0;
+  p->scaled = (key.flags & 8) != 0;
+  p->group_a = (key.flags & 16) != 0;
+  if (p->group_a && (!p->grouped || key.has_row_scale)) {
+    *why = "per-group A scales need grouped weights and no row scale";
+    return false;
+  }
+  if (p->scaled && !(p->dual && p->dec.scaled_shift > 0 && p->dec.n_out == 2)) {
+    *why = "scaled decoding needs the dual accumulator sets, VNNI and a decoder that has it";
+    return false;
+  }
   if (p->row_corr && p->zp_vec) {
     *why = "row correction and zero-point vector are exclusive";
     return false;
@@ -313,7 +328,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->acc1 = used, used += p->dual ? n_acc : 0;
   p->facc = used, used += p->grouped ? n_acc : 0;
   p->dec0 = used, used += p->dec.n_out * p->nrv;
-  p->cst = used, used += p->dec.n_consts;
+  p->cst = used, used += p->dec.n_consts + (p->scaled ? p->dec.scaled_consts : 0);
   p->dtmp = used, used += p->dec.n_temps;
   p->ones = p->abc = p->tmp = -1;
   if (!p->vnni) {
@@ -344,7 +359,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
 
   const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
   for (const Gp& g : saved) a.push(g);
-  cg::emit_decoder_setup(a, s, key.b_type, dr, rax);
+  cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
   if (!p.vnni) {
     a.mov(eax, 0x00010001);  // s16 ones for vpmaddwd
     if (s.zmm) {
@@ -365,6 +380,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(rsi, ARG(a));
   a.mov(r11, rbp);
   a.mov(r12, ARG(row_sum));
+  if (p.group_a) a.mov(r14, ARG(row_group_scale));
   if (p.grouped) {
     zero_regs(a, s, p.facc, n_acc);
     a.mov(r10, ARG(groups));
@@ -381,7 +397,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     int outs[8];
     for (int j = 0; j < p.nrv; ++j) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
-      cg::emit_decode(a, s, key.b_type, ptr(rdx, j * col_bytes), dr, outs);
+      cg::emit_decode(a, s, key.b_type, ptr(rdx, j * col_bytes), dr, outs, p.scaled);
     }
     if (p.vnni) {
       // Quad o of every row before quad o + 1: dependent updates of one accumulator are spread.
@@ -414,7 +430,10 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.jnz(l_k);
   }
   if (p.dual)
-    for (int r = 0; r < n_acc; ++r) a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
+    for (int r = 0; r < n_acc; ++r) {
+      if (p.scaled) a.vpsrad(s.v(p.acc1 + r), s.v(p.acc1 + r), p.dec.scaled_shift);
+      a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
+    }
 
   // Exact int32 corrections of this group (decoded registers are free now).
   const int bc_tmp = p.vnni ? p.dec0 : p.abc;  // AVX2 broadcast target
@@ -454,6 +473,15 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     for (int i = 0; i < n_acc; ++i) {
       Vec c = s.v(p.acc0 + i);
       a.vcvtdq2ps(c, c);
+      if (p.group_a) {
+        const Mem rg = dword_ptr(r14, (i / p.nrv) * 4);
+        if (s.zmm) {
+          a.vmulps(c, c, rg._1to16());
+        } else {
+          if (i % p.nrv == 0) a.vbroadcastss(s.v(p.dec0), rg);
+          a.vmulps(c, c, s.v(p.dec0));
+        }
+      }
       a.vfmadd231ps(s.v(p.facc + i), c, ptr(rdx, (i % p.nrv) * s.bytes));
     }
   }
@@ -461,6 +489,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   if (p.grouped) {
     a.add(r11, ARG(col_stride));
     a.add(r12, p.mr * 4);
+    if (p.group_a) a.add(r14, p.mr * 4);
     a.dec(r10);
     a.jnz(l_group);
   }
@@ -535,10 +564,10 @@ std::string name(const KernelKey& key) {
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                   key.has_b_zp ? "_bzp" : "", (key.flags & 4) ? "_rc" : "", (key.flags & 2) ? "_cc" : "",
                   key.has_bias ? "_bias" : "", key.activation == QJ_ACT_RELU ? "_relu" : "",
-                  key.has_row_scale ? "_dyn" : "", key.has_beta ? "_beta" : "", isa_suffix(key.isa),
+                  key.has_row_scale ? "_dyn" : (key.flags & 16) ? "_dyng" : "", key.has_beta ? "_beta" : "", isa_suffix(key.isa),
                   key.mr, key.nr, dec.k_per_step,
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                  (key.flags & 1) ? "_dual" : "");
+                  (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "");
     return buf;
   }
   std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",

@@ -18,6 +18,9 @@
 //   flags bit 1    add the plan's column corrections (A zero point) per group
 //   flags bit 2    add the per-row corrections of pack_a (a constant weight zero point)
 //   has_b_zp       (decoded) per-column zero-point vector inline in the panel, times row sums
+//   flags bit 3    (decoded, VNNI dual) high nibbles decoded without a shift, scaled back per group
+//   flags bit 4    (decoded, grouped) A quantized per (row, group): each group's sum is multiplied
+//                  by row_group_scale before the fold (has_row_scale is then 0)
 #pragma once
 #include <cstdint>
 
@@ -45,6 +48,7 @@ struct GemmIntArgs {
   const float* col_mult;     // [n_pad] output multipliers, at the first panel
   const float* col_bias;     // [n_pad] output bias, at the first panel
   const float* row_scale;    // [mr] dynamic-quantization row scales
+  const float* row_group_scale;  // [groups][mr] per (group, row) scales of A (decoded, flags bit 4)
 };
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);

@@ -20,6 +20,11 @@
 //    false and the kernel then requires VNNI.
 //  - Constants (masks, LUTs) live in n_consts vector registers loaded once per kernel by
 //    emit_decoder_setup; emit_decode may also use n_temps scratch registers.
+//  - Scaled outputs (scaled_shift > 0): when the kernel accumulates output o >= 1 in its own
+//    accumulator set, the decoder may skip an unpacking shift and deliver d_o << (scaled_shift *
+//    o) instead (still an unsigned byte); the kernel divides that set's int32 sum by
+//    2^(scaled_shift * o) (an exact arithmetic shift while |sum| < 2^31). 4-bit types: the high
+//    nibble masked in place is 16 * d, so decoding costs no shift-pipe uop at all.
 #pragma once
 #include <asmjit/x86.h>
 
@@ -38,6 +43,8 @@ struct DecoderInfo {
   bool pair_exact = false;     // decoded bytes <= 127 (exact with vpmaddubsw)
   int n_consts = 0;            // vector registers of constants
   int n_temps = 0;             // scratch vector registers during emit_decode
+  int scaled_shift = 0;        // > 0: emit_decode(scaled = true) is available (see above)
+  int scaled_consts = 0;       // extra constant registers the scaled variant needs
 };
 
 DecoderInfo decoder_info(int b_type);
@@ -47,12 +54,14 @@ struct DecodeRegs {
   int temps = 0;   // first of n_temps scratch registers
 };
 
-// Loads the decoder's constants (once per kernel). `tmp` is a free general-purpose register.
+// Loads the decoder's constants (once per kernel; n_consts, plus scaled_consts when `scaled`).
+// `tmp` is a free general-purpose register.
 void emit_decoder_setup(asmjit::x86::Assembler& a, const Simd& s, int b_type, const DecodeRegs& r,
-                        const asmjit::x86::Gp& tmp);
+                        const asmjit::x86::Gp& tmp, bool scaled = false);
 
-// Decodes the step bytes of one column vector at `src` into vector registers out[0..n_out).
+// Decodes the step bytes of one column vector at `src` into vector registers out[0..n_out)
+// (scaled: output o holds d_o << (scaled_shift * o); only when info.scaled_shift > 0).
 void emit_decode(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
-                 const DecodeRegs& r, const int* out);
+                 const DecodeRegs& r, const int* out, bool scaled = false);
 
 }  // namespace qj::cg

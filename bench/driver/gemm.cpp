@@ -62,8 +62,14 @@ struct WeightKind {
 // who land each weight type own their row (A/C types, group size, peer).
 const WeightKind kKinds[] = {
     {"s8", QJ_S8, QJ_U8, QJ_U8, false, QJ_GRAN_CHANNEL, 0, 8.0, false, PeerKind::kInt8},
-    {"s4", QJ_S4, QJ_U8, QJ_U8, true, QJ_GRAN_GROUP, 128, 4.0 + 32.0 / 128, false, PeerKind::kNone},
-    {"u4", QJ_U4, QJ_U8, QJ_U8, true, QJ_GRAN_GROUP, 128, 4.0 + 32.0 / 128, false, PeerKind::kNone},
+    // INT4 (owned by the INT4/FP16 helper): the LLM setting, fp32 A quantized per row on the fly
+    // (W4A8 dynamic), fp32 C; u4 carries a zero point per group (inline int32), hence 64 bits per
+    // group. The a8 rows are W4A8 with u8 A (zero point 3) and requantized u8 C; their A zero
+    // point adds an int32 column correction per group read from the plan (32 more bits per group).
+    {"s4", QJ_S4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 128, 4.0 + 32.0 / 128, false, PeerKind::kNone},
+    {"u4", QJ_U4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 128, 4.0 + 64.0 / 128, false, PeerKind::kNone},
+    {"s4a8", QJ_S4, QJ_U8, QJ_U8, true, QJ_GRAN_GROUP, 128, 4.0 + 64.0 / 128, false, PeerKind::kNone},
+    {"u4a8", QJ_U4, QJ_U8, QJ_U8, true, QJ_GRAN_GROUP, 128, 4.0 + 96.0 / 128, false, PeerKind::kNone},
     {"f16", QJ_F16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
     {"bf16", QJ_BF16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
     {"mxfp4", QJ_MXFP4_E2M1, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 4.25, false, PeerKind::kF32},

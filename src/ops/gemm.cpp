@@ -47,8 +47,10 @@ qj_status check_desc(const qj_gemm_desc& d) {
     int lo = d.a_type == QJ_U8 ? 0 : -128, hi = d.a_type == QJ_U8 ? 255 : 127;
     if (d.a_zero_point < lo || d.a_zero_point > hi)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_zero_point=%d is outside [%d, %d]", d.a_zero_point, lo, hi);
-  } else if (d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR) {
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_granularity=%d must be QJ_GRAN_ROW or QJ_GRAN_TENSOR for %s A",
+  } else if (d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
+             d.a_granularity != QJ_GRAN_GROUP) {
+    return fail(QJ_ERR_INVALID_ARGUMENT,
+                "desc->a_granularity=%d must be QJ_GRAN_ROW, QJ_GRAN_TENSOR or QJ_GRAN_GROUP for %s A",
                 (int)d.a_granularity, qj_dtype_name(d.a_type));
   }
   switch (d.c_type) {
@@ -123,6 +125,13 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (w->k > max_k)
     return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= %lld",
                 (long long)w->k, (long long)max_k);
+  const bool group_a = dynamic && desc.a_granularity == QJ_GRAN_GROUP;
+  if (group_a && w->gran != QJ_GRAN_GROUP)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_granularity=QJ_GRAN_GROUP needs weights quantized "
+                "per group (these are per %s)", w->gran == QJ_GRAN_TENSOR ? "tensor" : "channel");
+  if (group_a && !decoded)
+    return fail(QJ_ERR_UNSUPPORTED, "desc->a_granularity=QJ_GRAN_GROUP is implemented for S4 / U4 "
+                "weights, not %s", qj_dtype_name(w->dtype));
   auto p = std::make_unique<GemmPlan>();
   p->kind = decoded ? GemmKind::kDecoded : GemmKind::kInt8;
   p->desc = desc;
@@ -226,7 +235,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     key.has_bias = desc.bias != nullptr;
     key.activation = desc.activation;
     key.has_b_zp = decoded ? w->zp_vec : !w->zero_points.empty();
-    key.has_row_scale = dynamic;
+    key.has_row_scale = dynamic && !group_a;
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
     key.group_size = static_cast<uint32_t>(w->group_size);
@@ -240,8 +249,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         // Dual sets while fewer than 4 accumulators would chain the vpdpbusd latency (VNNI).
         const int nrv = w->nr / (p->isa >= QJ_ISA_AVX512 ? 16 : 8);
         key.flags = (r * nrv < 4 && p->isa >= QJ_ISA_AVX512_VNNI) ? 1 : 0;
+        // ... and then the high nibbles need no shift when 16 * a group's sum stays below 2^31:
+        // |sum| <= (gk / 2) * 15 * 128.
+        if ((key.flags & 1) && (w->k / groups) * 15 * 128 * 8 < 2147483647LL) key.flags |= 8;
         if (p->za != 0) key.flags |= 2;
         if (!w->zp_vec && z0 != 0) key.flags |= 4;
+        if (group_a) key.flags |= 16;
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
@@ -394,7 +407,7 @@ namespace {
 struct Scratch {
   AlignedBuffer a_pack;
   std::vector<int32_t> row_sum;
-  std::vector<float> amax, inv, pre, row_scale;
+  std::vector<float> amax, inv, pre, row_scale, rg_scale;
 };
 
 Scratch& scratch() {
@@ -484,7 +497,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 
   // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
   // per-tensor scale) before anything is written, so non-finite input fails cleanly.
-  if (dynamic) {
+  const bool group_a = dynamic && d.a_granularity == QJ_GRAN_GROUP;
+  if (group_a) {
+    s.amax.resize(m * w.groups());
+    int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
+    if (bad >= 0) return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)bad);
+  } else if (dynamic) {
     s.amax.resize(m);
     int64_t bad = row_amax(d.a_type, a, lda, m, w.k, s.amax.data());
     if (bad >= 0) return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)bad);
@@ -525,8 +543,10 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   s.row_sum.resize(static_cast<size_t>(mc_tiles) * groups * mr);
-  s.inv.resize(static_cast<size_t>(mc_tiles) * mr);
-  s.pre.resize(static_cast<size_t>(mc_tiles) * mr);
+  const int64_t scale_slots = group_a ? groups * mr : mr;  // A scales per tile
+  s.inv.resize(static_cast<size_t>(mc_tiles) * scale_slots);
+  s.pre.resize(static_cast<size_t>(mc_tiles) * scale_slots);
+  s.rg_scale.resize(static_cast<size_t>(mc_tiles) * scale_slots);
   s.row_scale.resize(static_cast<size_t>(mc_tiles) * mr);
 
   PackASpec spec{d.a_type, w.kg, w.k, w.kp, groups, !w.zero_points.empty()};
@@ -535,6 +555,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     spec.row_sums = p.row_sums;
     spec.signed_quads = true;
     spec.row_sum_mult = p.row_sum_mult;
+    spec.group_quant = group_a;
   }
   const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
   const int64_t n_tail = w.n % w.nr;
@@ -557,11 +578,18 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       const int64_t row0 = t * mr;
       const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
       const int64_t slot = t - t0;
-      float* inv = s.inv.data() + slot * mr;
-      float* pre = s.pre.data() + slot * mr;
+      float* inv = s.inv.data() + slot * scale_slots;
+      float* pre = s.pre.data() + slot * scale_slots;
       float* rsc = s.row_scale.data() + slot * mr;
-      if (dynamic)
+      if (group_a) {
+        float* rg = s.rg_scale.data() + slot * scale_slots;
+        for (int64_t g = 0; g < groups; ++g)
+          for (int i = 0; i < rows; ++i)
+            dynamic_scales(s.amax[(row0 + i) * groups + g], &inv[g * rows + i], &pre[g * rows + i],
+                           &rg[g * rows + i]);
+      } else if (dynamic) {
         for (int i = 0; i < rows; ++i) dynamic_scales(s.amax[row0 + i], &inv[i], &pre[i], &rsc[i]);
+      }
       const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
       if (direct_row && rows == 1) continue;  // GEMV: the kernel streams the row of A in place
       pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv, pre,
@@ -587,6 +615,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
         args.col_mult = p.col_mult.data<float>() + p0 * w.nr;
         args.col_bias = p.col_bias.data<float>() + p0 * w.nr;
         args.row_scale = s.row_scale.data() + slot * mr;
+        args.row_group_scale = s.rg_scale.data() + slot * scale_slots;
         p.kernels[rows - 1].fn<GemmIntKernel>()(&args);
       }
     }

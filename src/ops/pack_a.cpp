@@ -32,6 +32,18 @@ int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, f
   return -1;
 }
 
+int64_t row_group_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, int64_t gk,
+                       float* amax) {
+  const int64_t groups = k / gk;
+  const size_t esz = t == QJ_F32 ? 4 : 2;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < groups; ++g) {
+      const void* row = static_cast<const uint8_t*>(a) + (i * lda + g * gk) * esz;
+      if (row_amax(t, row, 0, 1, gk, &amax[i * groups + g]) >= 0) return i;
+    }
+  return -1;
+}
+
 namespace {
 
 // Round half to even for |t| < 2^22 without a libm call (exact: adding 1.5 * 2^23 leaves the
@@ -119,8 +131,16 @@ void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_
           switch (s.a_type) {
             case QJ_U8: v = static_cast<const uint8_t*>(a)[i * lda + j]; break;
             case QJ_S8: v = static_cast<const int8_t*>(a)[i * lda + j]; break;
-            case QJ_F32: v = quant(static_cast<const float*>(a)[i * lda + j], inv_scale[i], pre_scale[i]); break;
-            default: v = quant(bf16_to_f32(static_cast<const uint16_t*>(a)[i * lda + j]), inv_scale[i], pre_scale[i]); break;
+            case QJ_F32: {
+              const int64_t f = s.group_quant ? (j / gk) * mr + i : i;
+              v = quant(static_cast<const float*>(a)[i * lda + j], inv_scale[f], pre_scale[f]);
+              break;
+            }
+            default: {
+              const int64_t f = s.group_quant ? (j / gk) * mr + i : i;
+              v = quant(bf16_to_f32(static_cast<const uint16_t*>(a)[i * lda + j]), inv_scale[f], pre_scale[f]);
+              break;
+            }
           }
           if (s.signed_quads) {
             if (s.a_type == QJ_U8) v -= 128;  // the signed operand: u8 shifted into s8

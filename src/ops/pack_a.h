@@ -26,10 +26,15 @@ struct PackASpec {
   bool row_sums;       // compute row sums (weights have zero points)
   bool signed_quads = false;   // kg == 4: keep A signed (u8 - 128, s8 / dynamic as is)
   int32_t row_sum_mult = 1;    // row_sum = mult * sum (mod 2^32)
+  bool group_quant = false;    // dynamic A quantized per (row, scale group): the inv / pre
+                               // factors are indexed [g * mr + i]
 };
 
 // Amax of each row of fp32/bf16 A. Returns the first row holding a non-finite value, or -1.
 int64_t row_amax(qj_dtype a_type, const void* a, int64_t lda, int64_t m, int64_t k, float* amax);
+// Amax of each (row, group of gk along K): amax[i * (k / gk) + g]. Same return value.
+int64_t row_group_amax(qj_dtype a_type, const void* a, int64_t lda, int64_t m, int64_t k, int64_t gk,
+                       float* amax);
 
 // Packs rows [0, mr_t) of A (pointer at the first row) into `dst` (k_groups x mr x 4 bytes), with
 // row_sum[g * mr + i] = sum over group g of the packed (shifted) values when spec.row_sums.

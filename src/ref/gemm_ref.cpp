@@ -29,6 +29,33 @@ static float load_float_a(const qj_gemm_desc& d, const void* a, int64_t idx) {
   return static_cast<const float*>(a)[idx];
 }
 
+namespace {
+
+// q = clamp(rne((v * pre) * inv), -127, 127) over one span of a row with amax `amax` (see the
+// header); returns the span's scale amax / 127 (1 when amax == 0: q = 0).
+float quantize_span(const qj_gemm_desc& d, const void* a, int64_t base, int64_t len, float amax,
+                    int32_t* q) {
+  if (amax == 0.0f) {
+    for (int64_t j = 0; j < len; ++j) q[j] = 0;
+    return 1.0f;
+  }
+  // When 127 / amax overflows (amax < ~3.7e-37), v and amax are first scaled by 2^100 (exact),
+  // so that zeros stay zeros and the row still spans [-127, 127].
+  float pre = 1.0f, inv = 127.0f / amax;
+  if (std::isinf(inv)) {
+    pre = 0x1p100f;
+    inv = 127.0f / (amax * pre);
+  }
+  for (int64_t j = 0; j < len; ++j) {
+    float t = std::nearbyint((load_float_a(d, a, base + j) * pre) * inv);
+    t = std::fmin(std::fmax(t, -127.0f), 127.0f);
+    q[j] = static_cast<int32_t>(t);
+  }
+  return amax / 127.0f;
+}
+
+}  // namespace
+
 bool dynamic_quantize_rows(const qj_gemm_desc& d, int64_t m, int64_t k, const void* a, int64_t lda,
                            std::vector<int32_t>* q, std::vector<float>* row_scale) {
   q->assign(m * k, 0);
@@ -45,22 +72,26 @@ bool dynamic_quantize_rows(const qj_gemm_desc& d, int64_t m, int64_t k, const vo
     for (float x : amax) t = std::fmax(t, x);
     for (float& x : amax) x = t;
   }
-  for (int64_t i = 0; i < m; ++i) {
-    if (amax[i] == 0.0f) continue;  // all zero: q = 0, scale 1
-    // When 127 / amax overflows (amax < ~3.7e-37), v and amax are first scaled by 2^100 (exact),
-    // so that zeros stay zeros and the row still spans [-127, 127].
-    float pre = 1.0f, inv = 127.0f / amax[i];
-    if (std::isinf(inv)) {
-      pre = 0x1p100f;
-      inv = 127.0f / (amax[i] * pre);
+  for (int64_t i = 0; i < m; ++i)
+    (*row_scale)[i] = quantize_span(d, a, i * lda, k, amax[i], q->data() + i * k);
+  return true;
+}
+
+bool dynamic_quantize_groups(const qj_gemm_desc& d, int64_t m, int64_t k, int64_t gk, const void* a,
+                             int64_t lda, std::vector<int32_t>* q, std::vector<float>* scale) {
+  const int64_t groups = k / gk;
+  q->assign(m * k, 0);
+  scale->assign(m * groups, 1.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < groups; ++g) {
+      float amax = 0.0f;
+      for (int64_t j = g * gk; j < (g + 1) * gk; ++j) {
+        float v = load_float_a(d, a, i * lda + j);
+        if (!std::isfinite(v)) return false;
+        amax = std::fmax(amax, std::fabs(v));
+      }
+      (*scale)[i * groups + g] = quantize_span(d, a, i * lda + g * gk, gk, amax, q->data() + i * k + g * gk);
     }
-    (*row_scale)[i] = amax[i] / 127.0f;
-    for (int64_t j = 0; j < k; ++j) {
-      float t = std::nearbyint((load_float_a(d, a, i * lda + j) * pre) * inv);
-      t = std::fmin(std::fmax(t, -127.0f), 127.0f);
-      (*q)[i * k + j] = static_cast<int32_t>(t);
-    }
-  }
   return true;
 }
 
@@ -111,7 +142,13 @@ void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void*
   std::vector<float> rs;
   int32_t za = 0;
   int64_t qa_ld = k;
-  if (dynamic) {
+  const int64_t groups = w.groups();
+  const int64_t gk = groups == 1 ? k : w.group_size;
+  const bool per_group_a = dynamic && d.a_granularity == QJ_GRAN_GROUP && w.gran == QJ_GRAN_GROUP;
+  std::vector<float> ags;  // per (row, group) scales of A (per_group_a)
+  if (per_group_a) {
+    dynamic_quantize_groups(d, m, k, gk, a, lda, &qa, &ags);
+  } else if (dynamic) {
     dynamic_quantize_rows(d, m, k, a, lda, &qa, &rs);
   } else {
     qa.resize(m * k);
@@ -122,8 +159,6 @@ void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void*
     za = d.a_zero_point;
   }
   const double a_scale = dynamic ? 1.0 : d.a_scale;
-  const int64_t groups = w.groups();
-  const int64_t gk = groups == 1 ? k : w.group_size;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t col = 0; col < n; ++col) {
       float y;
@@ -145,9 +180,11 @@ void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void*
           int64_t acc = 0;
           for (int64_t j = g * gk; j < (g + 1) * gk; ++j)
             acc += static_cast<int64_t>(qa[i * qa_ld + j] - za) * (w.q[j * n + col] - w.zp(g, col));
-          facc = std::fma(static_cast<float>(static_cast<int32_t>(acc)), w.scale(g, col), facc);
+          float t = static_cast<float>(static_cast<int32_t>(acc));
+          if (per_group_a) t *= ags[i * groups + g];
+          facc = std::fma(t, w.scale(g, col), facc);
         }
-        float f = dynamic ? facc * rs[i] : facc;
+        float f = dynamic && !per_group_a ? facc * rs[i] : facc;
         float mlt = out_multiplier(d, a_scale, 1.0);
         y = d.bias ? std::fma(f, mlt, out_bias(d, col)) : f * mlt;
       }

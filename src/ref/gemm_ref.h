@@ -31,7 +31,14 @@ struct IntWeights {
 bool dynamic_quantize_rows(const qj_gemm_desc& d, int64_t m, int64_t k, const void* a, int64_t lda,
                            std::vector<int32_t>* q, std::vector<float>* row_scale);
 
-// C = output_stage(A * B) for one whole problem.
+// Per (row, group of gk along K) dynamic quantization (a_granularity = QJ_GRAN_GROUP with grouped
+// weights): the same rule over each group, scale[i * (k / gk) + g] = amax / 127 of the group.
+bool dynamic_quantize_groups(const qj_gemm_desc& d, int64_t m, int64_t k, int64_t gk, const void* a,
+                             int64_t lda, std::vector<int32_t>* q, std::vector<float>* scale);
+
+// C = output_stage(A * B) for one whole problem. Grouped weights: per group g,
+//   facc = fma(float(int32 group sum) [* a_scale(i, g) with per-group A], w_scale(g, n), facc),
+// in group order; then [* row scale of dynamic A per row / tensor], then the output stage.
 void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void* a, int64_t lda,
               void* c, int64_t ldc);
 
