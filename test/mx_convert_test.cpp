@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <xmmintrin.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -231,6 +232,56 @@ TEST_P(MxConvert, TailPaddedWithZeros) {
   }
 }
 
+// Round trips at every tier. Decoded values are representable, so quantizing them again gives
+// the same values (both scale rules) and, under FLOOR, the same bytes: the block maximum keeps its
+// binade after rounding, so the scale cannot move. (RCEIL may pick half the scale when the
+// maximum rounded down to max/2; the values still come back.) And values already on the element
+// grid times a power of two pass through quantize -> dequantize unchanged.
+TEST_P(MxConvert, RoundTrips) {
+  const qj_dtype t = GetParam();
+  const int64_t n = 32 * 64 + 9;
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (Gen gen : kGens) {
+      const std::vector<float> v = make_data(gen, t, n, 77);
+      for (qj_rounding r : {QJ_ROUND_FLOOR, QJ_ROUND_RCEIL}) {
+        const std::string where = std::string(qj_dtype_name(t)) + " " + gen_name(gen) + " r=" +
+                                  std::to_string(r) + " isa=" + qj_isa_name(isa);
+        mxt::Mx q1 = api_quantize(t, r, QJ_F32, v.data(), n);
+        const std::vector<float> d1 = mxt::dequantize(t, q1, n);
+        mxt::Mx q2 = api_quantize(t, r, QJ_F32, d1.data(), n);
+        const std::vector<float> d2 = mxt::dequantize(t, q2, n);
+        ASSERT_EQ(mxt::first_diff(d1, d2), -1) << where;
+        if (r == QJ_ROUND_FLOOR) {
+          ASSERT_EQ(q1.elems, q2.elems) << where;
+          ASSERT_EQ(q1.scales, q2.scales) << where;
+        }
+      }
+    }
+    // Grid values: every block = random codes times 2^k, one element being +-max_value * 2^k so
+    // that X = 2^k (k keeps the block away from the scale clamps). MXINT8's -128 is left out: it
+    // decodes, but a block holding -2 X is quantized with scale 2X.
+    const qj::mx::ElemFormat& f = *qj::mx::format(t);
+    const float* tab = qj::mx::value_table(t);
+    std::mt19937 g(5);
+    std::uniform_int_distribution<int> code(0, (1 << f.bits) - 1), kd(-100, 100), pos(0, 31);
+    std::vector<float> v(n);
+    for (int64_t b = 0; b < n; b += 32) {
+      const int k = kd(g);
+      for (int64_t i = b; i < std::min(n, b + 32); ++i) {
+        const int c = code(g);
+        float x = tab[c];
+        if (!std::isfinite(x) || (f.is_int && c == 0x80)) x = 0.0f;
+        v[i] = std::ldexp(x, k);
+      }
+      v[std::min(n - 1, b + pos(g))] = std::ldexp(pos(g) % 2 ? f.max_value : -f.max_value, k);
+    }
+    mxt::Mx q = api_quantize(t, QJ_ROUND_FLOOR, QJ_F32, v.data(), n);
+    const std::vector<float> d = mxt::dequantize(t, q, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(d[i], v[i]) << qj_dtype_name(t) << " " << qj_isa_name(isa) << " i " << i;
+  }
+}
+
 // The result does not depend on the caller's MXCSR (FTZ, DAZ, round toward zero), and the
 // caller's MXCSR is restored.
 TEST_P(MxConvert, IndependentOfCallerMxcsr) {
@@ -312,6 +363,26 @@ TEST_P(BdrConvert, MatchesReferenceAtEveryIsa) {
           ASSERT_TRUE(mxt::same_bits(qj::bf16_to_f32(out16[i]), qj::bf16_to_f32(qj::f32_to_bf16(want_d[i]))))
               << where << " bf16 decode at " << i;
       }
+    }
+  }
+}
+
+// Decoded BDR values are representable: quantizing them again gives the same values.
+TEST_P(BdrConvert, RoundTrip) {
+  const qj_dtype t = GetParam();
+  const qj::bdr::BdrFormat& f = *qj::bdr::format(t);
+  const int64_t n = 16 * 100 + 3;
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (Gen gen : kGens) {
+      const std::vector<float> v = make_data(gen, t, n, 9, 16);
+      std::vector<uint8_t> q1(qj::bdr::storage_bytes(f, n)), q2(q1.size());
+      std::vector<float> d1(n), d2(n);
+      ASSERT_EQ(qj_mx_quantize(t, QJ_ROUND_FLOOR, v.data(), n, q1.data(), nullptr), QJ_OK);
+      ASSERT_EQ(qj_mx_dequantize(t, q1.data(), nullptr, n, d1.data()), QJ_OK);
+      ASSERT_EQ(qj_mx_quantize(t, QJ_ROUND_FLOOR, d1.data(), n, q2.data(), nullptr), QJ_OK);
+      ASSERT_EQ(qj_mx_dequantize(t, q2.data(), nullptr, n, d2.data()), QJ_OK);
+      ASSERT_EQ(mxt::first_diff(d1, d2), -1) << f.name << " " << gen_name(gen) << " " << qj_isa_name(isa);
     }
   }
 }

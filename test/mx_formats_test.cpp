@@ -243,9 +243,21 @@ TEST(MxFormats, ScaleRulesMatchReference) {
   EXPECT_EQ(qj::mx::scale_from_amax(i8, 0x007f0000u, QJ_ROUND_RCEIL), 0);
   EXPECT_EQ(qj::mx::scale_from_amax(i8, 0x007f0001u, QJ_ROUND_RCEIL), 1);
   EXPECT_EQ(qj::mx::scale_from_amax(i8, 0x007f0001u, QJ_ROUND_FLOOR), 0);
-  // The top: RCEIL cannot go past 2^127, the element saturates instead.
+  // The top: RCEIL cannot go past 2^(127 - emax) (max * X stays finite), the element saturates.
   EXPECT_EQ(qj::mx::scale_from_amax(i8, qj::f32_bits(FLT_MAX), QJ_ROUND_RCEIL), 0xfe);
   EXPECT_EQ(qj::mx::scale_from_amax(i8, qj::f32_bits(FLT_MAX), QJ_ROUND_FLOOR), 0xfe);
+  for (const Spec& sp : kSpecs) {
+    const qj::mx::ElemFormat& f = *qj::mx::format(sp.t);
+    for (qj_rounding r : {QJ_ROUND_FLOOR, QJ_ROUND_RCEIL}) {
+      const uint8_t b = qj::mx::scale_from_amax(f, qj::f32_bits(FLT_MAX), r);
+      EXPECT_EQ(b, 254 - sp.emax) << f.name;
+      EXPECT_TRUE(std::isfinite(static_cast<float>(sp.max) * std::ldexp(1.0f, b - 127))) << f.name;
+      EXPECT_TRUE(std::isfinite(qj::mx::mul_pow2(f.max_value, b - 127))) << f.name;
+    }
+  }
+  // FP4, amax 1.9 * 2^127: RCEIL would want X = 2^126 (3.8 -> 4 -> 2^128 = Inf on decode).
+  EXPECT_EQ(qj::mx::scale_from_amax(*qj::mx::format(QJ_MXFP4_E2M1), qj::f32_bits(1.9f * std::ldexp(1.0f, 127)),
+                                    QJ_ROUND_RCEIL), 252);
   // NaN / Inf.
   for (qj_rounding r : {QJ_ROUND_FLOOR, QJ_ROUND_RCEIL}) {
     EXPECT_EQ(qj::mx::scale_from_amax(i8, 0x7f800000u, r), 0xff);

@@ -517,7 +517,9 @@ QJ_API qj_status qj_mx_dequantize(qj_dtype mx_type, const void* elems, const uin
  *    b = 0xFF is NaN and makes every value of its block NaN on decode.
  *  - Scale rule, qj_rounding: QJ_ROUND_FLOOR (OCP 6.3: X = 2^(floor(log2 amax) - emax_elem), the
  *    exponent taken from the fp32 bits) or QJ_ROUND_RCEIL (smallest power of two X with
- *    amax / X <= the element's max value). Both clamp to 2^-127 <= X <= 2^127.
+ *    amax / X <= the element's max value). Both clamp to 2^-127 <= X <= 2^(127 - emax_elem)
+ *    (emax_elem = 8, 15, 4, 2, 2, 0 in the order above): the largest X whose max * X is finite,
+ *    so no finite block decodes to Inf (near FLT_MAX, RCEIL then saturates like FLOOR).
  *  - Elements: V / X rounded to nearest, ties to even, saturated to +-max (E4M3 never becomes NaN
  *    from a finite input), the sign of zero kept. MXINT8 codes are RNE(64 V / X) clamped to
  *    [-127, 127]; -128 is never produced but is decoded (-2 X).

@@ -95,7 +95,11 @@ inline uint32_t max_value_mantissa(const ElemFormat& f) { return f32_bits(f.max_
 // then gets 0xFF. FLOOR (OCP section 6.3): X = 2^(floor(log2 amax) - emax_elem), exponent read
 // from the bits, clamped to >= 2^-127 (fp32 subnormal amax clamps the same way). RCEIL: the
 // smallest X = 2^s with amax <= max_value * X, i.e. the block maximum is never clamped (up to the
-// 2^127 ceiling). Both are exact integer computations.
+// ceiling below). Both are exact integer computations.
+// Ceiling: X <= 2^(127 - emax_elem), the largest X with max_value * X finite; FLOOR never goes
+// beyond it, RCEIL is capped there so that a finite block never decodes to Inf (for amax within a
+// binade of FLT_MAX the block maximum then saturates, as with FLOOR; MXINT8 can use all of 2^127).
+// A scale byte is therefore in [0, 254 - emax_elem] or 0xFF.
 inline uint8_t scale_from_amax(const ElemFormat& f, uint32_t amax_bits, qj_rounding r) {
   if (amax_bits >= kF32Inf) return kScaleNaN;
   int b = static_cast<int>(amax_bits >> 23) - f.emax;
@@ -107,7 +111,7 @@ inline uint8_t scale_from_amax(const ElemFormat& f, uint32_t amax_bits, qj_round
     const uint32_t mant = max_value_mantissa(f);
     const uint32_t t = te >= 1 ? (static_cast<uint32_t>(te) << 23) | mant : (mant | 0x800000u) >> 1;
     if (amax_bits > t) ++b;  // amax < 2^(ef-126) <= max_value * 2^(b+1-127): one step suffices
-    if (b > 254) b = 254;
+    if (b > 254 - f.emax) b = 254 - f.emax;
   }
   return static_cast<uint8_t>(b);
 }

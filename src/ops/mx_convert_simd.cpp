@@ -329,7 +329,7 @@ QJ_AVX512 inline __m512i scale_vec(__m512i amax, bool rceil) {
       t = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(te, zero), t,
                                   _mm512_set1_epi32((TR::max_mant | 0x800000) >> 1));
     b = _mm512_mask_add_epi32(b, _mm512_cmpgt_epu32_mask(amax, t), b, _mm512_set1_epi32(1));
-    b = _mm512_min_epi32(b, _mm512_set1_epi32(254));
+    b = _mm512_min_epi32(b, _mm512_set1_epi32(254 - TR::emax));
   }
   return b;
 }

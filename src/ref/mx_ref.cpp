@@ -63,8 +63,9 @@ uint8_t mx_block_scale(qj_dtype t, qj_rounding r, const float* v, int count) {
     s = floor_log2(amax) - f.emax - 1;
     while (amax > std::ldexp(static_cast<double>(f.max_value), s)) ++s;
   }
+  // X in [2^-127, 2^(127 - emax)]: the top keeps max_value * X finite (mx.h, scale_from_amax).
   if (s < -127) s = -127;
-  if (s > 127) s = 127;
+  if (s > 127 - f.emax) s = 127 - f.emax;
   return static_cast<uint8_t>(s + 127);
 }
 
