@@ -55,7 +55,7 @@ struct Cfg {
   int bits = 0;    // fused bits, 0 for float rows
   int eb = 4;      // float rows: bytes per element
   int isz = 4, osz = 4;
-  bool lengths = false, weighted = false, positional = false, remap = false, sbf = false, nta = false;
+  bool lengths = false, weighted = false, positional = false, remap = false, sbf = false;
   int pooling = QJ_POOL_SUM;
   int64_t dim = 0;
   int pf = 0;
@@ -68,7 +68,8 @@ struct Cfg {
   int out_bytes = 4;
   bool fp32_sb = false;
   // vector register numbers
-  int rS, rB, rW, rT, rT2, rM;
+  int rS, rB, rW, rT, rT2, rM, rBs;
+  int hint = 0;    // prefetch: 0 t0, 1 t1, 2 t2, 3 nta
 };
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -108,7 +109,6 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   c->positional = k.flags & kEmbPositional;
   c->remap = k.flags & kEmbRemap;
   c->sbf = k.flags & kEmbSbFirst;
-  c->nta = k.flags & kEmbPrefetchNta;
   c->dim = k.param[0];
   c->pooling = static_cast<int>(k.param[1]);
   c->pf = static_cast<int>(k.param[2]);
@@ -144,7 +144,13 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   c->rT = c->regs - 4;
   c->rT2 = c->regs - 5;
   c->rM = c->regs - 6;
-  if (c->BV < c->G || c->BV % c->G != 0 || c->BV > c->regs - 6) {
+  c->rBs = c->regs - 7;
+  c->hint = static_cast<int>(k.param[4]);
+  if (c->hint < 0 || c->hint > 3) {
+    *why = "unknown prefetch hint";
+    return false;
+  }
+  if (c->BV < c->G || c->BV % c->G != 0 || c->BV > c->regs - 7) {
     *why = "block of accumulator vectors does not fit the registers";
     return false;
   }
@@ -208,10 +214,12 @@ class Emitter {
       a_.vpand(v(d), v(s), v(m));
   }
   void prefetch(const Mem& m) {
-    if (c_.nta)
-      a_.prefetchnta(m);
-    else
-      a_.prefetcht0(m);
+    switch (c_.hint) {
+      case 0: a_.prefetcht0(m); break;
+      case 1: a_.prefetcht1(m); break;
+      case 2: a_.prefetcht2(m); break;
+      default: a_.prefetchnta(m); break;
+    }
   }
   // Loads exactly n bytes (1 <= n < 16) at m into xmm(r), zeroing the rest (AVX2 tails).
   void load_bytes_exact(int r, Mem m, int n) {
@@ -382,11 +390,10 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
     const int acc = acc0 + s;
     if (set) {
       a_.vcvtdq2ps(v(acc), v(q));
-      a_.vfmadd213ps(v(acc), v(c.rS), v(c.rB));
+      a_.vfmadd213ps(v(acc), v(c.rS), v(c.rB));  // fma(q, sw, bw)
     } else {
       a_.vcvtdq2ps(v(q), v(q));
-      a_.vfmadd213ps(v(q), v(c.rS), v(c.rB));
-      a_.vaddps(v(acc), v(acc), v(q));
+      a_.vfmadd231ps(v(acc), v(q), v(c.rS));     // fma(q, sw, acc); the bias goes to bsum
     }
   }
 }
@@ -463,6 +470,7 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
       a_.vmulps(v(c.rS), v(c.rS), v(c.rW));
       a_.vmulps(v(c.rB), v(c.rB), v(c.rW));
     }
+    if (c.pooling != QJ_POOL_NONE) a_.vaddps(v(c.rBs), v(c.rBs), v(c.rB));  // bsum = bsum + bw
   }
   for (int g = 0; g < ngroups; ++g) {
     int64_t g_elem = (loop ? 0 : base_group * c.E) + static_cast<int64_t>(g) * c.E;
@@ -543,6 +551,8 @@ void Emitter::store_vec(int r, Mem m, int lanes) {
 void Emitter::emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
   const Cfg& c = c_;
   const int nacc = ngroups * c.G;
+  if (c.bits && c.pooling != QJ_POOL_NONE)
+    for (int i = 0; i < nacc; ++i) a_.vaddps(v(i), v(i), v(c.rBs));  // acc + bsum
   if (c.pooling == QJ_POOL_MEAN) {
     Label l_nomean = a_.newLabel();
     a_.mov(r9, r8);
@@ -639,6 +649,7 @@ void Emitter::emit_store(bool loop, int64_t base_group, int ngroups, int64_t blo
 void Emitter::emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
   const int nacc = ngroups * c_.G;
   for (int i = 0; i < nacc; ++i) zero(i);
+  if (c_.bits && c_.pooling != QJ_POOL_NONE) zero(c_.rBs);
   Label l_row = a_.newLabel(), l_done = a_.newLabel();
   a_.mov(rcx, rax);
   a_.cmp(rcx, r8);
@@ -931,8 +942,8 @@ std::string name_emb(const KernelKey& k) {
   if (k.flags & kEmbSbFirst) extra += "_sbf";
   std::string pf;
   if (k.param[2]) {
-    pf = "_pf" + std::to_string(k.param[2]);
-    if (k.flags & kEmbPrefetchNta) pf += "nta";
+    static const char* hints[4] = {"t0", "t1", "t2", "nta"};
+    pf = "_pf" + std::to_string(k.param[2]) + hints[k.param[4] & 3];
   }
   std::snprintf(buf, sizeof buf, "emb_%s_i%d_%c%d_%s%s_%s_d%u_b%u%s__%s",
                 qj_dtype_name(static_cast<qj_dtype>(k.a_type)), k.b_type,
@@ -953,7 +964,7 @@ int emb_group_vectors(const KernelKey& key) {
 int emb_max_block_vectors(const KernelKey& key) {
   const int regs = key.isa >= QJ_ISA_AVX512 ? 32 : 16;
   const int g = emb_group_vectors(key);
-  int n = regs - 6;
+  int n = regs - 7;
   if (key.isa >= QJ_ISA_AVX512 && n > 24) n = 24;
   return n / g * g;
 }

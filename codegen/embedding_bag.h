@@ -17,17 +17,17 @@
 //               bit 4 kEmbSbFirst     fused rows with fp16 scale/bias before the values
 //               bit 5 kEmbOffsets64   offsets / lengths are int64 (else int32)
 //               bit 6 kEmbCheck       the index-range check kernel instead of the bag kernel
-//               bit 7 kEmbPrefetchNta prefetchnta instead of prefetcht0
 //   param[0]    dim (elements per row)
 //   param[1]    qj_pooling: QJ_POOL_SUM, QJ_POOL_MEAN, QJ_POOL_NONE (gather: one row per index)
 //   param[2]    prefetch distance in indices (0: no prefetch)
 //   param[3]    accumulator vectors per column block (chosen by src/ops; dims wider than one
 //               block run the bag's indices once per block)
+//   param[4]    prefetch instruction: 0 prefetcht0, 1 prefetcht1, 2 prefetcht2, 3 prefetchnta
 // Everything else is zero.
 //
 // Canonical names (QJ_VERBOSE, perf map, tests, benchmark rows):
 //   emb_<row>_i<32|64>_<o|l><32|64>_<sum|mean|gather>[_w|_pw][_remap][_sbf]_<out>_d<dim>_b<acc>
-//      [_pf<dist>[nta]]__<isa>          e.g. emb_fused8_i64_o64_sum_f32_d128_b8_pf16__avx512
+//      [_pf<dist><t0|t1|t2|nta>]__<isa>   e.g. emb_fused8_i64_o64_sum_f32_d128_b8_pf16t2__avx512
 //   emb_check_i<32|64>__<isa>           the index-range check
 #pragma once
 #include <cstdint>
@@ -44,7 +44,6 @@ enum EmbFlags : uint8_t {
   kEmbSbFirst = 16,
   kEmbOffsets64 = 32,
   kEmbCheck = 64,
-  kEmbPrefetchNta = 128,
 };
 
 // Arguments of a bag kernel: `void kernel(const EmbArgs*)`. It computes `count` consecutive bags

@@ -106,14 +106,15 @@ struct Case {
   bool lengths = false;
   bool remap = false;
   int prefetch = 16;
+  int hint = 0;          // qj_prefetch_hint
   int64_t out_pad = 0;   // out_stride - dim
   int64_t row_pad = 0;   // row_stride - natural
   int64_t nbags = 9, avg = 5, rows = 57;
   std::string str() const {
     char b[256];
-    std::snprintf(b, sizeof b, "%s dim %lld pool %d out %s w %d i%d o%d %s%s pf %d opad %lld rpad %lld", fmt_name(f).c_str(),
+    std::snprintf(b, sizeof b, "%s dim %lld pool %d out %s w %d i%d o%d %s%s pf %d/%d opad %lld rpad %lld", fmt_name(f).c_str(),
                   static_cast<long long>(dim), static_cast<int>(pool), qj_dtype_name(out), weight_mode, index_bits,
-                  offset_bits, lengths ? "lengths" : "offsets", remap ? " remap" : "", prefetch,
+                  offset_bits, lengths ? "lengths" : "offsets", remap ? " remap" : "", prefetch, hint,
                   static_cast<long long>(out_pad), static_cast<long long>(row_pad));
     return b;
   }
@@ -166,6 +167,7 @@ void run_case(const Case& c, uint32_t seed) {
   d.out_type = c.out;
   d.out_stride = c.dim + c.out_pad;
   d.prefetch_distance = c.prefetch;
+  d.prefetch_hint = static_cast<qj_prefetch_hint>(c.hint);
   d.scale_bias_first = c.f.sbf;
   d.remap = c.remap ? remap.data() : nullptr;
   d.remap_size = c.remap ? static_cast<int64_t>(remap.size()) : 0;
@@ -227,7 +229,8 @@ TEST(EmbeddingBag, SweepMatchesReferenceEveryTier) {
             c.offset_bits = (n / 2) % 2 ? 32 : 64;
             c.lengths = (n / 5) % 2;
             c.remap = n % 7 == 3;
-            c.prefetch = (n % 4 == 0) ? 0 : (n % 4 == 1 ? 2 : 16);
+            c.prefetch = (n % 4 == 0) ? 0 : (n % 4 == 1 ? 2 : (n % 8 == 2 ? QJ_PREFETCH_AUTO : 16));
+            c.hint = static_cast<int>((n / 4) % 5);
             c.out_pad = (n % 5 == 2) ? 3 : 0;
             c.row_pad = (n % 6 == 1) ? 5 : 0;
             if (dim >= 512) {
@@ -431,6 +434,9 @@ TEST(EmbeddingBag, BadDescsAndArguments) {
   b = d;
   b.remap_size = 5;
   expect_bad(b, "remap_size=5");
+  b = d;
+  b.prefetch_hint = static_cast<qj_prefetch_hint>(5);
+  expect_bad(b, "prefetch_hint=5");
   EXPECT_EQ(qj_embedding_bag_plan_create(nullptr, &p), QJ_ERR_INVALID_ARGUMENT);
 
   ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);

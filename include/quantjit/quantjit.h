@@ -331,6 +331,15 @@ typedef enum qj_pooling {
 /** prefetch_distance value that lets the library choose. */
 #define QJ_PREFETCH_AUTO (-1)
 
+/** Which prefetch instruction brings the rows `prefetch_distance` indices ahead. */
+typedef enum qj_prefetch_hint {
+  QJ_PREFETCH_HINT_AUTO = 0,  /**< the library's choice (currently T2) */
+  QJ_PREFETCH_HINT_T0 = 1,    /**< prefetcht0: into L1 */
+  QJ_PREFETCH_HINT_T1 = 2,    /**< prefetcht1 */
+  QJ_PREFETCH_HINT_T2 = 3,    /**< prefetcht2: into L2 (more misses in flight than L1 allows) */
+  QJ_PREFETCH_HINT_NTA = 4    /**< prefetchnta */
+} qj_prefetch_hint;
+
 /** Zero-initialize, then set the fields (new fields are appended and default to 0). */
 typedef struct qj_embedding_bag_desc {
   qj_dtype row_type;        /**< F32, F16, BF16, FUSED_8BIT/4BIT/2BIT */

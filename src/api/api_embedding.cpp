@@ -122,6 +122,9 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
                 d->out_stride, d->dim);
   if (d->out_stride > (INT64_C(1) << 40))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_stride=%" PRId64 " is too large", fn, d->out_stride);
+  if (d->prefetch_hint < QJ_PREFETCH_HINT_AUTO || d->prefetch_hint > QJ_PREFETCH_HINT_NTA)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_hint=%d is not a qj_prefetch_hint value", fn,
+                static_cast<int>(d->prefetch_hint));
   if (d->prefetch_distance < QJ_PREFETCH_AUTO || d->prefetch_distance > 4096)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_distance=%d is not in [-1, 4096]", fn, d->prefetch_distance);
   const int64_t natural = row_bytes(d->row_type, d->dim, d->scale_bias_first ? QJ_ROWWISE_SCALE_BIAS_FIRST : 0);

@@ -43,6 +43,10 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   k.param[0] = static_cast<uint32_t>(d.dim);
   k.param[1] = static_cast<uint32_t>(d.pooling);
   k.param[2] = static_cast<uint32_t>(pf);
+  // AUTO: prefetcht2. Rows come from DRAM in the cases prefetching is for, and bringing them to L2
+  // lets far more misses be in flight than the L1 miss buffers allow (measured 2x on this Zen 4
+  // for 40-byte rows); rows already in L2 lose nothing.
+  k.param[4] = d.prefetch_hint == QJ_PREFETCH_HINT_AUTO ? 2u : static_cast<uint32_t>(d.prefetch_hint) - 1u;
   // Blocking: as few column blocks as the registers allow, balanced.
   const int lanes = emb_lanes(k), g = emb_group_vectors(k);
   const int64_t nvec = div_up(d.dim, static_cast<int64_t>(lanes) * g) * g;
@@ -185,9 +189,14 @@ qj_status validate_indices_scalar(const char* fn, int index_bits, const void* in
 }
 
 int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
-  (void)row_type;
-  (void)dim;
-  return 16;
+  // Keep about 128 cache lines in flight: a row of R bytes touches about R/64 + 1 lines (rows are
+  // not line-aligned). Measured on this machine with prefetcht2 (bench embedding --mode fresh):
+  // 40-byte rows are best at 64 rows ahead, 136-byte rows at 32, 520-byte rows at 16-32.
+  const int64_t rb = ref::emb_row_bytes(row_type, dim, false);
+  const int64_t lines = (rb + 63) / 64 + 1;
+  int32_t pf = 4;
+  while (pf < 64 && pf * 2 * lines <= 128 + lines) pf *= 2;
+  return pf;
 }
 
 qj_status embedding_bag_plan_init(const qj_embedding_bag_desc& desc, EmbeddingBagPlan* p) {

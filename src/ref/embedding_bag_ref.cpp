@@ -55,8 +55,9 @@ struct Rows {
   }
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(t.data) + r * stride; }
 
-  // acc[j] += the row's contribution with weight w (bag pooling), or acc[j] = it (gather).
-  void add(int64_t r, bool weighted, float w, bool gather, float* acc) const {
+  // acc[j] += the row's contribution with weight w (bag pooling; fused rows add their bias to
+  // *bsum instead), or acc[j] = it (gather).
+  void add(int64_t r, bool weighted, float w, bool gather, float* acc, float* bsum) const {
     const uint8_t* p = row(r);
     if (bits == 0) {
       for (int64_t j = 0; j < d.dim; ++j) {
@@ -73,10 +74,12 @@ struct Rows {
       s = w * s;
       b = w * b;
     }
-    for (int64_t j = 0; j < d.dim; ++j) {
-      float v = std::fma(static_cast<float>(fused::code(L, p, j)), s, b);
-      acc[j] = gather ? v : acc[j] + v;
+    if (gather) {
+      for (int64_t j = 0; j < d.dim; ++j) acc[j] = std::fma(static_cast<float>(fused::code(L, p, j)), s, b);
+      return;
     }
+    for (int64_t j = 0; j < d.dim; ++j) acc[j] = std::fma(static_cast<float>(fused::code(L, p, j)), s, acc[j]);
+    *bsum = *bsum + b;
   }
 };
 
@@ -111,7 +114,8 @@ bool embedding_bag(const qj_embedding_bag_desc& d, const EmbTable& t, int64_t nu
       int64_t r = rows.resolve(load_int(indices, d.index_bits, i));
       if (r == -2) return false;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      if (r >= 0) rows.add(r, weighted, weighted ? weights[i] : 1.0f, true, acc.data());
+      float unused = 0;
+      if (r >= 0) rows.add(r, weighted, weighted ? weights[i] : 1.0f, true, acc.data(), &unused);
       for (int64_t j = 0; j < d.dim; ++j) store_out(d.out_type, out, i * out_stride + j, acc[j]);
     }
     return true;
@@ -132,13 +136,16 @@ bool embedding_bag(const qj_embedding_bag_desc& d, const EmbTable& t, int64_t nu
     }
     if (start < 0 || end < start || end > num_indices) return false;
     std::fill(acc.begin(), acc.end(), 0.0f);
+    float bsum = 0.0f;
     for (int64_t i = start; i < end; ++i) {
       int64_t r = rows.resolve(load_int(indices, d.index_bits, i));
       if (r == -2) return false;
       if (r == -1) continue;
       float w = weighted ? weights[d.positional ? i - start : i] : 1.0f;
-      rows.add(r, weighted, w, false, acc.data());
+      rows.add(r, weighted, w, false, acc.data(), &bsum);
     }
+    if (bits)
+      for (auto& v : acc) v = v + bsum;
     const int64_t len = end - start;
     if (d.pooling == QJ_POOL_MEAN && len > 0) {
       const float inv = 1.0f / static_cast<float>(len);

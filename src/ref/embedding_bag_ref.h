@@ -10,16 +10,18 @@
 //         acc[j] = fma(w, x, acc[j])             (unweighted: acc[j] + x, the same value)
 //     fused rows (8/4/2-bit), q = the integer code, s / b = the row's scale / bias as fp32:
 //         sw = w * s, bw = w * b                 (unweighted: s, b)
-//         acc[j] = acc[j] + fma(q, sw, bw)       (the row's value is rounded once, then summed)
+//         acc[j] = fma(q, sw, acc[j]);  bsum = bsum + bw     (bsum starts at +0.0f)
+//       and after the bag's last row: acc[j] = acc[j] + bsum
 //   QJ_POOL_MEAN with len = end - start > 0 (pruned positions count): acc[j] *= (1.0f / (float)len).
 //   QJ_POOL_NONE (gather): one output row per index, y = w * x (float rows; x if unweighted) or
 //     y = fma(q, sw, bw) (fused rows); a pruned row gives zeros.
 //   Output: fp32 as is; fp16 / bf16 rounded to nearest even (src/formats/half.h).
 //
 // Differences from FBGEMM's reference (EmbeddingSpMDM*_ref): identical for float rows; for fused
-// rows FBGEMM computes fma(sw, q, acc + bw), which chains two roundings through the accumulator.
-// Both round twice per element; ours keeps the add alone on the dependency chain (a third of the
-// latency per row), which is what lets short-dim bags run faster than FBGEMM's.
+// rows FBGEMM computes acc = fma(sw, q, acc + bw), two roundings per element and row. Here the
+// bias does not depend on the column, so it is summed once per row (one scalar add) and added to
+// every column once per bag: one rounding per element and row plus one per bag, and a third fewer
+// vector operations per row (the kernel's hot-cache throughput is bound by them).
 #pragma once
 #include <quantjit/quantjit.h>
 

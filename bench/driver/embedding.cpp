@@ -1,0 +1,737 @@
+// `quantjit-bench embedding`: embedding-bag (and the fused row-wise AdaGrad) over FBGEMM's
+// benchmark grid and the DLRM-DCNv2 multi-table grid, single thread by default.
+//
+// What is measured, per case (format, dim, index width, prefetch, weights, mode):
+//  - warm:  the same indices every call (FBGEMM's "hot"): rows sit in the caches;
+//  - cold:  every cache line of every row the call touches is flushed (clflushopt) before each
+//           timed call, as FBGEMM's benchmark does ("cold": rows come from DRAM);
+//  - fresh: new random indices every call (no flush; with 4M rows they are almost never cached):
+//           PERF.md's side-by-side "cold (THP)" column.
+//  Times are medians; ns_per_row = seconds / lookups; gbps = row bytes read per second;
+//  limit_fraction = rows/s over the random-gather limit that `quantjit-bench peak` measures
+//  (bench::gather_limit: rows of round_up(row_bytes, 64) bytes from a table of the same size and
+//  page kind, best prefetch distance) - a conservative limit, since an unaligned row of R bytes
+//  touches R/64 + 63/64 lines on average, more than round_up(R, 64)/64 for most R.
+//  fbgemm_ns_per_row is FBGEMM's best figure for the configuration from PERF.md (measured on this
+//  machine kind, not in this process: FBGEMM is not installed here), and vs_fbgemm the speedup.
+// Every case is checked against the scalar reference (byte-exact) before it is timed.
+#include <quantjit/quantjit.h>
+#include <sys/mman.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "driver/commands.h"
+#include "driver/peak.h"
+#include "driver/report.h"
+#include "driver/shapes.h"
+#include "driver/timing.h"
+#include "src/formats/half.h"
+#include "src/ref/embedding_bag_ref.h"
+#include "src/ref/rowwise_adagrad_ref.h"
+
+namespace {
+
+using namespace bench;
+
+struct RowFmt {
+  const char* name;
+  qj_dtype t;
+};
+const RowFmt kRowFmts[] = {{"fused8", QJ_FUSED_8BIT}, {"fused4", QJ_FUSED_4BIT}, {"fused2", QJ_FUSED_2BIT},
+                           {"f32", QJ_F32},           {"f16", QJ_F16},           {"bf16", QJ_BF16}};
+
+const char* fmt_name(qj_dtype t) {
+  for (const RowFmt& r : kRowFmts)
+    if (r.t == t) return r.name;
+  return "?";
+}
+
+// FBGEMM's best per-row figure from PERF.md for (format, dim, mode, prefetch), ns; 0 if none.
+// 8-bit and 4/2-bit: EmbeddingSpMDM / EmbeddingSpMDMNBit (898 lookups per call; the lower of
+// the per-call table / 898 and the side-by-side ns-per-row table); fp32/fp16: 1110 lookups, hot.
+double fbgemm_ns(qj_dtype t, int64_t dim, const std::string& mode, bool pf) {
+  struct E {
+    qj_dtype t;
+    int64_t dim;
+    double warm_pf, warm_nopf, cold_pf, cold_nopf, fresh_pf;
+  };
+  // warm_pf: the lower of hot-prefetch (per call / 898) and the side-by-side warm column;
+  // warm_nopf, cold_*: FBGEMM's own benchmark (per call / 898; cold = flushed before the call);
+  // fresh_pf: the side-by-side "cold (THP)" column (fresh random indices on every call).
+  static const E tab[] = {
+      {QJ_FUSED_8BIT, 32, 2.7, 3.23, 11.7, 15.6, 13.0},    {QJ_FUSED_8BIT, 64, 3.3, 4.23, 14.1, 27.8, 18.0},
+      {QJ_FUSED_8BIT, 128, 6.1, 8.8, 34.5, 46.8, 29.0},    {QJ_FUSED_8BIT, 256, 12.1, 14.25, 41.2, 86.9, 60.0},
+      {QJ_FUSED_8BIT, 512, 24.9, 27.2, 78.0, 157.0, 127.0}, {QJ_FUSED_8BIT, 1024, 49.0, 51.2, 136.0, 292.0, 200.0},
+      {QJ_FUSED_4BIT, 32, 4.1, 4.1, 23.4, 0, 20.0},        {QJ_FUSED_4BIT, 64, 5.7, 5.7, 23.4, 0, 23.0},
+      {QJ_FUSED_4BIT, 128, 10.0, 10.0, 18.9, 0, 21.0},     {QJ_FUSED_4BIT, 256, 18.6, 18.6, 30.1, 0, 36.0},
+      {QJ_FUSED_2BIT, 32, 5.35, 5.35, 17.8, 0, 0},         {QJ_FUSED_2BIT, 64, 6.1, 6.1, 22.3, 0, 0},
+      {QJ_FUSED_2BIT, 128, 11.1, 11.1, 37.9, 0, 0},        {QJ_FUSED_2BIT, 256, 21.2, 21.2, 25.6, 0, 0},
+      {QJ_F32, 32, 3.06, 3.06, 0, 0, 0},                   {QJ_F32, 128, 5.3, 5.3, 0, 0, 0},
+      {QJ_F32, 256, 18.9, 18.9, 0, 0, 0},                  {QJ_F16, 32, 2.25, 2.25, 0, 0, 0},
+      {QJ_F16, 128, 4.6, 4.6, 0, 0, 0},                    {QJ_F16, 256, 17.1, 17.1, 0, 0, 0},
+  };
+  for (const E& e : tab) {
+    if (e.t != t || e.dim != dim) continue;
+    if (mode == "warm") return pf ? e.warm_pf : e.warm_nopf;
+    if (mode == "fresh") return pf ? e.fresh_pf : 0;
+    return pf ? e.cold_pf : e.cold_nopf;
+  }
+  return 0;
+}
+
+int64_t row_bytes(qj_dtype t, int64_t dim) { return qj_rowwise_row_bytes(t, dim, 0); }
+
+// A table in anonymous memory: THP (qj_embedding_table_alloc) or 4 KiB pages.
+struct Table {
+  uint8_t* p = nullptr;
+  size_t bytes = 0;
+  bool huge = true;
+  Table() = default;
+  Table(size_t b, bool h) : bytes(b), huge(h) {
+    if (h) {
+      p = static_cast<uint8_t*>(qj_embedding_table_alloc(b));
+    } else {
+      void* m = mmap(nullptr, b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m != MAP_FAILED) {
+#ifdef MADV_NOHUGEPAGE
+        madvise(m, b, MADV_NOHUGEPAGE);
+#endif
+        p = static_cast<uint8_t*>(m);
+      }
+    }
+  }
+  ~Table() {
+    if (!p) return;
+    if (huge)
+      qj_embedding_table_free(p, bytes);
+    else
+      munmap(p, bytes);
+  }
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+};
+
+// Share of [p, p + bytes) backed by transparent huge pages (AnonHugePages of its mappings).
+double thp_share(const void* p, size_t bytes) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  char line[512];
+  bool in = false;
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    if (std::sscanf(line, "%lx-%lx ", &a, &b) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+      in = a < hi && b > lo;
+      continue;
+    }
+    double v;
+    if (in && std::sscanf(line, "AnonHugePages: %lf kB", &v) == 1) kb += v;
+  }
+  std::fclose(f);
+  return std::min(1.0, kb * 1024.0 / static_cast<double>(bytes));
+}
+
+uint64_t xorshift(uint64_t& x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+// Random rows: float rows hold small values, fused rows random codes with a sane scale / bias.
+void fill_table(Table& tb, qj_dtype t, int64_t dim, int64_t rows, uint64_t seed) {
+  const int64_t rb = row_bytes(t, dim);
+  uint64_t x = seed | 1;
+  uint64_t* w = reinterpret_cast<uint64_t*>(tb.p);
+  const size_t words = static_cast<size_t>(rows * rb) / 8;
+  if (t == QJ_F32 || t == QJ_F16 || t == QJ_BF16) {
+    // a fixed exponent keeps sums finite: values in [1, 2) or [-2, -1)
+    for (size_t i = 0; i < words; ++i) {
+      uint64_t r = xorshift(x);
+      if (t == QJ_F32)
+        w[i] = (r & 0x807fffff807fffffull) | 0x3f8000003f800000ull;
+      else if (t == QJ_F16)
+        w[i] = (r & 0x83ff83ff83ff83ffull) | 0x3c003c003c003c00ull;
+      else
+        w[i] = (r & 0x807f807f807f807full) | 0x3f803f803f803f80ull;
+    }
+    return;
+  }
+  for (size_t i = 0; i < words; ++i) w[i] = xorshift(x);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = tb.p + r * rb;
+    const float s = 0.01f, b = -0.5f;
+    if (t == QJ_FUSED_8BIT) {
+      std::memcpy(row + dim, &s, 4);
+      std::memcpy(row + dim + 4, &b, 4);
+    } else {
+      const int64_t data = rb - 4;
+      uint16_t s16 = qj::f32_to_f16(s), b16 = qj::f32_to_f16(b);
+      std::memcpy(row + data, &s16, 2);
+      std::memcpy(row + data + 2, &b16, 2);
+    }
+  }
+}
+
+struct Options {
+  Format fmt = Format::kTable;
+  std::string shapes = "fbgemm";
+  std::vector<qj_dtype> types;
+  std::vector<int> index_bits = {64};
+  std::vector<int> prefetch = {QJ_PREFETCH_AUTO};
+  std::vector<int> hints = {QJ_PREFETCH_HINT_AUTO};
+  std::vector<int> weighted = {0};
+  std::vector<std::string> modes = {"warm", "cold"};
+  bool huge = true;
+  bool limit = true;
+  bool adagrad = false;
+  int64_t max_rows = 0;    // cap rows per table (0: the shape's)
+  int64_t batch = 0;       // override the batch (bags); dlrm default 512
+  int reps = 0;
+  std::vector<int64_t> dims;  // restrict to these dims
+};
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: quantjit-bench embedding [options]\n"
+               "  --shapes fbgemm|dlrm|FILE  FBGEMM's grid (batch,rows,dim,avg_len) or the DLRM-DCNv2\n"
+               "                             26-table grid (table,rows,dim,pooling); default fbgemm\n"
+               "  --rows LIST     row formats: fused8,fused4,fused2,f32,f16,bf16 or all (default fused8,fused4)\n"
+               "  --dims LIST     only these dims\n"
+               "  --index 32,64   index widths (default 64)\n"
+               "  --prefetch LIST distances (0 = off, auto = library default; default auto)\n"
+               "  --hint LIST     prefetch instruction: auto,t0,t1,t2,nta (default auto)\n"
+               "  --weighted 0,1  per-index weights (default 0)\n"
+               "  --mode LIST     warm,cold,fresh (default warm,cold); see the file comment\n"
+               "  --pages thp|4k  table pages (default thp: qj_embedding_table_alloc)\n"
+               "  --max-rows N    cap rows per table (dlrm default 4000000)\n"
+               "  --batch N       bags per call (dlrm default 512)\n"
+               "  --adagrad       time qj_rowwise_adagrad_fused (fp32 / fp16 tables, deterministic)\n"
+               "  --no-limit      skip the random-gather limit measurement\n"
+               "  --reps N        timed samples per case\n"
+               "  --format F      table | csv | json (JSON Lines)\n");
+  return 2;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  size_t a = 0;
+  while (true) {
+    size_t b = s.find(',', a);
+    v.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return v;
+}
+
+bool parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-limit") {
+      o->limit = false;
+      continue;
+    }
+    if (a == "--adagrad") {
+      o->adagrad = true;
+      continue;
+    }
+    if (i + 1 >= argc) return false;
+    const std::string v = argv[++i];
+    if (a == "--format") {
+      if (!parse_format(v.c_str(), &o->fmt)) return false;
+    } else if (a == "--shapes") {
+      o->shapes = v;
+    } else if (a == "--rows") {
+      for (const std::string& s : split(v)) {
+        bool found = false;
+        for (const RowFmt& r : kRowFmts)
+          if (s == "all" || s == r.name) {
+            o->types.push_back(r.t);
+            found = true;
+          }
+        if (!found) return false;
+      }
+    } else if (a == "--dims") {
+      for (const std::string& s : split(v)) o->dims.push_back(std::atoll(s.c_str()));
+    } else if (a == "--index") {
+      o->index_bits.clear();
+      for (const std::string& s : split(v)) {
+        int b = std::atoi(s.c_str());
+        if (b != 32 && b != 64) return false;
+        o->index_bits.push_back(b);
+      }
+    } else if (a == "--prefetch") {
+      o->prefetch.clear();
+      for (const std::string& s : split(v)) o->prefetch.push_back(s == "auto" ? QJ_PREFETCH_AUTO : std::atoi(s.c_str()));
+    } else if (a == "--hint") {
+      o->hints.clear();
+      for (const std::string& h : split(v)) {
+        const char* names[5] = {"auto", "t0", "t1", "t2", "nta"};
+        int k = 0;
+        while (k < 5 && h != names[k]) ++k;
+        if (k == 5) return false;
+        o->hints.push_back(k);
+      }
+    } else if (a == "--weighted") {
+      o->weighted.clear();
+      for (const std::string& s : split(v)) o->weighted.push_back(std::atoi(s.c_str()) != 0);
+    } else if (a == "--mode") {
+      o->modes = split(v);
+      for (const std::string& m : o->modes)
+        if (m != "warm" && m != "cold" && m != "fresh") return false;
+    } else if (a == "--pages") {
+      if (v != "thp" && v != "4k") return false;
+      o->huge = v == "thp";
+    } else if (a == "--max-rows") {
+      o->max_rows = std::atoll(v.c_str());
+    } else if (a == "--batch") {
+      o->batch = std::atoll(v.c_str());
+    } else if (a == "--reps") {
+      o->reps = std::atoi(v.c_str());
+    } else {
+      return false;
+    }
+  }
+  if (o->types.empty()) o->types = o->adagrad ? std::vector<qj_dtype>{QJ_F32, QJ_F16}
+                                              : std::vector<qj_dtype>{QJ_FUSED_8BIT, QJ_FUSED_4BIT};
+  return true;
+}
+
+// One table's lookups: `sets` independent random index sets (fresh mode cycles through them).
+struct Lookups {
+  std::vector<std::vector<int64_t>> idx;  // per set
+  std::vector<int64_t> offsets;           // shared by all sets
+  std::vector<float> weights;
+  int64_t n = 0;
+};
+
+Lookups make_lookups(int64_t bags, int64_t rows, int64_t avg_len, bool fixed_len, int sets, uint64_t seed) {
+  Lookups l;
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  l.offsets.push_back(0);
+  for (int64_t b = 0; b < bags; ++b) {
+    // FBGEMM's benchmark: lengths uniform in [1, 2 * avg]; DLRM: fixed multi-hot counts
+    int64_t len = fixed_len ? avg_len : 1 + static_cast<int64_t>(xorshift(x) % static_cast<uint64_t>(2 * avg_len + 1));
+    l.offsets.push_back(l.offsets.back() + len);
+  }
+  l.n = l.offsets.back();
+  l.idx.resize(static_cast<size_t>(sets));
+  for (auto& s : l.idx) {
+    s.resize(static_cast<size_t>(l.n));
+    for (auto& v : s) v = static_cast<int64_t>(xorshift(x) % static_cast<uint64_t>(rows));
+  }
+  l.weights.resize(static_cast<size_t>(l.n));
+  for (auto& w : l.weights) w = 0.5f + static_cast<float>(xorshift(x) % 1000) / 1000.0f;
+  return l;
+}
+
+std::vector<uint8_t> narrow(const std::vector<int64_t>& v, int bits) {
+  std::vector<uint8_t> o(v.size() * bits / 8 + 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (bits == 32) {
+      int32_t y = static_cast<int32_t>(v[i]);
+      std::memcpy(&o[i * 4], &y, 4);
+    } else {
+      std::memcpy(&o[i * 8], &v[i], 8);
+    }
+  }
+  return o;
+}
+
+__attribute__((target("clflushopt"))) void flush_bytes(const void* p, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  for (size_t o = 0; o < n; o += 64) _mm_clflushopt(const_cast<uint8_t*>(b + o));
+  if (n) _mm_clflushopt(const_cast<uint8_t*>(b + n - 1));
+  _mm_mfence();
+}
+
+__attribute__((target("clflushopt"))) void flush_rows(uint8_t* table, int64_t rb, const std::vector<int64_t>& idx) {
+  for (int64_t r : idx) {
+    uint8_t* p = table + r * rb;
+    for (int64_t o = 0; o < rb; o += 64) _mm_clflushopt(p + o);
+    _mm_clflushopt(p + rb - 1);
+  }
+  _mm_mfence();
+}
+
+// Median seconds per call in `mode`. prepare(r) runs untimed before timed call r (cold: the flush;
+// fresh: new indices).
+double time_mode(const std::string& mode, const std::function<void()>& run, const std::function<void(int)>& prepare,
+                 int reps) {
+  if (mode == "warm") {
+    TimingOptions t;
+    t.reps = reps;
+    return time_median(run, t).median;
+  }
+  const int n = reps > 0 ? reps : 41;
+  std::vector<double> s;
+  for (int r = 0; r < n; ++r) {
+    prepare(r);
+    const double t0 = now_seconds();
+    run();
+    s.push_back(now_seconds() - t0);
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+// A process-wide stream of random indices: "fresh" calls never see an index set twice.
+uint64_t g_fresh = 0x5851f42d4c957f2dull;
+void fresh_indices(std::vector<int64_t>& v, int64_t rows) {
+  for (auto& x : v) x = static_cast<int64_t>(xorshift(g_fresh) % static_cast<uint64_t>(rows));
+}
+
+// The random-gather limit for this exact row layout (unaligned rows of rb bytes, every line
+// touched, one load per line), measured on the same table with the same mode as the kernel:
+// the best over prefetch distances and hints. A plain loop, so it bounds what any kernel can do.
+template <int kHint>
+__attribute__((noinline)) uint32_t gather_rows(const uint8_t* t, int64_t rb, const int64_t* idx, int64_t n, int pf) {
+  uint32_t a = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + pf < n) {
+      const char* q = reinterpret_cast<const char*>(t + idx[i + pf] * rb);
+      for (int64_t o = 0; o < rb; o += 64) _mm_prefetch(q + o, static_cast<_mm_hint>(kHint));
+      _mm_prefetch(q + rb - 1, static_cast<_mm_hint>(kHint));
+    }
+    const volatile uint8_t* p = t + idx[i] * rb;
+    for (int64_t o = 0; o < rb; o += 64) a += p[o];
+    a += p[rb - 1];
+  }
+  return a;
+}
+
+// The best (hint, distance) of gather_rows for a table, from a short sweep (fresh indices).
+struct LimitCfg {
+  int hint = _MM_HINT_T2, pf = 32;
+};
+LimitCfg best_limit_cfg(uint8_t* table, int64_t rb, int64_t rows, int64_t n) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  LimitCfg best;
+  double best_s = 1e300;
+  for (int hint : {_MM_HINT_T0, _MM_HINT_T2})
+    for (int pf : {8, 16, 32, 64, 128}) {
+      auto run = [&] {
+        uint32_t s = hint == _MM_HINT_T0 ? gather_rows<_MM_HINT_T0>(table, rb, idx.data(), n, pf)
+                                         : gather_rows<_MM_HINT_T2>(table, rb, idx.data(), n, pf);
+        __asm__ volatile("" : : "r"(s));
+      };
+      double sec = time_mode("fresh", run, [&](int) { fresh_indices(idx, rows); }, 9);
+      if (sec < best_s) {
+        best_s = sec;
+        best = {hint, pf};
+      }
+    }
+  return best;
+}
+
+// Times the kernel and the limit loop interleaved, round by round (so that noise from other
+// processes on this shared machine hits both alike), each with its own fresh indices or flush.
+// Returns {kernel median, limit median} in seconds per call.
+std::pair<double, double> time_with_limit(const std::string& mode, const std::function<void()>& run,
+                                          const std::function<void(int)>& prepare, uint8_t* table, int64_t rb,
+                                          int64_t rows, int64_t n, const LimitCfg& lc, int reps) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  fresh_indices(idx, rows);
+  const int r_n = reps > 0 ? reps : 41;
+  std::vector<double> a, b;
+  for (int r = 0; r < r_n; ++r) {
+    prepare(r);
+    double t0 = now_seconds();
+    run();
+    a.push_back(now_seconds() - t0);
+    if (mode == "cold")
+      flush_rows(table, rb, idx);
+    else
+      fresh_indices(idx, rows);
+    t0 = now_seconds();
+    uint32_t s = lc.hint == _MM_HINT_T0 ? gather_rows<_MM_HINT_T0>(table, rb, idx.data(), n, lc.pf)
+                                        : gather_rows<_MM_HINT_T2>(table, rb, idx.data(), n, lc.pf);
+    b.push_back(now_seconds() - t0);
+    __asm__ volatile("" : : "r"(s));
+  }
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return {a[a.size() / 2], b[b.size() / 2]};
+}
+
+struct Shape {
+  int64_t bags, rows, dim, avg_len;
+  bool fixed_len;
+};
+
+int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
+  int rc = 0;
+  for (qj_dtype t : o.types) {
+    for (const Shape& sh : shapes) {
+      if (!o.dims.empty() && std::find(o.dims.begin(), o.dims.end(), sh.dim) == o.dims.end()) continue;
+      const int64_t rb = row_bytes(t, sh.dim);
+      int64_t rows = sh.rows;
+      if (o.max_rows > 0) rows = std::min(rows, o.max_rows);
+      const size_t bytes = static_cast<size_t>(rows * rb);
+      const int64_t bags = o.batch > 0 ? o.batch : sh.bags;
+      Lookups lk = make_lookups(bags, rows, sh.avg_len, sh.fixed_len, 1, 7 + sh.dim);
+      struct Result {
+        int ib, pf, hint, w;
+        std::string mode, kernel;
+        bool ok;
+        double sec, layout_ns;
+      };
+      std::vector<Result> res;
+      double thp = 0;
+      {
+        Table tb(bytes, o.huge);
+        if (!tb.p) {
+          std::fprintf(stderr, "embedding: cannot allocate %zu bytes\n", bytes);
+          return 1;
+        }
+        fill_table(tb, t, sh.dim, rows, 0x1234 + sh.dim);
+        thp = thp_share(tb.p, bytes);
+        LimitCfg lc;
+        bool have_lc = false;
+        for (int ib : o.index_bits) {
+          for (int pf : o.prefetch) {
+            for (int hint : o.hints) {
+              for (int w : o.weighted) {
+                qj_embedding_bag_desc d;
+                std::memset(&d, 0, sizeof d);
+                d.row_type = t;
+                d.dim = sh.dim;
+                d.index_bits = ib;
+                d.offset_bits = 64;
+                d.weighted = w;
+                d.pooling = QJ_POOL_SUM;
+                d.out_type = QJ_F32;
+                d.prefetch_distance = pf;
+                d.prefetch_hint = static_cast<qj_prefetch_hint>(hint);
+                qj_embedding_bag_plan plan;
+                if (qj_embedding_bag_plan_create(&d, &plan) != QJ_OK) {
+                  std::fprintf(stderr, "embedding: %s\n", qj_last_error());
+                  return 1;
+                }
+                std::vector<int64_t> cur = lk.idx[0];
+                std::vector<uint8_t> idx = narrow(cur, ib);
+                std::vector<float> out(static_cast<size_t>(bags * sh.dim)), want(out.size());
+                auto run = [&] {
+                  qj_embedding_bag_run(plan, tb.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
+                                       w ? lk.weights.data() : nullptr, out.data(), nullptr);
+                };
+                // check once against the reference
+                run();
+                qj::ref::EmbTable rt{t, sh.dim, false, rb, tb.p, rows};
+                qj::ref::embedding_bag(d, rt, bags, idx.data(), lk.n, lk.offsets.data(),
+                                       w ? lk.weights.data() : nullptr, want.data(), 0, bags);
+                const bool ok = std::memcmp(out.data(), want.data(), out.size() * 4) == 0;
+                for (const std::string& mode : o.modes) {
+                  auto prep = [&](int) {
+                    if (mode == "cold") {
+                      // FBGEMM's cold: the rows and the index, offset, weight and output arrays
+                      // are flushed before every timed call.
+                      flush_rows(tb.p, rb, cur);
+                      flush_bytes(idx.data(), idx.size());
+                      flush_bytes(lk.offsets.data(), lk.offsets.size() * 8);
+                      if (w) flush_bytes(lk.weights.data(), lk.weights.size() * 4);
+                      flush_bytes(out.data(), out.size() * 4);
+                    } else if (mode == "fresh") {
+                      fresh_indices(cur, rows);
+                      idx = narrow(cur, ib);
+                    }
+                  };
+                  double sec = 0, lim = 0;
+                  if (ok && mode != "warm" && o.limit) {
+                    if (!have_lc) {
+                      lc = best_limit_cfg(tb.p, rb, rows, lk.n);
+                      have_lc = true;
+                    }
+                    auto both = time_with_limit(mode, run, prep, tb.p, rb, rows, lk.n, lc, o.reps);
+                    sec = both.first;
+                    lim = both.second / lk.n * 1e9;
+                  } else if (ok) {
+                    sec = time_mode(mode, run, prep, o.reps);
+                  }
+                  res.push_back({ib, pf, hint, w, mode, qj_embedding_bag_plan_kernel_name(plan), ok, sec, lim});
+                  if (mode == "fresh") {
+                    cur = lk.idx[0];
+                    idx = narrow(cur, ib);
+                  }
+                }
+                qj_embedding_bag_plan_destroy(plan);
+              }
+            }
+          }
+        }
+      }
+      // peak's random-gather limit for this table size and page kind (rows rounded up to whole
+      // lines), after ours is freed: one big table at a time.
+      GatherResult g;
+      const bool dram = std::any_of(res.begin(), res.end(), [](const Result& r) { return r.mode != "warm"; });
+      if (o.limit && dram) {
+        const size_t lb = static_cast<size_t>(std::max<int64_t>(64, (rb + 63) / 64 * 64));
+        g = gather_limit(lb, o.huge, std::max(bytes, size_t{64} << 20));
+        release_gather_tables();
+      }
+      for (const Result& x : res) {
+        const double ns = x.sec / lk.n * 1e9;
+        const double fb = fbgemm_ns(t, sh.dim, x.mode, x.pf != 0);
+        static const char* hn[5] = {"auto", "t0", "t1", "t2", "nta"};
+        Record& r = rep.add();
+        r.set("op", "emb")
+            .set("rows_fmt", fmt_name(t))
+            .set("dim", sh.dim)
+            .set("rows", rows)
+            .set("bags", bags)
+            .set("lookups", lk.n)
+            .set("index_bits", x.ib)
+            .set("prefetch", x.pf == QJ_PREFETCH_AUTO ? std::string("auto") : std::to_string(x.pf))
+            .set("hint", hn[x.hint])
+            .set("weighted", x.w)
+            .set("mode", x.mode)
+            .set("pages", o.huge ? "thp" : "4k")
+            .set("thp_share", thp, 2)
+            .set("kernel", x.kernel);
+        if (!x.ok) {
+          r.set("error", "mismatch vs reference");
+          rc = 1;
+          continue;
+        }
+        r.set("seconds", x.sec, 9)
+            .set("us_per_call", x.sec * 1e6, 2)
+            .set("ns_per_row", ns, 2)
+            .set("rows_per_s", lk.n / x.sec, 0)
+            .set("gbps", lk.n * static_cast<double>(rb) / x.sec * 1e-9, 2);
+        if (x.mode != "warm" && g.rows_per_s > 0)
+          r.set("limit_ns_per_row", g.ns_per_row, 2).set("limit_fraction", (lk.n / x.sec) / g.rows_per_s, 3);
+        if (x.layout_ns > 0)
+          r.set("layout_limit_ns", x.layout_ns, 2).set("layout_fraction", x.layout_ns / ns, 3);
+        if (fb > 0) r.set("fbgemm_ns_per_row", fb, 2).set("vs_fbgemm", fb / ns, 2);
+      }
+    }
+  }
+  return rc;
+}
+
+int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
+  int rc = 0;
+  for (qj_dtype t : o.types) {
+    if (t != QJ_F32 && t != QJ_F16) continue;
+    for (const Shape& sh : shapes) {
+      if (!o.dims.empty() && std::find(o.dims.begin(), o.dims.end(), sh.dim) == o.dims.end()) continue;
+      int64_t rows = o.max_rows > 0 ? std::min(sh.rows, o.max_rows) : sh.rows;
+      const int64_t eb = t == QJ_F32 ? 4 : 2;
+      Table tb(static_cast<size_t>(rows * sh.dim * eb), o.huge);
+      std::vector<float> h(static_cast<size_t>(rows), 0.1f);
+      fill_table(tb, t, sh.dim, rows, 99);
+      const int64_t bags = o.batch > 0 ? o.batch : sh.bags;
+      Lookups lk = make_lookups(bags, rows, sh.avg_len, sh.fixed_len, 1, 3 + sh.dim);
+      std::vector<float> g(static_cast<size_t>(bags * sh.dim));
+      uint64_t x = 5;
+      for (auto& v : g) v = static_cast<float>(xorshift(x) % 2001) * 1e-6f - 1e-3f;
+      for (int ib : o.index_bits) {
+        std::vector<uint8_t> idx = narrow(lk.idx[0], ib);
+        qj_rowwise_adagrad_desc d;
+        std::memset(&d, 0, sizeof d);
+        d.table_type = t;
+        d.dim = sh.dim;
+        d.index_bits = ib;
+        d.offset_bits = 64;
+        d.pooling = QJ_POOL_SUM;
+        d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+        d.mode = QJ_UPDATE_COALESCED;
+        d.learning_rate = 1e-4f;  // tiny steps: repeated calls keep the table sane
+        d.epsilon = 1e-8f;
+        d.stochastic_rounding = t == QJ_F16;
+        auto run = [&](int) {
+          qj_rowwise_adagrad_fused(&d, tb.p, h.data(), rows, bags, idx.data(), lk.n, lk.offsets.data(), nullptr,
+                                   g.data(), 1, 1);
+        };
+        for (const std::string& mode : o.modes) {
+          const double sec = time_mode(mode, [&] { run(0); }, [&](int) { flush_rows(tb.p, sh.dim * eb, lk.idx[0]); }, o.reps);
+          Record& r = rep.add();
+          r.set("op", "adagrad")
+              .set("rows_fmt", fmt_name(t))
+              .set("dim", sh.dim)
+              .set("rows", rows)
+              .set("bags", bags)
+              .set("lookups", lk.n)
+              .set("index_bits", ib)
+              .set("mode", mode)
+              .set("pages", o.huge ? "thp" : "4k")
+              .set("seconds", sec, 9)
+              .set("us_per_call", sec * 1e6, 2)
+              .set("ns_per_row", sec / lk.n * 1e9, 2)
+              .set("rows_per_s", lk.n / sec, 0);
+        }
+      }
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+int cmd_embedding(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, &o)) return usage();
+  std::vector<Shape> shapes;
+  std::string err;
+  CsvTable csv;
+  const bool dlrm = o.shapes == "dlrm";
+  if (!resolve_shapes(o.shapes,
+                      {{"fbgemm", {"embedding-fbgemm.csv"}}, {"dlrm", {"embedding-dlrm-dcnv2.csv"}}},
+                      {"batch", "rows", "dim", "avg_len"}, &csv, &err)) {
+    std::fprintf(stderr, "embedding: %s\n", err.c_str());
+    return 2;
+  }
+  const int cb = csv.column("batch"), cr = csv.column("rows"), cd = csv.column("dim"), ca = csv.column("avg_len"),
+            cp = csv.column("pooling");
+  for (const auto& row : csv.rows) {
+    Shape s;
+    if (cp >= 0) {  // DLRM: one table per line, fixed multi-hot pooling
+      s = {512, row[cr], row[cd], row[cp], true};
+    } else {
+      if (cb < 0 || cr < 0 || cd < 0 || ca < 0) {
+        std::fprintf(stderr, "embedding: the shape file needs batch,rows,dim,avg_len or table,rows,dim,pooling\n");
+        return 2;
+      }
+      s = {row[cb], row[cr], row[cd], row[ca], false};
+    }
+    shapes.push_back(s);
+  }
+  Options oo = o;
+  if (dlrm && oo.max_rows == 0) oo.max_rows = 4000000;
+  Report rep(o.fmt);
+  rep.declare({"op", "rows_fmt", "dim", "rows", "bags", "lookups", "index_bits", "prefetch", "hint", "weighted", "mode",
+               "pages", "thp_share", "seconds", "us_per_call", "ns_per_row", "rows_per_s", "gbps", "limit_ns_per_row",
+               "limit_fraction", "layout_limit_ns", "layout_fraction", "fbgemm_ns_per_row", "vs_fbgemm", "kernel"});
+  rep.hide(Format::kTable, {"seconds", "rows", "kernel", "pages", "bags", "rows_per_s", "gbps"});
+  int rc = o.adagrad ? run_adagrad(oo, shapes, rep) : run_grid(oo, shapes, rep);
+  if (!o.adagrad && dlrm) {
+    double total = 0;
+    int64_t lookups = 0;
+    for (const Record& r : rep.records()) {
+      const Field* m = r.find("mode");
+      const Field* s = r.find("seconds");
+      const Field* l = r.find("lookups");
+      if (m && s && l && m->s == o.modes.front()) {
+        total += s->d;
+        lookups += l->i;
+      }
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "dlrm-dcnv2 (%s, one pass over the 26 tables): %.1f us per batch, %.2f ns per row",
+                  o.modes.front().c_str(), total * 1e6, lookups ? total / lookups * 1e9 : 0.0);
+    rep.note(buf);
+  }
+  rep.finish();
+  return rc;
+}
