@@ -303,7 +303,8 @@ QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
  *   w = weighted ? weights[positional ? p : i] : 1 and row = remap ? remap[index] : index
  *   (a remapped -1 is a pruned row: it adds nothing, but still counts in the bag's length):
  *     float rows:  acc = fma(w, x, acc), x the element widened exactly to fp32;
- *     fused rows:  acc = acc + fma(q, w * scale, w * bias), q the integer code.
+ *     fused rows:  acc = fma(q, w * scale, acc), q the integer code, and bsum = bsum + w * bias
+ *                  (one scalar per bag, from +0), added once at the end: acc = acc + bsum.
  *   QJ_POOL_MEAN: acc * (1.0f / len) when len > 0 (an empty bag gives zeros);
  *   QJ_POOL_NONE: the row's value alone, w * x or fma(q, w * scale, w * bias) (zeros if pruned).
  *   Output: fp32, or fp16 / bf16 rounded to nearest even; row b at out + b * out_stride elements
@@ -358,6 +359,7 @@ typedef struct qj_embedding_bag_desc {
                                  valid and unchanged while the plan lives */
   int64_t remap_size;       /**< entries of remap (indices are checked against it) */
   int64_t row_stride;       /**< bytes between table rows (0: the natural row size) */
+  qj_prefetch_hint prefetch_hint;
 } qj_embedding_bag_desc;
 
 /** Create a plan (generates or fetches its kernels; no kernel is generated in a run call). */
