@@ -3,7 +3,8 @@
 //
 // They compute exactly what the scalar codecs of src/formats compute, by different means:
 //  - amax: unsigned max of |bits| per block (NaN/Inf >= 0x7f800000 flags the block), then the
-//    scalar mx::scale_from_amax (shared code, so the scale byte is identical by construction);
+//    scale rule: the scalar mx::scale_from_amax (AVX2, and AVX-512 for leftover and NaN/Inf
+//    blocks) or its step-by-step vector twin scale_vec (AVX-512, four blocks at a time);
 //  - y = |V| * 2^(127-s) (exact power-of-two multiply; below 2^-126 every element rounds to 0);
 //  - FP elements: round to the element grid with the "add a power of two" trick: with
 //    E' = max(exponent field of y, that of the element's min normal) and C = 2^(E'-127+23-mbits),
@@ -14,6 +15,8 @@
 //  - decode: value = bits(mag << (23-mbits)) * 2^(127-bias) (fp32 subnormals for the element's
 //    subnormals, hence the MXCSR guard against DAZ), E5M2 through vcvtph2ps, FP4 through a
 //    permute of the 16-entry value table; then one fp32 multiply by X.
+//  - BDR (both tiers): the scalar codec's integer RNE shift with per-lane variable shifts
+//    (vpsrlvd), microexponents from the pair maxima, fields packed by 64-bit squeeze steps.
 // Tests run every tier against the scalar path and the double-precision reference.
 // GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized on their internal _mm512_undefined_*
 // (GCC bug 105593, fixed in 13); the warning is about the header, not this code.
