@@ -309,13 +309,33 @@ TEST_F(Misuse, PlanUnknownEnums) {
     EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "activation", str(v));
   }
   for (qj_dtype at : {QJ_F32, QJ_BF16})
-    for (int v : {static_cast<int>(QJ_GRAN_CHANNEL), static_cast<int>(QJ_GRAN_GROUP), 9, -1}) {
+    for (int v : {static_cast<int>(QJ_GRAN_CHANNEL), 9, -1}) {
       qj_gemm_desc d = gd;
       d.a_type = at;
       d.c_type = QJ_F32;
       d.a_granularity = static_cast<qj_granularity>(v);
       EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "a_granularity", str(v));
     }
+}
+
+// Per-group dynamic A is defined for grouped S4 / U4 weights only (header): with per-channel S8
+// weights it is a bad argument, with grouped S8 weights not implemented.
+TEST_F(Misuse, PlanGroupDynamicANeedsGroupedInt4Weights) {
+  qj_gemm_desc d = gd;
+  d.a_type = QJ_F32;
+  d.c_type = QJ_F32;
+  d.a_granularity = QJ_GRAN_GROUP;
+  EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "a_granularity", "QJ_GRAN_GROUP");
+  std::vector<float> gs(2 * n, 0.01f);
+  qj_weights_desc wg = wd;
+  wg.granularity = QJ_GRAN_GROUP;
+  wg.group_size = 32;
+  wg.scales = gs.data();
+  wg.zero_points = nullptr;
+  qj_weights wgrp = nullptr;
+  ASSERT_EQ(qj_weights_pack(&wg, wq.data(), n, &wgrp), QJ_OK) << qj_last_error();
+  EXPECT_FAIL(plan_with(d, wgrp), QJ_ERR_UNSUPPORTED, "a_granularity", "QJ_GRAN_GROUP");
+  qj_weights_destroy(wgrp);
 }
 
 TEST_F(Misuse, PlanBadScales) {
