@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -283,9 +284,9 @@ class Emitter {
   Mem data_mem(bool loop, int64_t off) const {
     return loop ? ptr(r9, r15, 0, static_cast<int32_t>(off)) : ptr(r9, static_cast<int32_t>(off));
   }
-  void emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
-  void emit_prefetch(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
-  void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
+  void emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
+  void emit_prefetch();
+  void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
   void emit_group(bool loop, int64_t g_abs, int acc0, int valid_elems, bool set);
   void emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
   void bf16_round(int r);
@@ -371,71 +372,58 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
     a_.vpmovzxbd(v(c.rT), x(c.rT));
   }
   for (int s = 0; s < c.G; ++s) {
-    // code vector s: (bytes >> (s * bits)) & mask
-    int q;
+    // code vector s: (bytes >> (s * bits)) & mask, as fp32. AVX-512: vpermps reads only the low 4
+    // bits of each index, so a 16-entry table of floats (i for 4-bit, i & 3 for 2-bit) does the
+    // mask and the int-to-float conversion in one instruction.
+    const int acc = acc0 + s;
+    const int q = set ? acc : c.rT2;
     if (c.G == 1) {
-      q = c.rT;
-    } else if (s == c.G - 1) {
-      a_.vpsrld(v(c.rT), v(c.rT), s * c.bits);  // the top field needs no mask
-      q = c.rT;
-    } else {
+      a_.vcvtdq2ps(v(q), v(c.rT));
+    } else if (c.z) {
       if (s == 0) {
+        a_.vpermps(v(q), v(c.rT), v(c.rM));
+      } else {
+        a_.vpsrld(v(c.rT2), v(c.rT), s * c.bits);
+        a_.vpermps(v(q), v(c.rT2), v(c.rM));
+      }
+    } else {
+      if (s == c.G - 1) {
+        a_.vpsrld(v(c.rT2), v(c.rT), s * c.bits);  // the top field needs no mask
+      } else if (s == 0) {
         vand(c.rT2, c.rT, c.rM);
       } else {
         a_.vpsrld(v(c.rT2), v(c.rT), s * c.bits);
         vand(c.rT2, c.rT2, c.rM);
       }
-      q = c.rT2;
+      a_.vcvtdq2ps(v(q), v(c.rT2));
     }
-    const int acc = acc0 + s;
-    if (set) {
-      a_.vcvtdq2ps(v(acc), v(q));
+    if (set)
       a_.vfmadd213ps(v(acc), v(c.rS), v(c.rB));  // fma(q, sw, bw)
-    } else {
-      a_.vcvtdq2ps(v(q), v(q));
+    else
       a_.vfmadd231ps(v(acc), v(q), v(c.rS));     // fma(q, sw, acc); the bias goes to bsum
-    }
   }
 }
 
-// Prefetches the bytes of the row `distance` ahead that this block will read (r10 = its address):
-// one prefetch per 64 bytes of the range plus its last byte, since rows need not be line-aligned.
-void Emitter::emit_prefetch(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
-  const Cfg& c = c_;
-  int64_t a, b;  // byte range in the row, relative to the block base (loop) or the row (inline)
-  if (c.bits) {
-    a = c.data_off + (loop ? 0 : base_group * c.Bg);
-    b = a + div_up(block_elems * c.bits, 8);
-  } else {
-    a = loop ? 0 : base_group * c.E * c.eb;
-    b = a + block_elems * c.eb;
+// Prefetches the whole row `distance` indices ahead (r10 = its address): one prefetch per 64 bytes
+// plus the last byte, since rows need not be line-aligned. Only the first column block of a bag
+// prefetches: later blocks of the same bag find the rows in L2.
+void Emitter::emit_prefetch() {
+  const int64_t rb = row_bytes(c_);
+  int64_t last = 0;
+  for (int64_t o = 0; o < rb; o += 64) {
+    prefetch(ptr(r10, static_cast<int32_t>(o)));
+    last = o;
   }
-  auto lines = [&](int64_t lo, int64_t hi, bool with_r15) {
-    int64_t last = lo;
-    for (int64_t o = lo; o < hi; o += 64) {
-      prefetch(with_r15 ? ptr(r10, r15, 0, static_cast<int32_t>(o)) : ptr(r10, static_cast<int32_t>(o)));
-      last = o;
-    }
-    if (hi - 1 > last)
-      prefetch(with_r15 ? ptr(r10, r15, 0, static_cast<int32_t>(hi - 1)) : ptr(r10, static_cast<int32_t>(hi - 1)));
-  };
-  if (c.bits && !loop) {
-    // The scale/bias bytes join the range of the block they touch (the first block for
-    // scale/bias-first rows, the last one otherwise).
-    if (c.sbf && base_group == 0) a = 0;
-    if (!c.sbf && b == c.sb_off) b = c.sb_off + c.sb_bytes;
-  }
-  lines(a, b, loop);
-  if (c.bits && loop) lines(c.sb_off, c.sb_off + c.sb_bytes, false);
+  if (rb - 1 > last) prefetch(ptr(r10, static_cast<int32_t>(rb - 1)));
 }
 
-void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
+void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf) {
   const Cfg& c = c_;
   const bool gather = c.pooling == QJ_POOL_NONE;
   Label l_skip = a_.newLabel();
   const Gp idx_row = c.isz == 4 ? Gp(r9d) : Gp(r9);
   // prefetch
-  if (c.pf > 0) {
+  if (c.pf > 0 && pf) {
     Label l_nopf = a_.newLabel();
     a_.cmp(rcx, r12);
     a_.jge(l_nopf);
@@ -444,7 +432,7 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
     if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
     a_.imul(r10, r11);
     a_.add(r10, rsi);
-    emit_prefetch(loop, base_group, ngroups, block_elems);
+    emit_prefetch();
     a_.bind(l_nopf);
   }
   a_.mov(idx_row, ptr(rdx, rcx, c.isz == 4 ? 2 : 3));
@@ -646,7 +634,7 @@ void Emitter::emit_store(bool loop, int64_t base_group, int ngroups, int64_t blo
 }
 
 // One column block of the current bag: zero, loop over the bag's indices, store.
-void Emitter::emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems) {
+void Emitter::emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf) {
   const int nacc = ngroups * c_.G;
   for (int i = 0; i < nacc; ++i) zero(i);
   if (c_.bits && c_.pooling != QJ_POOL_NONE) zero(c_.rBs);
@@ -655,7 +643,7 @@ void Emitter::emit_block(bool loop, int64_t base_group, int ngroups, int64_t blo
   a_.cmp(rcx, r8);
   a_.jge(l_done);
   a_.bind(l_row);
-  emit_row(loop, base_group, ngroups, block_elems);
+  emit_row(loop, base_group, ngroups, block_elems, pf);
   a_.inc(rcx);
   a_.cmp(rcx, r8);
   a_.jl(l_row);
@@ -679,7 +667,18 @@ bool Emitter::emit_bag_kernel() {
     for (int i = 0; i < 16; ++i) il.push_back((i % 4 < 2 ? 8 : 24) + 2 * (i / 4) + i % 2);      // quads 1
     c_il = k_.add_dwords(il);
   }
-  if (c.bits == 4 || c.bits == 2) c_mask = splat(c.bits == 4 ? 0xf : 0x3);
+  if ((c.bits == 4 || c.bits == 2) && c.z) {
+    std::vector<uint32_t> tab;
+    for (uint32_t i = 0; i < 16; ++i) {
+      float f = static_cast<float>(c.bits == 4 ? i : (i & 3));
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      tab.push_back(u);
+    }
+    c_mask = k_.add_dwords(tab);
+  } else if (c.bits == 4 || c.bits == 2) {
+    c_mask = splat(c.bits == 4 ? 0xf : 0x3);
+  }
 
   // Groups, blocks and tails.
   const int64_t NG = div_up(c.dim, c.E);
@@ -716,7 +715,12 @@ bool Emitter::emit_bag_kernel() {
     a_.mov(eax, kout);
     a_.kmovw(k2, eax);
   }
-  if (c_mask >= 0) a_.vpbroadcastd(v(c.rM), k_.at(c_mask));
+  if (c_mask >= 0) {
+    if (c.z)
+      a_.vmovups(v(c.rM), k_.at(c_mask));  // the 16-entry float table
+    else
+      a_.vpbroadcastd(v(c.rM), k_.at(c_mask));
+  }
 
   a_.mov(rsi, ARG(table));
   a_.mov(rdx, ARG(indices));
@@ -766,23 +770,25 @@ bool Emitter::emit_bag_kernel() {
     a_.sub(r13, r10);
   }
 
-  // uniform blocks
+  // Column blocks: the first (uniform) block inline, with the prefetches; the other uniform blocks
+  // in a run-time loop (r15 = the block's byte offset in the row); the last, partial block inline.
   const int64_t block_elems = static_cast<int64_t>(BG) * c.E;
-  if (nU == 1) {
-    emit_block(false, 0, BG, block_elems);
-  } else if (nU >= 2) {
+  if (nU >= 1) emit_block(false, 0, BG, block_elems, true);
+  if (nU == 2) {
+    emit_block(false, BG, BG, block_elems, false);
+  } else if (nU > 2) {
     Label l_blk = a_.newLabel();
-    a_.xor_(r15d, r15d);
-    a_.mov(qword_ptr(rsp, 8), 0);
-    a_.mov(qword_ptr(rsp, 16), nU);
+    a_.mov(r15, c.bits ? BG * c.Bg : block_elems * c.eb);
+    a_.mov(qword_ptr(rsp, 8), static_cast<int32_t>(block_elems * c.out_bytes));
+    a_.mov(qword_ptr(rsp, 16), nU - 1);
     a_.bind(l_blk);
-    emit_block(true, 0, BG, block_elems);
+    emit_block(true, 0, BG, block_elems, false);
     a_.add(r15, c.bits ? BG * c.Bg : block_elems * c.eb);
     a_.add(qword_ptr(rsp, 8), static_cast<int32_t>(block_elems * c.out_bytes));
     a_.dec(qword_ptr(rsp, 16));
     a_.jnz(l_blk);
   }
-  if (R > 0) emit_block(false, nU * BG, static_cast<int>(R), c.dim - nU * BG * c.E);
+  if (R > 0) emit_block(false, nU * BG, static_cast<int>(R), c.dim - nU * BG * c.E, nU == 0);
 
   a_.add(rbx, ARG(out_stride));
   a_.dec(rbp);

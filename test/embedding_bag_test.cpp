@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/formats/half.h"
+#include "src/ops/embedding_bag.h"
 #include "src/ref/embedding_bag_ref.h"
 #include "test/test_util.h"
 
@@ -211,10 +212,18 @@ void run_case(const Case& c, uint32_t seed) {
 
 // The main sweep: every tier x format x dim x pooling x output type; the remaining parameters
 // rotate with the case number so that every value of each appears many times per tier.
+// At the AVX-512 tier the driver may pick the ymm kernel for short rows (a per-CPU heuristic), so
+// the sweep runs that tier twice: forced zmm, and forced ymm.
+struct PreferYmm {
+  explicit PreferYmm(int v) { qj::embedding_set_prefer_ymm(v); }
+  ~PreferYmm() { qj::embedding_set_prefer_ymm(-1); }
+};
+
 TEST(EmbeddingBag, SweepMatchesReferenceEveryTier) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
     SCOPED_TRACE(qj_isa_name(isa));
+    PreferYmm zmm_only(0);
     uint32_t n = 0;
     for (const Format& f : kFormats) {
       for (int64_t dim : kDims) {
@@ -245,6 +254,24 @@ TEST(EmbeddingBag, SweepMatchesReferenceEveryTier) {
       }
     }
   }
+}
+
+// The ymm kernels selected at the AVX-512 tier for short rows: the same sweep, forced to ymm.
+TEST(EmbeddingBag, YmmKernelsAtTheAvx512Tier) {
+  if (qj_cpu_isa() < QJ_ISA_AVX512) GTEST_SKIP() << "no AVX-512 tier on this CPU";
+  qjt::IsaCap cap(QJ_ISA_AVX512);
+  PreferYmm ymm(1);
+  uint32_t n = 0;
+  for (const Format& f : kFormats)
+    for (int64_t dim : {1, 7, 17, 32, 33, 64, 96, 128})
+      for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_MEAN, QJ_POOL_NONE}) {
+        Case c{f, dim};
+        c.pool = pool;
+        c.weight_mode = static_cast<int>(n % 2);
+        c.out = n % 3 == 0 ? QJ_F32 : n % 3 == 1 ? QJ_F16 : QJ_BF16;
+        run_case(c, 90000 + n++);
+        if (HasFailure()) return;
+      }
 }
 
 // Every combination of the index/offset/weight/remap/prefetch options, for a few dims.

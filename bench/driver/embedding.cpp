@@ -426,7 +426,7 @@ LimitCfg best_limit_cfg(uint8_t* table, int64_t rb, int64_t rows, int64_t n) {
                                          : gather_rows<_MM_HINT_T2>(table, rb, idx.data(), n, pf);
         __asm__ volatile("" : : "r"(s));
       };
-      double sec = time_mode("fresh", run, [&](int) { fresh_indices(idx, rows); }, 9);
+      double sec = time_mode("fresh", run, [&](int) { fresh_indices(idx, rows); }, 15);
       if (sec < best_s) {
         best_s = sec;
         best = {hint, pf};
