@@ -2,32 +2,34 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "src/core/isa.h"
 #include "src/formats/half.h"
 
 namespace qj {
 
 int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, float* amax) {
+  // On the magnitude bits as int32: for non-negative floats the integer order is the value order,
+  // inf / nan are the patterns >= 0x7f800000, and an integer max reduction vectorizes (a float one
+  // does not without -ffast-math).
   for (int64_t i = 0; i < m; ++i) {
-    float mx = 0.0f;
-    bool finite = true;
+    int32_t mx = 0;
     if (t == QJ_F32) {
-      const float* r = static_cast<const float*>(a) + i * lda;
+      const uint32_t* r = reinterpret_cast<const uint32_t*>(static_cast<const float*>(a) + i * lda);
       for (int64_t j = 0; j < k; ++j) {
-        float v = std::fabs(r[j]);
-        finite &= v <= 3.402823466e38f;  // false for inf and nan
-        mx = v > mx ? v : mx;
+        const int32_t b = static_cast<int32_t>(r[j] & 0x7fffffffu);
+        mx = b > mx ? b : mx;
       }
     } else {
       const uint16_t* r = static_cast<const uint16_t*>(a) + i * lda;
       for (int64_t j = 0; j < k; ++j) {
-        float v = std::fabs(bf16_to_f32(r[j]));
-        finite &= v <= 3.402823466e38f;
-        mx = v > mx ? v : mx;
+        const int32_t b = static_cast<int32_t>((static_cast<uint32_t>(r[j]) << 16) & 0x7fffffffu);
+        mx = b > mx ? b : mx;
       }
     }
-    if (!finite) return i;
-    amax[i] = mx;
+    if (mx >= 0x7f800000) return i;  // inf or nan
+    amax[i] = bits_f32(static_cast<uint32_t>(mx));
   }
   return -1;
 }
@@ -54,6 +56,113 @@ inline int32_t quant(float v, float inv, float pre) {
   float t = rne_small((v * pre) * inv);
   t = t < -127.0f ? -127.0f : (t > 127.0f ? 127.0f : t);
   return static_cast<int32_t>(t);
+}
+
+// One span of a row of dynamic A to int8 codes, and the sum of a span of codes. Plain loops with
+// no calls, so that the compiler vectorizes them; compiled three times (baseline SSE2, AVX2,
+// AVX-512) and chosen by the ISA cap, so every tier runs its own copy (and the tests of a tier
+// cover it). Only IEEE mul / add / sub / compare / truncating conversion are used, and contraction
+// is off: AVX-512F brings FMA, and GCC's default -ffp-contract=fast would fuse (v * inv) + 1.5*2^23
+// of the rounding trick into one fma, which rounds differently (caught by the tests at the
+// AVX-512 tiers). So every copy gives the same bytes as quant() element by element.
+template <class Src>
+inline __attribute__((always_inline)) void quant_span_impl(const Src* src, int64_t n, float inv,
+                                                           float pre, int8_t* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    float v;
+    if constexpr (sizeof(Src) == 4)
+      v = src[j];
+    else
+      v = bits_f32(static_cast<uint32_t>(src[j]) << 16);
+    dst[j] = static_cast<int8_t>(quant(v, inv, pre));
+  }
+}
+
+inline __attribute__((always_inline)) int32_t sum_span_impl(const int8_t* q, int64_t n, bool as_u8) {
+  int32_t sum = 0;
+  if (as_u8)
+    for (int64_t j = 0; j < n; ++j) sum += static_cast<uint8_t>(q[j]);
+  else
+    for (int64_t j = 0; j < n; ++j) sum += q[j];
+  return sum;
+}
+
+#define QJ_SPAN_FUNCS(suffix, attr)                                                             \
+  attr void quant_f32_##suffix(const float* s, int64_t n, float inv, float pre, int8_t* d) {    \
+    quant_span_impl(s, n, inv, pre, d);                                                         \
+  }                                                                                             \
+  attr void quant_bf16_##suffix(const uint16_t* s, int64_t n, float inv, float pre, int8_t* d) { \
+    quant_span_impl(s, n, inv, pre, d);                                                         \
+  }                                                                                             \
+  attr int32_t sum_##suffix(const int8_t* q, int64_t n, bool as_u8) { return sum_span_impl(q, n, as_u8); }
+
+#define QJ_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+QJ_SPAN_FUNCS(base, QJ_NO_CONTRACT)
+QJ_SPAN_FUNCS(avx2, QJ_NO_CONTRACT __attribute__((target("avx2"))))
+QJ_SPAN_FUNCS(avx512, QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+
+struct SpanFuncs {
+  void (*f32)(const float*, int64_t, float, float, int8_t*);
+  void (*bf16)(const uint16_t*, int64_t, float, float, int8_t*);
+  int32_t (*sum)(const int8_t*, int64_t, bool);
+};
+
+SpanFuncs span_funcs() {
+  const qj_isa isa = max_isa();
+  if (isa >= QJ_ISA_AVX512) return {quant_f32_avx512, quant_bf16_avx512, sum_avx512};
+  if (isa >= QJ_ISA_AVX2) return {quant_f32_avx2, quant_bf16_avx2, sum_avx2};
+  return {quant_f32_base, quant_bf16_base, sum_base};
+}
+
+// Dynamic (fp32 / bf16) A: each row quantized into a contiguous int8 buffer first, then laid out
+// as quads (kg = 4; shifted to u8 unless signed_quads) or s16 pairs (kg = 2). Same values and row
+// sums as the general loop below.
+void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,
+                         const float* inv_scale, const float* pre_scale, uint8_t* dst,
+                         int32_t* row_sum) {
+  static thread_local std::vector<int8_t> buf;
+  const SpanFuncs fn = span_funcs();
+  const int64_t kgroups = s.kp / s.kg;
+  const int64_t gk = s.k / s.groups;
+  const size_t esz = s.a_type == QJ_F32 ? 4 : 2;
+  const bool to_u8 = s.kg == 4 && !s.signed_quads;  // the INT8 VNNI layout: q + 128
+  // One row of quads is the quantized row itself: write it in place (the GEMV case).
+  const bool in_place = s.kg == 4 && mr == 1;
+  if (!in_place) buf.resize(static_cast<size_t>(s.kp));
+  for (int i = 0; i < mr; ++i) {
+    if (i >= mr_t) {  // padding rows of a partial tile: zeros
+      for (int64_t kk = 0; kk < kgroups; ++kk) std::memset(dst + (kk * mr + i) * 4, 0, 4);
+      if (s.row_sums)
+        for (int64_t g = 0; g < s.groups; ++g) row_sum[g * mr + i] = 0;
+      continue;
+    }
+    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data();
+    const uint8_t* r = static_cast<const uint8_t*>(a) + i * lda * esz;
+    const int64_t spans = s.group_quant ? s.groups : 1, len = s.group_quant ? gk : s.k;
+    for (int64_t g = 0; g < spans; ++g) {
+      const int64_t f = s.group_quant ? g * mr + i : i;
+      if (s.a_type == QJ_F32)
+        fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], q + g * len);
+      else
+        fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], q + g * len);
+    }
+    if (to_u8)
+      for (int64_t j = 0; j < s.k; ++j) q[j] = static_cast<int8_t>(static_cast<uint8_t>(q[j]) ^ 0x80u);
+    for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
+    if (s.row_sums)
+      for (int64_t g = 0; g < s.groups; ++g)
+        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(fn.sum(q + g * gk, gk, to_u8)) *
+                                                   static_cast<uint32_t>(s.row_sum_mult));
+    if (in_place) continue;
+    if (s.kg == 4) {
+      for (int64_t kk = 0; kk < kgroups; ++kk) std::memcpy(dst + (kk * mr + i) * 4, q + kk * 4, 4);
+    } else {
+      for (int64_t kk = 0; kk < kgroups; ++kk) {
+        const int16_t w[2] = {q[2 * kk], q[2 * kk + 1]};
+        std::memcpy(dst + (kk * mr + i) * 4, w, 4);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -109,6 +218,10 @@ void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_
                  const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum) {
   if (s.kg == 4 && mr_t == mr && (s.a_type == QJ_U8 || s.a_type == QJ_S8)) {
     pack_a_tile_int_quads(s, static_cast<const uint8_t*>(a), lda, mr, dst, row_sum);
+    return;
+  }
+  if (s.a_type == QJ_F32 || s.a_type == QJ_BF16) {
+    pack_a_tile_dynamic(s, a, lda, mr, mr_t, inv_scale, pre_scale, dst, row_sum);
     return;
   }
   const int64_t kgroups = s.kp / s.kg;
