@@ -592,6 +592,49 @@ TEST_F(Misuse, RunNonFiniteDynamicA) {
   }
 }
 
+// The non-finite value at every column (vector bodies and tails of the amax scan) and in every row.
+TEST(MisuseDynamicA, NonFiniteAtEveryPosition) {
+  const int64_t k = 37, n = 5, m = 3, lda = 40;
+  std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 8);
+  std::vector<float> scales(n, 0.02f);
+  qj_weights_desc wd{};
+  wd.dtype = QJ_S8;
+  wd.k = k;
+  wd.n = n;
+  wd.granularity = QJ_GRAN_CHANNEL;
+  wd.scales = scales.data();
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    qj_weights w = nullptr;
+    ASSERT_EQ(qj_weights_pack(&wd, wq.data(), n, &w), QJ_OK) << qj_last_error();
+    for (qj_dtype at : {QJ_F32, QJ_BF16}) {
+      qj_gemm_desc d{};
+      d.a_type = at;
+      d.a_granularity = QJ_GRAN_ROW;
+      d.c_type = QJ_F32;
+      qj_gemm_plan p = nullptr;
+      ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
+      std::vector<float> c(m * n + 8, 7.0f);
+      const std::vector<float> c0 = c;
+      for (int64_t row = 0; row < m; ++row)
+        for (int64_t col = 0; col < k; ++col)
+          for (float bad : {kNaN, kInf, -kInf}) {
+            std::vector<float> af = qjt::random_floats(m * lda, -1.0f, 1.0f, 9);
+            af[row * lda + col] = bad;
+            std::vector<uint16_t> ab(m * lda);
+            for (int64_t i = 0; i < m * lda; ++i) ab[i] = qj::f32_to_bf16(af[i]);
+            const void* ap = at == QJ_F32 ? static_cast<const void*>(af.data()) : ab.data();
+            const qj_status st = qj_gemm_run(p, m, ap, lda, c.data(), n, nullptr);
+            ASSERT_TRUE(failed_with("qj_gemm_run", st, QJ_ERR_INVALID_ARGUMENT, "a", "row " + str(row)))
+                << qj_isa_name(isa) << " " << qj_dtype_name(at) << " col " << col << " value " << bad;
+            ASSERT_EQ(c, c0) << "C written on failure: " << qj_isa_name(isa) << " col " << col;
+          }
+      qj_gemm_plan_destroy(p);
+    }
+    qj_weights_destroy(w);
+  }
+}
+
 // The message should also show the offending value and its column (DESIGN.md: "names the
 // argument and the value that was wrong").
 TEST_F(Misuse, RunNonFiniteDynamicAMessageShowsValue) {

@@ -485,6 +485,57 @@ TEST_P(GemmInt8, DynamicIgnoresNonFinitePadding) {
   qj_weights_destroy(w);
 }
 
+// Dynamic quantization finds each row's amax wherever it is: row i of A holds its largest
+// magnitude (alternating sign) at column i % K, so every position of the vector loops and their
+// tails is the maximum of some row. Per-tensor scales take the maximum over all rows.
+TEST_P(GemmInt8, DynamicAmaxAtEveryColumn) {
+  for (int64_t k : {1, 7, 37, 64, 100}) {
+    for (qj_dtype at : {QJ_F32, QJ_BF16}) {
+      for (qj_granularity ag : {QJ_GRAN_ROW, QJ_GRAN_TENSOR}) {
+        const int64_t m = std::max<int64_t>(k, 3), n = 21, lda = k + 3;
+        std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 31);
+        std::vector<float> scales(n, 0.01f);
+        qj_weights_desc wd{};
+        wd.dtype = QJ_S8;
+        wd.k = k;
+        wd.n = n;
+        wd.granularity = QJ_GRAN_CHANNEL;
+        wd.scales = scales.data();
+        qj_weights w = nullptr;
+        ASSERT_EQ(qj_weights_pack(&wd, wq.data(), n, &w), QJ_OK) << qj_last_error();
+        std::vector<float> af = qjt::random_floats(m * lda, -1.0f, 1.0f, 32);
+        for (int64_t i = 0; i < m; ++i) af[i * lda + i % k] = (i & 1) ? -(2.0f + i) : 2.0f + i;
+        std::vector<uint16_t> ab(m * lda);
+        for (int64_t i = 0; i < m * lda; ++i) ab[i] = qj::f32_to_bf16(af[i]);
+        const void* a = at == QJ_F32 ? static_cast<const void*>(af.data()) : ab.data();
+        qj_gemm_desc d{};
+        d.a_type = at;
+        d.a_granularity = ag;
+        d.c_type = QJ_F32;
+        qj_gemm_plan p = nullptr;
+        ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
+        std::vector<float> c(m * n, 0.0f), ref(m * n, 0.0f);
+        ASSERT_EQ(qj_gemm_run(p, m, a, lda, c.data(), n, nullptr), QJ_OK) << qj_last_error();
+        qj::ref::IntWeights rw;
+        rw.k = k;
+        rw.n = n;
+        rw.gran = QJ_GRAN_CHANNEL;
+        rw.scales = scales;
+        rw.q.assign(wq.begin(), wq.end());
+        qj::ref::gemm_int(d, rw, m, a, lda, ref.data(), n);
+        for (int64_t i = 0; i < m * n; ++i)
+          if (std::memcmp(&c[i], &ref[i], 4) != 0) {
+            ADD_FAILURE() << "k=" << k << " a=" << qj_dtype_name(at) << " a_gran=" << ag << " row " << i / n
+                          << " col " << i % n << ": " << c[i] << " vs " << ref[i] << " isa=" << qj_isa_name(isa());
+            break;
+          }
+        qj_gemm_plan_destroy(p);
+        qj_weights_destroy(w);
+      }
+    }
+  }
+}
+
 // --- Weight layouts and odd leading dimensions ------------------------------------------------------
 TEST_P(GemmInt8, LayoutsAndLeadingDims) {
   uint32_t seed = 800;
