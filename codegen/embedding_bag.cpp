@@ -71,6 +71,12 @@ struct Cfg {
   // vector register numbers
   int rS, rB, rW, rT, rT2, rM, rBs;
   int hint = 0;    // prefetch: 0 t0, 1 t1, 2 t2, 3 nta
+  // MX rows: QJ_MXFP4_E2M1 (FBGEMM MX4 rows: per 32 elements 16 data bytes + the E8M0 byte) or
+  // QJ_MXINT8 / QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (SPLIT: 32 code bytes per block in the row, the
+  // E8M0 bytes in a separate [rows][blocks] array). 0 for other rows.
+  int mx = 0;
+  int64_t mx_blocks = 0;
+  bool deint = false;  // accumulators hold de-interleaved elements (4/2-bit, MXFP4)
 };
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -92,6 +98,10 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
     case QJ_FUSED_8BIT: c->bits = 8; break;
     case QJ_FUSED_4BIT: c->bits = 4; break;
     case QJ_FUSED_2BIT: c->bits = 2; break;
+    case QJ_MXFP4_E2M1:
+    case QJ_MXINT8:
+    case QJ_MXFP8_E4M3:
+    case QJ_MXFP8_E5M2: c->mx = c->rt; break;
     default: *why = "row type not supported by the embedding JIT"; return false;
   }
   if (c->out != QJ_F32 && c->out != QJ_F16 && c->out != QJ_BF16) {
@@ -129,6 +139,19 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   c->G = c->bits == 4 ? 2 : c->bits == 2 ? 4 : 1;
   c->E = c->G * c->V;
   c->Bg = c->bits ? c->V : c->V * c->eb;
+  c->deint = c->bits == 4 || c->bits == 2;
+  if (c->mx) {
+    // one group = one 32-element MX block: 2 zmm or 4 ymm vectors
+    c->G = c->z ? 2 : 4;
+    c->E = 32;
+    c->Bg = c->mx == QJ_MXFP4_E2M1 ? 17 : 32;
+    c->mx_blocks = div_up(c->dim, 32);
+    c->deint = c->mx == QJ_MXFP4_E2M1;
+    if (c->sbf) {
+      *why = "scale/bias-first applies to fused rows only";
+      return false;
+    }
+  }
   if (c->bits) {
     c->fp32_sb = c->bits == 8 && !c->sbf;
     c->sb_bytes = c->fp32_sb ? 8 : 4;
@@ -159,6 +182,7 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
 }
 
 int64_t row_bytes(const Cfg& c) {
+  if (c.mx) return c.mx_blocks * c.Bg;
   return c.bits ? div_up(c.dim * c.bits, 8) + c.sb_bytes : c.dim * c.eb;
 }
 
@@ -194,6 +218,15 @@ class Emitter {
   const Cfg& c_;
   Consts k_;
   int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_il = -1, c_ftail = -1, c_otail = -1;
+  // MX constants (full-width vectors) and the out-of-line E8M0 special cases
+  int c_sign = -1, c_p2m6 = -1, c_w7f = -1, c_w80 = -1, c_w3f80 = -1, c_256 = -1, c_qnan = -1;
+  struct E8m0Stub {
+    Label nan, zero, back;
+  };
+  std::vector<E8m0Stub> stubs_;
+  int full(uint32_t val) { return k_.add_dwords(std::vector<uint32_t>(16, val)); }
+  void emit_mx_group(int64_t g_abs, int acc0, bool set);
+  void mx_acc(int q, int acc, bool set);
 
   Vec v(int i) const { return c_.z ? Vec(zmm(i)) : Vec(ymm(i)); }
   Vec hv(int i) const { return c_.z ? Vec(ymm(i)) : Vec(xmm(i)); }  // half width
@@ -288,6 +321,7 @@ class Emitter {
   void emit_prefetch();
   void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
   void emit_group(bool loop, int64_t g_abs, int acc0, int valid_elems, bool set);
+  void emit_mx_scale_prefetch();
   void emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
   void bf16_round(int r);
   void store_vec(int r, Mem m, int lanes);
@@ -297,6 +331,10 @@ class Emitter {
 // (or, set = gather mode, writes it into) accumulators acc0 .. acc0 + G - 1.
 void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set) {
   const Cfg& c = c_;
+  if (c.mx) {
+    emit_mx_group(g_abs, acc0, set);
+    return;
+  }
   const int64_t base_elem = g_abs * c.E;  // element index of the group's first element
   if (c.bits == 0) {
     const int64_t off = base_elem * c.eb;
@@ -404,6 +442,116 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
   }
 }
 
+// One MX block (32 elements) of the current row: the E8M0 scale X (r15 as a temporary; MX rows
+// never use the block loop), then per vector v = value(code) * X and the float-row step
+// acc = fma(w, v, acc) (set: acc = w * v). value(code) is exact: MXFP4 by a table (vpermps),
+// MXINT8 by vpmovsxbd + vcvtdq2ps with X * 2^-6 (exact) as the factor, MXFP8 through fp16
+// (E5M2 is the top byte of an fp16; E4M3 is rebiased into one and scaled by 2^8, exact).
+void Emitter::mx_acc(int q, int acc, bool set) {
+  const Cfg& c = c_;
+  a_.vmulps(v(q), v(q), v(c.rS));  // v = value * X
+  if (set) {
+    if (c.weighted)
+      a_.vmulps(v(acc), v(c.rW), v(q));
+    else
+      a_.vmovaps(v(acc), v(q));
+  } else if (c.weighted) {
+    a_.vfmadd231ps(v(acc), v(c.rW), v(q));
+  } else {
+    a_.vaddps(v(acc), v(acc), v(q));
+  }
+}
+
+void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
+  const Cfg& c = c_;
+  // E8M0 -> fp32 bits: b << 23, with 0x00 -> 2^-127 (0x00400000) and 0xFF -> NaN out of line.
+  E8m0Stub st{a_.newLabel(), a_.newLabel(), a_.newLabel()};
+  if (c.mx == QJ_MXFP4_E2M1)
+    a_.movzx(r15d, byte_ptr(r9, static_cast<int32_t>(g * 17 + 16)));
+  else
+    a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
+  a_.cmp(r15d, 255);
+  a_.je(st.nan);
+  a_.test(r15d, r15d);
+  a_.jz(st.zero);
+  a_.shl(r15d, 23);
+  a_.bind(st.back);
+  stubs_.push_back(st);
+  a_.vmovd(x(c.rS), r15d);
+  a_.vpbroadcastd(v(c.rS), x(c.rS));
+  if (c.mx == QJ_MXINT8) a_.vmulps(v(c.rS), v(c.rS), k_.at(c_p2m6));  // X * 2^-6, exact
+  const int64_t base = g * c.Bg;
+  if (c.mx == QJ_MXFP4_E2M1) {
+    const int halves = c.z ? 1 : 2;  // zmm: 16 bytes at once; ymm: two halves of 8 bytes
+    for (int h = 0; h < halves; ++h) {
+      a_.vpmovzxbd(v(c.rT), ptr(r9, static_cast<int32_t>(base + 8 * h)));
+      const int ae = acc0 + 2 * h, ao = acc0 + 2 * h + 1;
+      if (c.z) {
+        a_.vpsrld(v(c.rT2), v(c.rT), 4);
+        a_.vpermps(v(c.rT), v(c.rT), v(c.rM));    // even elements: the low nibbles
+        a_.vpermps(v(c.rT2), v(c.rT2), v(c.rM));  // odd elements: the high nibbles
+      } else {
+        // vpermps ymm reads 3 index bits: the magnitude; the sign is the code's bit 3
+        a_.vpsrld(v(c.rT2), v(c.rT), 4);
+        a_.vpslld(v(c.rB), v(c.rT), 28);
+        a_.vpand(v(c.rB), v(c.rB), k_.at(c_sign));
+        a_.vpermps(v(c.rT), v(c.rT), v(c.rM));
+        a_.vpxor(v(c.rT), v(c.rT), v(c.rB));
+        a_.vpslld(v(c.rB), v(c.rT2), 28);
+        a_.vpand(v(c.rB), v(c.rB), k_.at(c_sign));
+        a_.vpermps(v(c.rT2), v(c.rT2), v(c.rM));
+        a_.vpxor(v(c.rT2), v(c.rT2), v(c.rB));
+      }
+      mx_acc(c.rT, ae, set);
+      mx_acc(c.rT2, ao, set);
+    }
+    return;
+  }
+  for (int q = 0; q < c.G; ++q) {
+    const Mem m = ptr(r9, static_cast<int32_t>(base + q * c.V));
+    if (c.mx == QJ_MXINT8) {
+      a_.vpmovsxbd(v(c.rT), m);
+      a_.vcvtdq2ps(v(c.rT), v(c.rT));
+    } else if (c.mx == QJ_MXFP8_E5M2) {
+      a_.vpmovzxbw(hv(c.rT), m);
+      a_.vpsllw(hv(c.rT), hv(c.rT), 8);
+      a_.vcvtph2ps(v(c.rT), hv(c.rT));
+    } else {  // E4M3: fp16 bits (c & 0x7f) << 7 | (c & 0x80) << 8, times 2^8; 0x7f / 0xff are NaN
+      a_.vpmovzxbw(hv(c.rT), m);
+      if (c.z) {  // EVEX (registers 16-31): vpandd / vpord
+        a_.vpandd(hv(c.rT2), hv(c.rT), k_.at(c_w7f));
+        a_.vpsllw(hv(c.rT2), hv(c.rT2), 7);
+        a_.vpcmpeqw(k3, hv(c.rT2), k_.at(c_w3f80));
+        a_.vpandd(hv(c.rT), hv(c.rT), k_.at(c_w80));
+        a_.vpsllw(hv(c.rT), hv(c.rT), 8);
+        a_.vpord(hv(c.rT), hv(c.rT), hv(c.rT2));
+      } else {
+        a_.vpand(hv(c.rT2), hv(c.rT), k_.at(c_w7f));
+        a_.vpsllw(hv(c.rT2), hv(c.rT2), 7);
+        a_.vpcmpeqw(x(c.rB), x(c.rT2), k_.at(c_w3f80));
+        a_.vpand(hv(c.rT), hv(c.rT), k_.at(c_w80));
+        a_.vpsllw(hv(c.rT), hv(c.rT), 8);
+        a_.vpor(hv(c.rT), hv(c.rT), hv(c.rT2));
+      }
+      a_.vcvtph2ps(v(c.rT), hv(c.rT));
+      a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
+      if (c.z) {
+        a_.k(k3).vmovups(v(c.rT), k_.at(c_qnan));
+      } else {
+        a_.vpmovsxwd(v(c.rB), x(c.rB));
+        a_.vblendvps(v(c.rT), v(c.rT), k_.at(c_qnan), v(c.rB));
+      }
+    }
+    mx_acc(c.rT, acc0 + q, set);
+  }
+}
+
+// SPLIT MX rows: prefetch the scale bytes of the row `distance` ahead (r10 = their address).
+void Emitter::emit_mx_scale_prefetch() {
+  prefetch(ptr(r10));
+  if (c_.mx_blocks > 1) prefetch(ptr(r10, static_cast<int32_t>(c_.mx_blocks - 1)));
+}
+
 // Prefetches the whole row `distance` indices ahead (r10 = its address): one prefetch per 64 bytes
 // plus the last byte, since rows need not be line-aligned. Only the first column block of a bag
 // prefetches: later blocks of the same bag find the rows in L2.
@@ -433,6 +581,13 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
     a_.imul(r10, r11);
     a_.add(r10, rsi);
     emit_prefetch();
+    if (c.mx && c.mx != QJ_MXFP4_E2M1) {
+      a_.mov(pr, ptr(rdx, rcx, c.isz == 4 ? 2 : 3, c.pf * c.isz));
+      if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
+      a_.imul(r10, r10, c.mx_blocks);
+      a_.add(r10, ARG(scales));
+      emit_mx_scale_prefetch();
+    }
     a_.bind(l_nopf);
   }
   a_.mov(idx_row, ptr(rdx, rcx, c.isz == 4 ? 2 : 3));
@@ -440,6 +595,10 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
     a_.movsxd(r9, dword_ptr(r14, r9, 2));
     a_.test(r9, r9);
     a_.js(l_skip);
+  }
+  if (c.mx && c.mx != QJ_MXFP4_E2M1) {  // r10 = this row's scale bytes
+    a_.imul(r10, r9, c.mx_blocks);
+    a_.add(r10, ARG(scales));
   }
   a_.imul(r9, r11);
   a_.add(r9, rsi);
@@ -568,9 +727,9 @@ void Emitter::emit_store(bool loop, int64_t base_group, int ngroups, int64_t blo
     int valid = static_cast<int>(rem < c.E ? rem : c.E);
     const int a0 = g * c.G;
     std::vector<int> outs;
-    if (c.G == 1) {
-      outs = {a0};
-    } else if (c.G == 2) {
+    if (!c.deint) {
+      for (int o = 0; o < c.G; ++o) outs.push_back(a0 + o);
+    } else if (c.G == 2 || c.mx) {
       if (c.z) {
         a_.vmovups(v(c.rT), k_.at(c_il));
         a_.vpermi2ps(v(c.rT), v(a0), v(a0 + 1));
@@ -579,12 +738,14 @@ void Emitter::emit_store(bool loop, int64_t base_group, int ngroups, int64_t blo
         a_.vmovaps(v(a0), v(c.rT));
         a_.vmovaps(v(a0 + 1), v(c.rT2));
       } else {
-        a_.vunpcklps(v(c.rT), v(a0), v(a0 + 1));
-        a_.vunpckhps(v(c.rT2), v(a0), v(a0 + 1));
-        a_.vperm2f128(v(a0), v(c.rT), v(c.rT2), 0x20);
-        a_.vperm2f128(v(a0 + 1), v(c.rT), v(c.rT2), 0x31);
+        for (int p = 0; p < c.G; p += 2) {  // MXFP4 ymm: two (even, odd) pairs
+          a_.vunpcklps(v(c.rT), v(a0 + p), v(a0 + p + 1));
+          a_.vunpckhps(v(c.rT2), v(a0 + p), v(a0 + p + 1));
+          a_.vperm2f128(v(a0 + p), v(c.rT), v(c.rT2), 0x20);
+          a_.vperm2f128(v(a0 + p + 1), v(c.rT), v(c.rT2), 0x31);
+        }
       }
-      outs = {a0, a0 + 1};
+      for (int o = 0; o < c.G; ++o) outs.push_back(a0 + o);
     } else {
       if (c.z) {
         // P = pairs of (A0, A1), Q = pairs of (A2, A3), low and high halves
@@ -667,6 +828,22 @@ bool Emitter::emit_bag_kernel() {
     for (int i = 0; i < 16; ++i) il.push_back((i % 4 < 2 ? 8 : 24) + 2 * (i / 4) + i % 2);      // quads 1
     c_il = k_.add_dwords(il);
   }
+  if (c.mx) {
+    if (c.mx == QJ_MXFP4_E2M1) {
+      // the E2M1 values: zmm all 16 codes; ymm the 8 magnitudes (the sign is applied apart)
+      const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+      std::vector<uint32_t> tab(16);
+      std::memcpy(tab.data(), fp4, 64);
+      c_mask = k_.add_dwords(tab);
+    }
+    c_sign = full(0x80000000u);
+    c_p2m6 = full(0x3c800000u);  // 2^-6
+    c_w7f = full(0x007f007fu);
+    c_w80 = full(0x00800080u);
+    c_w3f80 = full(0x3f803f80u);
+    c_256 = full(0x43800000u);   // 256.0f
+    c_qnan = full(0x7fc00000u);
+  }
   if ((c.bits == 4 || c.bits == 2) && c.z) {
     std::vector<uint32_t> tab;
     for (uint32_t i = 0; i < 16; ++i) {
@@ -716,8 +893,8 @@ bool Emitter::emit_bag_kernel() {
     a_.kmovw(k2, eax);
   }
   if (c_mask >= 0) {
-    if (c.z)
-      a_.vmovups(v(c.rM), k_.at(c_mask));  // the 16-entry float table
+    if (c.z || c.mx)
+      a_.vmovups(v(c.rM), k_.at(c_mask));  // the 16-entry float table (ymm: its first 8)
     else
       a_.vpbroadcastd(v(c.rM), k_.at(c_mask));
   }
@@ -774,7 +951,9 @@ bool Emitter::emit_bag_kernel() {
   // in a run-time loop (r15 = the block's byte offset in the row); the last, partial block inline.
   const int64_t block_elems = static_cast<int64_t>(BG) * c.E;
   if (nU >= 1) emit_block(false, 0, BG, block_elems, true);
-  if (nU == 2) {
+  if (c.mx) {  // MX rows use r15 for the scale: every block inline
+    for (int64_t b = 1; b < nU; ++b) emit_block(false, b * BG, BG, block_elems, false);
+  } else if (nU == 2) {
     emit_block(false, BG, BG, block_elems, false);
   } else if (nU > 2) {
     Label l_blk = a_.newLabel();
@@ -799,10 +978,18 @@ bool Emitter::emit_bag_kernel() {
   for (int i = 5; i >= 0; --i) a_.pop(saved[i]);
   a_.ret();
 
+  for (const E8m0Stub& st : stubs_) {
+    a_.bind(st.nan);
+    a_.mov(r15d, 0x7fc00000);
+    a_.jmp(st.back);
+    a_.bind(st.zero);
+    a_.mov(r15d, 0x00400000);  // 2^-127, an fp32 subnormal
+    a_.jmp(st.back);
+  }
+
   a_.align(AlignMode::kData, 64);
   a_.bind(k_.pool);
   a_.embed(k_.bytes.data(), k_.bytes.size());
-  (void)row_bytes;
   return true;
 }
 
@@ -964,7 +1151,15 @@ std::string name_emb(const KernelKey& k) {
 int emb_lanes(const KernelKey& key) { return key.isa >= QJ_ISA_AVX512 ? 16 : 8; }
 
 int emb_group_vectors(const KernelKey& key) {
-  return key.a_type == QJ_FUSED_4BIT ? 2 : key.a_type == QJ_FUSED_2BIT ? 4 : 1;
+  switch (key.a_type) {
+    case QJ_FUSED_4BIT: return 2;
+    case QJ_FUSED_2BIT: return 4;
+    case QJ_MXFP4_E2M1:
+    case QJ_MXINT8:
+    case QJ_MXFP8_E4M3:
+    case QJ_MXFP8_E5M2: return key.isa >= QJ_ISA_AVX512 ? 2 : 4;  // one 32-element MX block
+    default: return 1;
+  }
 }
 
 int emb_max_block_vectors(const KernelKey& key) {

@@ -6,7 +6,8 @@
 // output stride, pointers) are run-time arguments (EmbArgs).
 //   isa         QJ_ISA_AVX2 (ymm, 16 registers) or QJ_ISA_AVX512 (zmm, k-masks). The VNNI tier
 //               uses the AVX512 kernel (no VNNI instruction helps here).
-//   a_type      row format: QJ_F32, QJ_F16, QJ_BF16, QJ_FUSED_8BIT, QJ_FUSED_4BIT, QJ_FUSED_2BIT
+//   a_type      row format: QJ_F32, QJ_F16, QJ_BF16, QJ_FUSED_8BIT, QJ_FUSED_4BIT, QJ_FUSED_2BIT,
+//               QJ_MXFP4_E2M1 (FBGEMM MX4 rows), QJ_MXINT8 / QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (SPLIT)
 //   b_type      index width in bits: 32 or 64
 //   c_type      output type: QJ_F32, QJ_F16, QJ_BF16
 //   nr          dim & 0xffff (informative; param[0] is authoritative)
@@ -61,6 +62,7 @@ struct EmbArgs {
   int64_t count;             // bags (gather: indices) in this call, >= 1
   int64_t index_begin;       // first index of the first bag (lengths and gather modes)
   int64_t prefetch_limit;    // prefetch row i + distance only while i < prefetch_limit
+  const uint8_t* scales;     // SPLIT MX rows: the E8M0 bytes, [rows][ceil(dim / 32)]
 };
 
 // Arguments of the check kernel: `int64_t check(const EmbCheckArgs*)` returns 1 if some index,

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -30,23 +31,47 @@ struct Format {
 };
 const Format kFormats[] = {{QJ_F32, false},        {QJ_F16, false},        {QJ_BF16, false},
                            {QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
-                           {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_FUSED_2BIT, true}};
+                           {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_FUSED_2BIT, true},
+                           {QJ_MXFP4_E2M1, false}, {QJ_MXINT8, false},     {QJ_MXFP8_E4M3, false},
+                           {QJ_MXFP8_E5M2, false}};
+
+bool is_mx(qj_dtype t) { return t == QJ_MXFP4_E2M1 || t == QJ_MXINT8 || t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
 
 std::string fmt_name(const Format& f) { return std::string(qj_dtype_name(f.t)) + (f.sbf ? "_sbf" : ""); }
 
-int64_t natural_row(const Format& f, int64_t dim) {
-  return qj_rowwise_row_bytes(f.t, dim, f.sbf ? QJ_ROWWISE_SCALE_BIAS_FIRST : 0);
+int64_t natural_row(const Format& f, int64_t dim) { return qj::ref::emb_row_bytes(f.t, dim, f.sbf); }
+
+// A random MX code without NaN or Inf (sums of several NaNs have no defined payload).
+uint8_t finite_code(qj_dtype t, uint8_t c) {
+  if (t == QJ_MXFP8_E4M3 && (c & 0x7f) == 0x7f) return c ^ 1;
+  if (t == QJ_MXFP8_E5M2 && ((c >> 2) & 0x1f) == 0x1f) return c & 0x83;
+  return c;
 }
+// E8M0 scales around 1 (2^-9 .. 2^8), sometimes 0x00 (2^-127: subnormal products).
+uint8_t random_scale(std::mt19937& g) { return g() % 23 == 0 ? 0 : static_cast<uint8_t>(118 + g() % 18); }
 
 // A table of random rows (float rows: values in [-1, 1] with a few -0.0; fused rows: random codes,
 // scale in [0.001, 0.1], bias in [-1, 1]), rows `stride` bytes apart, padding bytes random.
-std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int64_t stride, uint32_t seed) {
+// MX rows: random finite codes and scales; SPLIT rows put their scales in *scales.
+std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int64_t stride, uint32_t seed,
+                                std::vector<uint8_t>* scales = nullptr) {
   std::mt19937 g(seed);
   std::vector<uint8_t> t(static_cast<size_t>(rows * stride));
   for (auto& b : t) b = static_cast<uint8_t>(g());
   std::uniform_real_distribution<float> val(-1.0f, 1.0f), sc(0.001f, 0.1f);
+  const int64_t blocks = (dim + 31) / 32;
+  if (scales) scales->assign(static_cast<size_t>(rows * blocks), 0);
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = &t[r * stride];
+    if (f.t == QJ_MXFP4_E2M1) {
+      for (int64_t b = 0; b < blocks; ++b) row[b * 17 + 16] = random_scale(g);
+      continue;
+    }
+    if (is_mx(f.t)) {
+      for (int64_t j = 0; j < blocks * 32; ++j) row[j] = finite_code(f.t, row[j]);
+      for (int64_t b = 0; b < blocks; ++b) (*scales)[r * blocks + b] = random_scale(g);
+      continue;
+    }
     if (f.t == QJ_F32 || f.t == QJ_F16 || f.t == QJ_BF16) {
       for (int64_t j = 0; j < dim; ++j) {
         float v = (g() % 17 == 0) ? -0.0f : val(g);
@@ -139,7 +164,8 @@ void run_case(const Case& c, uint32_t seed) {
   SCOPED_TRACE(c.str());
   const int64_t natural = natural_row(c.f, c.dim);
   const int64_t stride = natural + c.row_pad;
-  std::vector<uint8_t> table = make_table(c.f, c.dim, c.rows, stride, seed);
+  std::vector<uint8_t> scales;
+  std::vector<uint8_t> table = make_table(c.f, c.dim, c.rows, stride, seed, &scales);
   std::vector<int32_t> remap;
   int64_t index_limit = c.rows;
   if (c.remap) {
@@ -180,7 +206,7 @@ void run_case(const Case& c, uint32_t seed) {
   const size_t out_bytes = static_cast<size_t>((out_rows * d.out_stride + 64) * ob);
   std::vector<uint8_t> want(out_bytes, 0xcd), got(out_bytes, 0xcd), got3(out_bytes, 0xcd);
 
-  qj::ref::EmbTable rt{c.f.t, c.dim, c.f.sbf, stride, table.data(), c.rows};
+  qj::ref::EmbTable rt{c.f.t, c.dim, c.f.sbf, stride, table.data(), c.rows, scales.data()};
   ASSERT_TRUE(qj::ref::embedding_bag(d, rt, c.nbags, idx.data(), bags.total(), gather ? nullptr : ol.data(),
                                      d.weighted ? w.data() : nullptr, want.data(), 0, out_rows));
 
@@ -188,16 +214,20 @@ void run_case(const Case& c, uint32_t seed) {
   ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
   SCOPED_TRACE(qj_embedding_bag_plan_kernel_name(p));
   if (qj_max_isa() >= QJ_ISA_AVX2) EXPECT_EQ(std::string(qj_embedding_bag_plan_kernel_name(p)).rfind("emb_ref", 0), std::string::npos);
-  ASSERT_EQ(qj_embedding_bag_run(p, table.data(), c.rows, c.nbags, idx.data(), bags.total(),
-                                 gather ? nullptr : ol.data(), d.weighted ? w.data() : nullptr, got.data(), nullptr),
-            QJ_OK)
-      << qj_last_error();
-  for (int t = 0; t < 3; ++t) {
-    qj_partition part{t, 3};
+  qj_embedding_bag_args args{table.data(), scales.data(), c.rows, c.nbags, idx.data(), bags.total(),
+                             gather ? nullptr : ol.data(), d.weighted ? w.data() : nullptr, got.data()};
+  if (is_mx(c.f.t) && c.f.t != QJ_MXFP4_E2M1) {
+    ASSERT_EQ(qj_embedding_bag_run_ex(p, &args, nullptr), QJ_OK) << qj_last_error();
+  } else {  // the plain entry point (rows that need no scale array)
     ASSERT_EQ(qj_embedding_bag_run(p, table.data(), c.rows, c.nbags, idx.data(), bags.total(),
-                                   gather ? nullptr : ol.data(), d.weighted ? w.data() : nullptr, got3.data(), &part),
+                                   gather ? nullptr : ol.data(), d.weighted ? w.data() : nullptr, got.data(), nullptr),
               QJ_OK)
         << qj_last_error();
+  }
+  args.out = got3.data();
+  for (int t = 0; t < 3; ++t) {
+    qj_partition part{t, 3};
+    ASSERT_EQ(qj_embedding_bag_run_ex(p, &args, &part), QJ_OK) << qj_last_error();
   }
   qj_embedding_bag_plan_destroy(p);
   for (size_t i = 0; i < out_bytes; ++i) {
@@ -573,7 +603,8 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
           for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_NONE}) {
             SCOPED_TRACE(fmt_name(f) + " dim " + std::to_string(dim) + " out " + qj_dtype_name(out));
             const int64_t rows = 3, rb = natural_row(f, dim);
-            std::vector<uint8_t> src = make_table(f, dim, rows, rb, static_cast<uint32_t>(dim));
+            std::vector<uint8_t> scales;
+            std::vector<uint8_t> src = make_table(f, dim, rows, rb, static_cast<uint32_t>(dim), &scales);
             Guarded table(src.size());
             std::memcpy(table.data(), src.data(), src.size());
             const int ob = out == QJ_F32 ? 4 : 2;
@@ -590,15 +621,61 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
             d.prefetch_distance = 2;
             qj_embedding_bag_plan p;
             ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
-            ASSERT_EQ(qj_embedding_bag_run(p, table.data(), rows, 2, idx, nidx, offs, nullptr, o.data(), nullptr), QJ_OK);
+            qj_embedding_bag_args args{table.data(), scales.data(), rows, 2, idx, nidx, offs, nullptr, o.data()};
+            ASSERT_EQ(qj_embedding_bag_run_ex(p, &args, nullptr), QJ_OK) << qj_last_error();
             std::vector<uint8_t> want(static_cast<size_t>(out_rows * dim * ob));
-            qj::ref::EmbTable rt{f.t, dim, f.sbf, rb, src.data(), rows};
+            qj::ref::EmbTable rt{f.t, dim, f.sbf, rb, src.data(), rows, scales.data()};
             ASSERT_TRUE(qj::ref::embedding_bag(d, rt, 2, idx, nidx, offs, nullptr, want.data(), 0, out_rows));
             ASSERT_EQ(0, std::memcmp(o.data(), want.data(), want.size()));
             qj_embedding_bag_plan_destroy(p);
           }
         }
       }
+    }
+  }
+}
+
+// MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
+// rows without their scale array are refused.
+TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype t : {QJ_MXFP4_E2M1, QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
+      SCOPED_TRACE(std::string(qj_isa_name(isa)) + " " + qj_dtype_name(t));
+      const int64_t dim = 70;  // 3 blocks, the last partial
+      std::vector<uint8_t> row(static_cast<size_t>(qj::ref::emb_row_bytes(t, dim, false)), 0);
+      std::vector<uint8_t> scales{0xff, 0x00, 127};
+      if (t == QJ_MXFP4_E2M1) {
+        for (int b = 0; b < 3; ++b) {
+          for (int j = 0; j < 16; ++j) row[b * 17 + j] = 0x72;  // codes 2 (1.0) and 7 (6.0)
+          row[b * 17 + 16] = scales[b];
+        }
+      } else {
+        for (size_t j = 0; j < row.size(); ++j) row[j] = t == QJ_MXINT8 ? 64 : t == QJ_MXFP8_E4M3 ? 0x38 : 0x3c;  // 1.0
+        if (t != QJ_MXINT8) row[64] = t == QJ_MXFP8_E4M3 ? 0xff : 0x7d;  // NaN code in block 2
+      }
+      qj_embedding_bag_desc d = simple_desc(t, dim);
+      d.pooling = QJ_POOL_NONE;
+      qj_embedding_bag_plan p;
+      ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+      const int32_t idx[1] = {0};
+      std::vector<float> out(dim, 5.0f);
+      qj_embedding_bag_args a{row.data(), scales.data(), 1, 0, idx, 1, nullptr, nullptr, out.data()};
+      ASSERT_EQ(qj_embedding_bag_run_ex(p, &a, nullptr), QJ_OK) << qj_last_error();
+      for (int64_t j = 0; j < 32; ++j) ASSERT_TRUE(std::isnan(out[j])) << j;
+      const float tiny = std::ldexp(1.0f, -127);
+      for (int64_t j = 32; j < 64; ++j)
+        ASSERT_EQ(out[j], (t == QJ_MXFP4_E2M1 ? (j % 2 ? 6.0f : 1.0f) : 1.0f) * tiny) << j;
+      if (t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2) {
+        ASSERT_TRUE(std::isnan(out[64]));
+        ASSERT_EQ(out[65], 1.0f);
+      }
+      if (t != QJ_MXFP4_E2M1) {
+        EXPECT_EQ(qj_embedding_bag_run(p, row.data(), 1, 0, idx, 1, nullptr, nullptr, out.data(), nullptr),
+                  QJ_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(qj_last_error()).find("table_scales"), std::string::npos) << qj_last_error();
+      }
+      qj_embedding_bag_plan_destroy(p);
     }
   }
 }

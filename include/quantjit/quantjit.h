@@ -290,8 +290,14 @@ QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
  *
  * Row formats (row_type) and their bytes: QJ_F32 / QJ_F16 / QJ_BF16 rows are dim dense elements;
  * QJ_FUSED_8BIT / 4BIT / 2BIT rows are the fused-rowwise layouts documented with
- * qj_quantize_rowwise below (scale_bias_first selects FBGEMM's TBE variant). Rows are row_stride
- * bytes apart (0: the natural row size).
+ * qj_quantize_rowwise below (scale_bias_first selects FBGEMM's TBE variant); MX rows (blocks of 32
+ * elements, E8M0 scales, MX section above):
+ *  - QJ_MXFP4_E2M1: FBGEMM's MX4 rows (QJ_MX_LAYOUT_FBGEMM_MX4 per row): ceil(dim/32) groups of 17
+ *    bytes, 16 data bytes (byte j = code[2j] | code[2j+1] << 4) then the E8M0 byte;
+ *  - QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2: the SPLIT layout, ceil(dim/32) * 32 code bytes per
+ *    table row, and the E8M0 bytes in a separate array table_scales[row][block] (dense); run
+ *    these with qj_embedding_bag_run_ex.
+ * Rows are row_stride bytes apart (0: the natural row size).
  *
  * A bag b covers indices [offsets[b], offsets[b+1]) (offsets: num_bags + 1 entries, offsets[0] =
  * 0, non-decreasing, offsets[num_bags] = num_indices) or, with use_lengths, lengths[b] consecutive
@@ -304,7 +310,9 @@ QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
  *   (a remapped -1 is a pruned row: it adds nothing, but still counts in the bag's length):
  *     float rows:  acc = fma(w, x, acc), x the element widened exactly to fp32;
  *     fused rows:  acc = fma(q, w * scale, acc), q the integer code, and bsum = bsum + w * bias
- *                  (one scalar per bag, from +0), added once at the end: acc = acc + bsum.
+ *                  (one scalar per bag, from +0), added once at the end: acc = acc + bsum;
+ *     MX rows:     acc = fma(w, x, acc), x = value(code) * X (fp32 product; X = 2^(e-127), a NaN
+ *                  scale byte gives NaN). NaN element codes give NaN outputs (payload unspecified).
  *   QJ_POOL_MEAN: acc * (1.0f / len) when len > 0 (an empty bag gives zeros);
  *   QJ_POOL_NONE: the row's value alone, w * x or fma(q, w * scale, w * bias) (zeros if pruned).
  *   Output: fp32, or fp16 / bf16 rounded to nearest even; row b at out + b * out_stride elements
@@ -372,6 +380,21 @@ QJ_API qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table
                                       int64_t num_bags, const void* indices, int64_t num_indices,
                                       const void* offsets_or_lengths, const float* weights,
                                       void* out, const qj_partition* part);
+/** The arguments of a run, for row formats that need more than one table array. */
+typedef struct qj_embedding_bag_args {
+  const void* table;
+  const uint8_t* table_scales;  /**< SPLIT MX rows: [num_rows][ceil(dim/32)] E8M0 bytes; else NULL */
+  int64_t num_rows;
+  int64_t num_bags;
+  const void* indices;
+  int64_t num_indices;
+  const void* offsets_or_lengths;
+  const float* weights;
+  void* out;
+} qj_embedding_bag_args;
+/** qj_embedding_bag_run with its arguments in a struct (required for SPLIT MX rows). */
+QJ_API qj_status qj_embedding_bag_run_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* args,
+                                         const qj_partition* part);
 /** Convenience: run on num_threads threads of the installed pool (qj_set_parallel_for). */
 QJ_API qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* table,
                                                int64_t num_rows, int64_t num_bags,

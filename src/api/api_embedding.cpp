@@ -20,6 +20,9 @@
 #include "src/ops/embedding_bag.h"
 #include "src/ops/rowwise_adagrad.h"
 #include "src/ops/rowwise_quantize.h"
+#include "src/ref/embedding_bag_ref.h"
+
+using qj::ref::emb_row_bytes;
 
 struct qj_embedding_bag_plan_s {
   qj::EmbeddingBagPlan p;
@@ -30,6 +33,7 @@ namespace {
 using qj::fail;
 
 bool is_fused(qj_dtype t) { return qj::fused::bits_of(t) != 0; }
+bool is_mx_split(qj_dtype t) { return t == QJ_MXINT8 || t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
 
 // Natural row bytes, or -1 (unknown type, dim < 1, overflow).
 int64_t row_bytes(qj_dtype t, int64_t dim, uint32_t flags) {
@@ -89,9 +93,14 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
     case QJ_BF16:
     case QJ_FUSED_8BIT:
     case QJ_FUSED_4BIT:
-    case QJ_FUSED_2BIT: break;
+    case QJ_FUSED_2BIT:
+    case QJ_MXFP4_E2M1:
+    case QJ_MXINT8:
+    case QJ_MXFP8_E4M3:
+    case QJ_MXFP8_E5M2: break;
     default:
-      return fail(QJ_ERR_INVALID_ARGUMENT, "%s: row_type=%d (%s) is not F32, F16, BF16 or FUSED_8BIT/4BIT/2BIT", fn,
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "%s: row_type=%d (%s) is not F32, F16, BF16, FUSED_8BIT/4BIT/2BIT, MXFP4_E2M1, MXINT8 or MXFP8", fn,
                   static_cast<int>(d->row_type), qj_dtype_name(d->row_type));
   }
   if (d->dim < 1 || d->dim > (INT64_C(1) << 24))
@@ -127,7 +136,7 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
                 static_cast<int>(d->prefetch_hint));
   if (d->prefetch_distance < QJ_PREFETCH_AUTO || d->prefetch_distance > 4096)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_distance=%d is not in [-1, 4096]", fn, d->prefetch_distance);
-  const int64_t natural = row_bytes(d->row_type, d->dim, d->scale_bias_first ? QJ_ROWWISE_SCALE_BIAS_FIRST : 0);
+  const int64_t natural = emb_row_bytes(d->row_type, d->dim, d->scale_bias_first != 0);
   if (d->row_stride != 0 && (d->row_stride < natural || d->row_stride > (INT64_C(1) << 40)))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: row_stride=%" PRId64 " is not in [%" PRId64 " (the row), 2^40]", fn,
                 d->row_stride, natural);
@@ -159,9 +168,15 @@ qj_status check_run(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, bool
   if (c.num_indices > 0 && d.weighted && !c.weights)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: weights is NULL but the plan is weighted", fn);
   if (c.num_rows > 0 && !c.table) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table is NULL", fn);
+  if (c.num_rows > 0 && is_mx_split(d.row_type) && !c.scales)
+    return fail(QJ_ERR_INVALID_ARGUMENT,
+                "%s: %s rows (SPLIT layout) need table_scales: use qj_embedding_bag_run_ex", fn,
+                qj_dtype_name(d.row_type));
   if (out_rows > 0 && !c.out) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   return QJ_OK;
 }
+
+qj_status run_call(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, const qj_partition* part);
 
 }  // namespace
 
@@ -181,7 +196,21 @@ qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc, qj_emb
 qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64_t num_rows, int64_t num_bags,
                                const void* indices, int64_t num_indices, const void* offsets_or_lengths,
                                const float* weights, void* out, const qj_partition* part) {
-  qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out};
+  qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out, nullptr};
+  return run_call(p, c, part);
+}
+
+qj_status qj_embedding_bag_run_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* a, const qj_partition* part) {
+  if (!a) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_ex: args is NULL");
+  qj::EmbeddingBagCall c{a->table,     a->num_rows, a->num_bags, a->indices,     a->num_indices,
+                         a->offsets_or_lengths, a->weights, a->out,    a->table_scales};
+  return run_call(p, c, part);
+}
+
+}  // extern "C"
+
+namespace {
+qj_status run_call(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, const qj_partition* part) {
   bool noop;
   QJ_TRY(check_run(p, c, &noop));
   int32_t t = 0, n = 1;
@@ -195,12 +224,15 @@ qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64
   if (noop) return QJ_OK;
   return qj::embedding_bag_run(p->p, c, t, n);
 }
+}  // namespace
+
+extern "C" {
 
 qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* table, int64_t num_rows,
                                         int64_t num_bags, const void* indices, int64_t num_indices,
                                         const void* offsets_or_lengths, const float* weights, void* out,
                                         int32_t num_threads) {
-  qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out};
+  qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out, nullptr};
   bool noop;
   QJ_TRY(check_run(p, c, &noop));
   if (num_threads < 1)

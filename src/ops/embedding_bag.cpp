@@ -283,7 +283,7 @@ qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c
   if (r.end <= r.begin) return QJ_OK;
 
   if (!p.kernel) {
-    ref::EmbTable t{d.row_type, d.dim, d.scale_bias_first != 0, p.row_stride, c.table, c.num_rows};
+    ref::EmbTable t{d.row_type, d.dim, d.scale_bias_first != 0, p.row_stride, c.table, c.num_rows, c.scales};
     qj_embedding_bag_desc rd = d;
     rd.out_stride = p.out_stride;
     if (!ref::embedding_bag(rd, t, c.num_bags, c.indices, c.num_indices, c.offsets_or_lengths, c.weights,
@@ -304,6 +304,7 @@ qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c
   a.count = r.end - r.begin;
   a.index_begin = gather ? r.begin : prefix;
   a.prefetch_limit = c.num_indices - p.prefetch;
+  a.scales = c.scales;
   p.kernel.fn<EmbKernel>()(&a);
   return QJ_OK;
 }

@@ -40,6 +40,7 @@ struct EmbeddingBagCall {
   const void* offsets_or_lengths;
   const float* weights;
   void* out;
+  const uint8_t* scales;  // SPLIT MX rows
 };
 
 // Validates the whole call, then computes the slice thread_id of num_threads.

@@ -7,6 +7,7 @@
 
 #include "src/formats/fused_rowwise.h"
 #include "src/formats/half.h"
+#include "src/formats/mx.h"
 
 namespace qj::ref {
 namespace {
@@ -55,10 +56,36 @@ struct Rows {
   }
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(t.data) + r * stride; }
 
+  // Element j of an MX row, decoded and scaled: value(code) * X.
+  float mx_elem(int64_t r, int64_t j) const {
+    const uint8_t* p = row(r);
+    const int64_t g = j / 32;
+    uint8_t code, scale;
+    if (d.row_type == QJ_MXFP4_E2M1) {
+      const uint8_t b = p[g * 17 + (j % 32) / 2];
+      code = (j % 2) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xf);
+      scale = p[g * 17 + 16];
+    } else {
+      code = p[g * 32 + j % 32];
+      scale = t.scales[r * ((d.dim + 31) / 32) + g];
+    }
+    return mx::value_table(d.row_type)[code] * mx::e8m0_to_f32(scale);
+  }
+
   // acc[j] += the row's contribution with weight w (bag pooling; fused rows add their bias to
   // *bsum instead), or acc[j] = it (gather).
   void add(int64_t r, bool weighted, float w, bool gather, float* acc, float* bsum) const {
     const uint8_t* p = row(r);
+    if (mx::is_ocp_type(d.row_type)) {
+      for (int64_t j = 0; j < d.dim; ++j) {
+        float v = mx_elem(r, j);
+        if (gather)
+          acc[j] = weighted ? w * v : v;
+        else
+          acc[j] = std::fma(w, v, acc[j]);
+      }
+      return;
+    }
     if (bits == 0) {
       for (int64_t j = 0; j < d.dim; ++j) {
         float x = float_elem(d.row_type, p, j);
@@ -90,6 +117,10 @@ int64_t emb_row_bytes(qj_dtype row_type, int64_t dim, bool sb_first) {
     case QJ_F32: return 4 * dim;
     case QJ_F16:
     case QJ_BF16: return 2 * dim;
+    case QJ_MXFP4_E2M1: return (dim + 31) / 32 * 17;
+    case QJ_MXINT8:
+    case QJ_MXFP8_E4M3:
+    case QJ_MXFP8_E5M2: return (dim + 31) / 32 * 32;
     default: break;
   }
   int bits = fused::bits_of(row_type);

@@ -12,9 +12,17 @@
 //         sw = w * s, bw = w * b                 (unweighted: s, b)
 //         acc[j] = fma(q, sw, acc[j]);  bsum = bsum + bw     (bsum starts at +0.0f)
 //       and after the bag's last row: acc[j] = acc[j] + bsum
+//     MX rows, X = the block's E8M0 scale as fp32 (0xFF: NaN), v = value(code) * X (an fp32
+//       product, exact for finite scales except below fp32's subnormal range):
+//         acc[j] = fma(w, v, acc[j])  (the float-row step)
 //   QJ_POOL_MEAN with len = end - start > 0 (pruned positions count): acc[j] *= (1.0f / (float)len).
-//   QJ_POOL_NONE (gather): one output row per index, y = w * x (float rows; x if unweighted) or
-//     y = fma(q, sw, bw) (fused rows); a pruned row gives zeros.
+//   QJ_POOL_NONE (gather): one output row per index, y = w * x (float and MX rows; x if
+//     unweighted) or y = fma(q, sw, bw) (fused rows); a pruned row gives zeros.
+//
+// MX row layouts: QJ_MXFP4_E2M1 rows are FBGEMM's MX4 rows, ceil(dim/32) groups of 17 bytes (16
+// data bytes, byte j = code[2j] | code[2j+1] << 4, then the E8M0 byte); QJ_MXINT8 /
+// QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 rows are the SPLIT layout of MX.md: 32 code bytes per block in the
+// table row, the E8M0 bytes in a separate array scales[row][block].
 //   Output: fp32 as is; fp16 / bf16 rounded to nearest even (src/formats/half.h).
 //
 // Differences from FBGEMM's reference (EmbeddingSpMDM*_ref): identical for float rows; for fused
@@ -37,9 +45,10 @@ struct EmbTable {
   int64_t row_stride = 0;  // bytes between rows (0: natural)
   const void* data = nullptr;
   int64_t num_rows = 0;
+  const uint8_t* scales = nullptr;  // SPLIT MX rows: [num_rows][ceil(dim / 32)]
 };
 
-// Natural row size in bytes of a row format (float or fused), or -1.
+// Natural row size in bytes of a row format (float, fused or MX), or -1.
 int64_t emb_row_bytes(qj_dtype row_type, int64_t dim, bool sb_first);
 
 // Runs bags [bag_begin, bag_end) (POOL_NONE: indices [bag_begin, bag_end)) and writes their output
