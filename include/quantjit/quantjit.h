@@ -351,7 +351,7 @@ typedef enum qj_prefetch_hint {
 
 /** Zero-initialize, then set the fields (new fields are appended and default to 0). */
 typedef struct qj_embedding_bag_desc {
-  qj_dtype row_type;        /**< F32, F16, BF16, FUSED_8BIT/4BIT/2BIT */
+  qj_dtype row_type;        /**< F32, F16, BF16, FUSED_8BIT/4BIT/2BIT, MXFP4_E2M1, MXINT8, MXFP8 */
   int64_t dim;              /**< elements per row, >= 1 */
   int32_t index_bits;       /**< 32 or 64 */
   int32_t offset_bits;      /**< 32 or 64 */
