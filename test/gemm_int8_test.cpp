@@ -536,6 +536,53 @@ TEST_P(GemmInt8, DynamicAmaxAtEveryColumn) {
   }
 }
 
+// Dynamic quantization rounds half to even. With amax = 127 the multiplier 127/amax is exactly 1,
+// so x.5 values are exact ties; with B the identity (scale 1) and f32 output, C = q exactly, so the
+// test checks each q against its own rounding, not only against src/ref. Ties are rotated through
+// the row so they land in vector bodies and tails.
+TEST_P(GemmInt8, DynamicQuantizationRoundsHalfToEven) {
+  const int64_t k = 40, n = 40, m = 8;
+  const float vals[] = {127.0f, 0.5f, 1.5f, 2.5f, 3.5f, -0.5f, -1.5f, -2.5f, 126.5f, -126.5f,
+                        0.49999997f, 0.50000006f, -3.5f, 64.5f, -64.5f, 5.5f, 4.5f, 0.0f};
+  std::vector<int8_t> eye(k * n, 0);
+  for (int64_t i = 0; i < k; ++i) eye[i * n + i] = 1;
+  const float one = 1.0f;
+  qj_weights_desc wd{};
+  wd.dtype = QJ_S8;
+  wd.k = k;
+  wd.n = n;
+  wd.granularity = QJ_GRAN_TENSOR;
+  wd.scales = &one;
+  qj_weights w = nullptr;
+  ASSERT_EQ(qj_weights_pack(&wd, eye.data(), n, &w), QJ_OK) << qj_last_error();
+  for (qj_dtype at : {QJ_F32, QJ_BF16}) {
+    std::vector<float> af(m * k, 0.0f);
+    for (int64_t r = 0; r < m; ++r)
+      for (size_t j = 0; j < std::size(vals); ++j) af[r * k + (j + 5 * r) % k] = vals[j];
+    std::vector<uint16_t> ab(m * k);
+    for (int64_t i = 0; i < m * k; ++i) ab[i] = qj::f32_to_bf16(af[i]);
+    qj_gemm_desc d{};
+    d.a_type = at;
+    d.a_granularity = QJ_GRAN_ROW;
+    d.c_type = QJ_F32;
+    qj_gemm_plan p = nullptr;
+    ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
+    std::vector<float> c(m * n, -99.0f);
+    const void* a = at == QJ_F32 ? static_cast<const void*>(af.data()) : ab.data();
+    ASSERT_EQ(qj_gemm_run(p, m, a, k, c.data(), n, nullptr), QJ_OK) << qj_last_error();
+    for (int64_t i = 0; i < m * k; ++i) {
+      const double v = at == QJ_F32 ? af[i] : qj::bf16_to_f32(ab[i]);
+      const double fl = std::floor(v), frac = v - fl;
+      double q = frac > 0.5 ? fl + 1 : frac < 0.5 ? fl : (std::fmod(fl, 2.0) == 0 ? fl : fl + 1);
+      q = std::min(127.0, std::max(-127.0, q));
+      EXPECT_EQ(c[i], static_cast<float>(q)) << qj_dtype_name(at) << " a=" << v << " row " << i / k
+                                             << " col " << i % k << " isa=" << qj_isa_name(isa());
+    }
+    qj_gemm_plan_destroy(p);
+  }
+  qj_weights_destroy(w);
+}
+
 // --- Weight layouts and odd leading dimensions ------------------------------------------------------
 TEST_P(GemmInt8, LayoutsAndLeadingDims) {
   uint32_t seed = 800;
