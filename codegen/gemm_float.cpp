@@ -4,6 +4,8 @@
 //   rsi  A tile pointer   rdx  B pointer (runs through all panels)   rcx  C of the current panel
 //   r8   K loop counter   r9   panel counter   rbp  panel column offset (bytes into the fp32
 //   per-column arrays)    rbx  C row (epilogue)   rax scratch; r10/r11 in the epilogue.
+//   Direct A: rows 3j, 3j+1, 3j+2 at [base_j], [base_j + r11], [base_j + 2 r11] with r11 = lda
+//   bytes and base_j = rsi, r12, r13, r14, r15 (rows 0..14), all advanced along K together.
 // Vector registers: [0, sets*mr*nrv) accumulators, then the converted weight vectors (nrv for
 // f16, 2*nrv for bf16: k and k+1), the bf16 high-half mask, the AVX2 A broadcast register.
 //
@@ -31,10 +33,24 @@ using namespace asmjit::x86;
 
 struct Plan {
   cg::Simd s;
-  bool bf16;
+  bool bf16, direct;
   int mr, nr, nrv, sets;
   int acc, bvec, mask, abc;
 };
+
+const Gp kBases[5] = {rsi, r12, r13, r14, r15};
+
+// Address of A for row i, K unit u (half h of a bf16 pair).
+Mem a_mem(const Plan& p, int i, int u, int h) {
+  if (!p.direct) return dword_ptr(rsi, (((p.bf16 ? 2 : 1) * u + h) * p.mr + i) * 4);
+  const int disp = ((p.bf16 ? 2 : 1) * u + h) * 4;
+  const Gp base = kBases[i / 3];
+  switch (i % 3) {
+    case 0: return dword_ptr(base, disp);
+    case 1: return dword_ptr(base, r11, 0, disp);
+    default: return dword_ptr(base, r11, 1, disp);
+  }
+}
 
 bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   p->s = cg::simd_for(key.isa);
@@ -47,7 +63,12 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     return false;
   }
   p->bf16 = key.b_type == QJ_BF16;
+  p->direct = (key.flags & 1) != 0;
   p->mr = key.mr;
+  if (p->direct && p->mr > 15) {
+    *why = "direct A reaches 15 rows at most";
+    return false;
+  }
   p->nr = key.nr;
   p->sets = static_cast<int>(key.param[0]);
   if (p->sets != 1 && p->sets != 2 && p->sets != 4) {
@@ -81,11 +102,11 @@ void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {
   }
 }
 
-// acc += b * broadcast(A[off])
-void fma_bcast(Assembler& a, const Plan& p, int acc, int b, int a_off) {
+// acc += b * broadcast(A element at m)
+void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
   const cg::Simd& s = p.s;
   if (s.zmm)
-    a.vfmadd231ps(s.v(acc), s.v(b), dword_ptr(rsi, a_off)._1to16());
+    a.vfmadd231ps(s.v(acc), s.v(b), m._1to16());
   else
     a.vfmadd231ps(s.v(acc), s.v(b), s.v(p.abc));
 }
@@ -98,8 +119,8 @@ void emit_unit(Assembler& a, const Plan& p, int set, int u) {
     for (int j = 0; j < p.nrv; ++j)
       a.vcvtph2ps(s.v(p.bvec + j), ptr(rdx, u * p.nr * 2 + j * s.lanes32 * 2));
     for (int i = 0; i < p.mr; ++i) {
-      if (!s.zmm) a.vbroadcastss(s.v(p.abc), dword_ptr(rsi, (u * p.mr + i) * 4));
-      for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + j, (u * p.mr + i) * 4);
+      if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
+      for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + j, a_mem(p, i, u, 0));
     }
     return;
   }
@@ -118,9 +139,9 @@ void emit_unit(Assembler& a, const Plan& p, int set, int u) {
   }
   for (int half = 0; half < 2; ++half)
     for (int i = 0; i < p.mr; ++i) {
-      const int a_off = ((2 * u + half) * p.mr + i) * 4;
-      if (!s.zmm) a.vbroadcastss(s.v(p.abc), dword_ptr(rsi, a_off));
-      for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + half * p.nrv + j, a_off);
+      if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, half));
+      for (int j = 0; j < p.nrv; ++j)
+        fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + half * p.nrv + j, a_mem(p, i, u, half));
     }
 }
 
@@ -131,10 +152,15 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   const int n_acc = p.mr * p.nrv;
   const int eb = cg::out_elem_bytes(key);
   const int unit_b = p.bf16 ? p.nr * 4 : p.nr * 2;   // B bytes per K unit
-  const int unit_a = (p.bf16 ? 2 : 1) * p.mr * 4;    // A bytes per K unit
+  // A bytes per K unit: a packed tile holds mr floats per k; direct A moves each row pointer by k.
+  const int unit_a = (p.bf16 ? 2 : 1) * (p.direct ? 1 : p.mr) * 4;
 
-  const Gp saved[] = {rbx, rbp};
+  const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
   for (const Gp& g : saved) a.push(g);
+  const int n_bases = p.direct ? (p.mr + 2) / 3 : 1;
+  auto advance_a = [&](int bytes) {
+    for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
+  };
   if (p.bf16) {
     a.mov(eax, 0xffff0000u);
     if (s.zmm) {
@@ -152,6 +178,13 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   Label l_panel = a.newLabel();
   a.bind(l_panel);
   a.mov(rsi, ARG(a));
+  if (p.direct) {
+    a.mov(r11, ARG(lda_bytes));
+    for (int b = 1; b < n_bases; ++b) {  // base_b = base_{b-1} + 3 lda
+      a.lea(kBases[b], ptr(kBases[b - 1], r11, 1));
+      a.add(kBases[b], r11);
+    }
+  }
   zero_regs(a, s, p.acc, p.sets * n_acc);
   {
     Label l_main = a.newLabel(), l_rem = a.newLabel(), l_rem_loop = a.newLabel(), l_done = a.newLabel();
@@ -160,7 +193,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     a.jz(l_rem);
     a.bind(l_main);
     for (int u = 0; u < p.sets; ++u) emit_unit(a, p, u, u);
-    a.add(rsi, p.sets * unit_a);
+    advance_a(p.sets * unit_a);
     a.add(rdx, p.sets * unit_b);
     a.dec(r8);
     a.jnz(l_main);
@@ -171,7 +204,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       a.jz(l_done);
       a.bind(l_rem_loop);
       emit_unit(a, p, 0, 0);
-      a.add(rsi, unit_a);
+      advance_a(unit_a);
       a.add(rdx, unit_b);
       a.dec(r8);
       a.jnz(l_rem_loop);
@@ -232,19 +265,18 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   a.jnz(l_panel);
 
   a.vzeroupper();
-  a.pop(rbp);
-  a.pop(rbx);
+  for (int i = 5; i >= 0; --i) a.pop(saved[i]);
   a.ret();
   return true;
 }
 
 std::string name(const KernelKey& key) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s__%s_%dx%d%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s__%s_%dx%d%s%s",
                 qj_dtype_name(static_cast<qj_dtype>(key.b_type)),
                 qj_dtype_name(static_cast<qj_dtype>(key.c_type)), key.has_bias ? "_bias" : "",
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_beta ? "_beta" : "",
-                isa_suffix(key.isa), key.mr, key.nr,
+                (key.flags & 1) ? "_da" : "", isa_suffix(key.isa), key.mr, key.nr,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                 key.param[0] > 1 ? ("_k" + std::to_string(key.param[0])).c_str() : "");
   return buf;

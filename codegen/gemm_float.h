@@ -13,6 +13,9 @@
 //   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)
 //   param[0]       K-interleaved accumulator sets (1, 2 or 4): unit u of every group of param[0]
 //                  units accumulates into set u, summed at the end (FMA latency at small mr)
+//   flags bit 0    direct A: `a` is the caller's fp32 A (row stride lda_bytes), read in place with
+//                  no packing (FBGEMM reads A the same way); needs every K unit complete (f16, or
+//                  even K for bf16), since nothing past column K - 1 of a row may be read
 #pragma once
 #include <cstdint>
 
@@ -23,7 +26,7 @@ namespace qj {
 
 struct GemmFloatArgs {
   cg::EpilogueConsts consts; // first: the epilogue addresses it from the argument pointer
-  const float* a;            // packed A tile: kp x mr floats
+  const float* a;            // packed A tile: kp x mr floats (direct A: the tile's first row)
   const uint8_t* b;          // first packed B panel (panels are contiguous)
   uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
   int64_t ldc;               // bytes between rows of C
@@ -34,6 +37,7 @@ struct GemmFloatArgs {
   const float* col_mult;     // [n_pad] ones (the epilogue's multiplier), at the first panel
   const float* col_bias;     // [n_pad] bias, at the first panel
   const float* row_scale;    // unused (no row scale for float weights)
+  int64_t lda_bytes;         // direct A: bytes between rows of A
 };
 
 using GemmFloatKernel = void (*)(const GemmFloatArgs*);

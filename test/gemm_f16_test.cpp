@@ -355,6 +355,28 @@ TEST(GemmF16, ShapeSweep) {
   }
 }
 
+// fp32 A is read in place while a 14-row tile of it fits L1 (K <= 585) and packed beyond: both
+// sides of that switch, tiles of every height (balanced tiles: 15 rows run as 8 + 7).
+TEST(GemmF16, DirectAndPackedA) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 30;
+    for (int64_t k : {584, 585, 586, 700})
+      for (int64_t m : {1, 5, 15, 30}) {
+        FloatCase c;
+        c.m = m;
+        c.n = 33;
+        c.k = k;
+        c.w_type = kWTypes[(m + k) % 2];
+        c.lda_pad = m % 2;
+        c.seed = ++seed;
+        EXPECT_OK(check_case(c)) << c.str();
+        c.values = kExactInts;
+        EXPECT_OK(check_exact(c)) << c.str();
+      }
+  }
+}
+
 // bias, ReLU, beta (FBGEMM's cblas_gemm_compute: C = A B + beta C) and bf16 output, exactly.
 TEST(GemmF16, OutputStages) {
   for (qj_isa isa : qjt::supported_isas()) {

@@ -95,17 +95,26 @@ namespace {
 qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                             std::unique_ptr<GemmPlan>* out);
 
+// fp32 A read in place by the float kernels (no packing): whole K units only (nothing past a row
+// may be read) and a 14-row tile of A small enough for L1.
+bool float_direct_a(const qj_gemm_desc& d, const PackedWeights& w) {
+  return d.a_type == QJ_F32 && w.kp == w.k && w.k * 4 * 14 <= (32 << 10);
+}
+
 // The blocking of the float kernels: mr rows of fp32 A (up to 14, FBGEMM's AVX-512 tile) share
 // every converted weight vector.
 GemmBlocking float_blocking(const PackedWeights& w, int mr) {
   GemmBlocking b;
   b.nr = w.nr;
   b.mr = mr;
+  // A block of ~2 MiB of packed rows (L3), B block of ~512 KiB of panels (half of Zen 4's 1 MiB L2,
+  // the rest for the A tile streaming through): every B panel is reused by all the tiles of an A
+  // block while it sits in L2 (measured at 64..256 x 4096 x 4096: ~10% over 256 KiB / 1 MiB).
   const int64_t a_row_bytes = w.kp * 4;  // fp32 A
-  int64_t mc = (256 << 10) / std::max<int64_t>(a_row_bytes, 1);
+  int64_t mc = (2 << 20) / std::max<int64_t>(a_row_bytes, 1);
   mc = std::max<int64_t>(b.mr, mc / b.mr * b.mr);
   b.mc = std::min<int64_t>(mc, 4096);
-  b.nc_panels = std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(w.panel_bytes(), 1));
+  b.nc_panels = std::max<int64_t>(1, (512 << 10) / std::max<int64_t>(w.panel_bytes(), 1));
   b.nc_panels = std::min(b.nc_panels, w.n_panels);
   return b;
 }
@@ -344,6 +353,11 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     const int64_t n_tail = n % w->nr;
     key.n_tail = static_cast<uint8_t>(n_tail);
     key.param[0] = 1;
+    // fp32 A is read in place when every K unit is whole (no padding to read): no packing pass.
+    // Only while a whole tile of A rows stays in L1 across the panels (mr * K * 4 <= 32 KiB):
+    // beyond that its rows are as many L2 streams as the tile has rows, and the FMA pipes starve
+    // (measured: 64x512xK, K = 1024: 67% of the FMA peak direct, 92% packed).
+    key.flags = float_direct_a(desc, *w) ? 1 : 0;
     const int mr = std::max(1, gemm_float_max_mr(key, 14));
     p->blk = float_blocking(*w, mr);
     p->n_pad = w->n_panels * w->nr;
@@ -432,7 +446,12 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   Scratch& s = scratch();
   const GemmBlocking& b = p.blk;
   const int mr = b.mr;
+  // Balanced tile heights (16 rows: 8 + 8, not 14 + 2): every kernel of 4 rows or more keeps the
+  // FMA pipes full, a 2-row remainder does not.
   const int64_t m_tiles = (m + mr - 1) / mr;
+  const int64_t h = m / m_tiles, extra = m % m_tiles;
+  auto tile_row0 = [&](int64_t t) { return t * h + std::min(t, extra); };
+  auto tile_rows = [&](int64_t t) { return static_cast<int>(h + (t < extra ? 1 : 0)); };
   const int64_t n_panels = w.n_panels;
   Range mt{0, m_tiles}, np{0, n_panels};
   if (nth > 1) {
@@ -443,9 +462,10 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   }
   if (mt.begin >= mt.end || np.begin >= np.end) return QJ_OK;
 
+  const bool direct = float_direct_a(d, w);  // as the plan keyed the kernels
   const size_t tile_bytes = static_cast<size_t>(w.kp) * mr * 4;
   const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
-  if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
+  if (!direct && s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   const int out_bytes = d.c_type == QJ_BF16 ? 2 : 4;
   const size_t a_esz = d.a_type == QJ_BF16 ? 2 : 4;
@@ -456,21 +476,23 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   args.consts = p.consts;
   args.ldc = ldc * out_bytes;
   args.row_scale = nullptr;
+  args.lda_bytes = lda * 4;
   for (int64_t t0 = mt.begin; t0 < mt.end; t0 += mc_tiles) {
     const int64_t t1 = std::min(mt.end, t0 + mc_tiles);
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row0 = t * mr;
-      const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+    for (int64_t t = t0; t < t1 && !direct; ++t) {
+      const int64_t row0 = tile_row0(t);
+      const int rows = tile_rows(t);
       pack_a_float_tile(d.a_type, static_cast<const uint8_t*>(a) + row0 * lda * a_esz, lda, rows, rows,
                         w.k, w.kp, reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
     }
     for (int64_t p0 = np.begin; p0 < np.end; p0 += b.nc_panels) {
       const int64_t p1 = std::min(np.end, p0 + b.nc_panels);
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t row0 = t * mr;
-        const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+        const int64_t row0 = tile_row0(t);
+        const int rows = tile_rows(t);
         const int sets = p.ksets[rows - 1];
-        args.a = reinterpret_cast<const float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes);
+        args.a = direct ? static_cast<const float*>(a) + row0 * lda
+                        : reinterpret_cast<const float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes);
         args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
         args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
         args.k_main = units / sets;

@@ -282,20 +282,22 @@ void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_
 
 void pack_a_float_tile(qj_dtype a_type, const void* a, int64_t lda, int mr, int mr_t, int64_t k,
                        int64_t kp, float* dst) {
-  for (int i = 0; i < mr; ++i) {
-    if (i >= mr_t) {
-      for (int64_t j = 0; j < kp; ++j) dst[j * mr + i] = 0.0f;
-      continue;
+  // K outer, rows inner: the writes are one sequential stream (the reads are mr_t short streams).
+  if (a_type == QJ_F32) {
+    const float* r = static_cast<const float*>(a);
+    for (int64_t j = 0; j < k; ++j, dst += mr) {
+      for (int i = 0; i < mr_t; ++i) dst[i] = r[i * lda + j];
+      for (int i = mr_t; i < mr; ++i) dst[i] = 0.0f;
     }
-    if (a_type == QJ_F32) {
-      const float* r = static_cast<const float*>(a) + i * lda;
-      for (int64_t j = 0; j < k; ++j) dst[j * mr + i] = r[j];
-    } else {
-      const uint16_t* r = static_cast<const uint16_t*>(a) + i * lda;
-      for (int64_t j = 0; j < k; ++j) dst[j * mr + i] = bf16_to_f32(r[j]);
+  } else {
+    const uint16_t* r = static_cast<const uint16_t*>(a);
+    for (int64_t j = 0; j < k; ++j, dst += mr) {
+      for (int i = 0; i < mr_t; ++i) dst[i] = bf16_to_f32(r[i * lda + j]);
+      for (int i = mr_t; i < mr; ++i) dst[i] = 0.0f;
     }
-    for (int64_t j = k; j < kp; ++j) dst[j * mr + i] = 0.0f;
   }
+  for (int64_t j = k; j < kp; ++j, dst += mr)
+    for (int i = 0; i < mr; ++i) dst[i] = 0.0f;
 }
 
 }  // namespace qj
