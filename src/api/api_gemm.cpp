@@ -29,6 +29,13 @@ int64_t stored_row_length(const qj_weights_desc* d, bool quantized) {
   return row;
 }
 
+// rows x ld elements of up to 8 bytes each must be addressable (2^53 elements is far past any
+// real buffer and keeps every offset computed from them inside int64).
+bool extent_fits(int64_t rows, int64_t ld) {
+  const int64_t limit = int64_t(1) << 53;
+  return ld <= limit && (rows <= 1 || ld <= limit / rows);
+}
+
 template <class F>
 qj_status guarded(F&& f) {
   try {
@@ -61,6 +68,9 @@ qj_status qj_weights_pack(const qj_weights_desc* desc, const void* data, int64_t
     if (ld < row)
       return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
                       (long long)ld, (long long)row);
+    if (!extent_fits(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n, ld))
+      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld exceeds the address space for %lld rows",
+                      (long long)ld, (long long)(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n));
     std::shared_ptr<qj::PackedWeights> w;
     QJ_TRY(qj::pack_int_weights(*desc, data, ld, qj::max_isa(), &w));
     return wrap_weights(std::move(w), out);
@@ -77,6 +87,9 @@ qj_status qj_weights_quantize_pack(const qj_weights_desc* desc, const float* dat
     if (ld < row)
       return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
                       (long long)ld, (long long)row);
+    if (!extent_fits(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n, ld))
+      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld exceeds the address space for %lld rows",
+                      (long long)ld, (long long)(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n));
     std::shared_ptr<qj::PackedWeights> w;
     QJ_TRY(qj::quantize_int_weights(*desc, data, ld, qj::max_isa(), &w));
     return wrap_weights(std::move(w), out);
@@ -149,6 +162,12 @@ static qj_status check_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld is smaller than k=%lld", (long long)lda, (long long)w.k);
   if (ldc < w.n)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ldc=%lld is smaller than n=%lld", (long long)ldc, (long long)w.n);
+  if (!extent_fits(m, lda))
+    return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld with m=%lld exceeds the address space",
+                    (long long)lda, (long long)m);
+  if (!extent_fits(m, ldc))
+    return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ldc=%lld with m=%lld exceeds the address space",
+                    (long long)ldc, (long long)m);
   return QJ_OK;
 }
 

@@ -209,6 +209,11 @@ CachedKernel::~CachedKernel() {
 }
 
 KernelRef::KernelRef(std::shared_ptr<CachedKernel> k) : k_(std::move(k)) {}
+void KernelRef::release() noexcept {
+  if (!k_) return;
+  k_.reset();
+  if (stats().code_bytes.load(std::memory_order_relaxed) > max_bytes()) evict_if_needed();
+}
 void* KernelRef::entry() const { return k_ ? k_->block.code : nullptr; }
 const std::string& KernelRef::name() const {
   static const std::string empty;

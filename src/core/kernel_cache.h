@@ -41,7 +41,18 @@ class KernelRef {
   KernelRef() = default;
   explicit KernelRef(std::shared_ptr<CachedKernel> k);
   KernelRef(KernelRef&&) noexcept = default;
-  KernelRef& operator=(KernelRef&&) noexcept = default;
+  KernelRef& operator=(KernelRef&& o) noexcept {
+    if (this != &o) {
+      release();
+      k_ = std::move(o.k_);
+      hit_ = o.hit_;
+    }
+    return *this;
+  }
+  ~KernelRef() { release(); }
+  // Drops this reference; if the cache is over its bound, kernels nobody holds are evicted now
+  // (not at the next generation).
+  void release() noexcept;
   KernelRef(const KernelRef&) = delete;
   KernelRef& operator=(const KernelRef&) = delete;
 

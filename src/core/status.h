@@ -6,12 +6,26 @@
 #pragma once
 #include <quantjit/quantjit.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace qj {
 
 // Records the message for this thread and returns `code`, so callers can `return fail(...)`.
 qj_status fail(qj_status code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void clear_error();
 const char* last_error();
+
+// The value a caller stored in a C enum field, read as the integer it is. Loading an out-of-range
+// value through the C++ enum type is undefined behaviour (and UBSan reports it), so argument checks
+// compare raw values and only then trust the field.
+template <class E>
+inline int32_t raw_enum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "C API enums are int-sized");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 
 }  // namespace qj
 

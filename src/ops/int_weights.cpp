@@ -131,21 +131,22 @@ void zp_range(qj_dtype t, int* lo, int* hi) {
 
 qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
   if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "desc is NULL");
-  if (!is_int_type(d->dtype) && !is_float_type(d->dtype)) {
-    if (d->dtype >= QJ_MXFP8_E4M3 && d->dtype <= QJ_BDR_MX4)
+  const int32_t dt = raw_enum(d->dtype);
+  if (dt != QJ_S8 && dt != QJ_S4 && dt != QJ_U4 && dt != QJ_F16 && dt != QJ_BF16) {
+    if (dt >= QJ_MXFP8_E4M3 && dt <= QJ_BDR_MX4)
       return fail(QJ_ERR_UNSUPPORTED, "desc->dtype=%s weights are not implemented yet",
-                  qj_dtype_name(d->dtype));
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->dtype=%d is not a weight type",
-                static_cast<int>(d->dtype));
+                  qj_dtype_name(static_cast<qj_dtype>(dt)));
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->dtype=%d is not a weight type", dt);
   }
+  const int32_t layout = raw_enum(d->layout), gran = raw_enum(d->granularity);
   if (d->k <= 0 || d->k > (int64_t(1) << 31))
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k=%lld must be in [1, 2^31]", (long long)d->k);
   if (d->n <= 0 || d->n > (int64_t(1) << 31))
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->n=%lld must be in [1, 2^31]", (long long)d->n);
   if (d->k * d->n > (int64_t(1) << 40))
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k*desc->n=%lld is too large", (long long)(d->k * d->n));
-  if (d->layout != QJ_LAYOUT_KN && d->layout != QJ_LAYOUT_NK)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=%d is not a qj_layout", (int)d->layout);
+  if (layout != QJ_LAYOUT_KN && layout != QJ_LAYOUT_NK)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=%d is not a qj_layout", layout);
   if (is_float_type(d->dtype)) {
     // Float weights carry no quantization parameters; granularity and group_size are ignored.
     if (d->scales || d->zero_points)
@@ -153,10 +154,8 @@ qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
                   qj_dtype_name(d->dtype));
     return QJ_OK;
   }
-  if (d->granularity != QJ_GRAN_TENSOR && d->granularity != QJ_GRAN_CHANNEL &&
-      d->granularity != QJ_GRAN_GROUP)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->granularity=%d is not tensor, channel or group",
-                (int)d->granularity);
+  if (gran != QJ_GRAN_TENSOR && gran != QJ_GRAN_CHANNEL && gran != QJ_GRAN_GROUP)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->granularity=%d is not tensor, channel or group", gran);
   if (d->granularity == QJ_GRAN_GROUP) {
     if (d->group_size <= 0 || d->k % d->group_size != 0)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->group_size=%lld does not divide k=%lld",
