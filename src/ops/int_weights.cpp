@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include "src/core/log.h"
 #include "src/core/status.h"
@@ -204,8 +207,19 @@ namespace {
 
 qj_status allocate(PackedWeights* w) {
   const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
-  if (!w->packed.allocate(bytes))
+  if (!w->packed.allocate(bytes, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
+  // Large weights are streamed from L3 / DRAM at M = 1: ask for transparent huge pages (before the
+  // first touch) so the hardware prefetchers are not stopped at every 4 KiB page boundary
+  // (measured, INT4 GEMV 1 x 11008 x 4096: 34-43 GB/s on 4 KiB pages, 48-57 GB/s with THP; the
+  // system's THP policy decides, madvise is only a request).
+  if (bytes >= (size_t(4) << 20)) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(w->packed.data());
+    const uintptr_t lo = (p + (size_t(2) << 20) - 1) & ~((uintptr_t(2) << 20) - 1);
+    const uintptr_t hi = (p + bytes) & ~((uintptr_t(2) << 20) - 1);
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  }
+  std::memset(w->packed.data(), 0, (bytes + 63) / 64 * 64);
   return QJ_OK;
 }
 
