@@ -193,6 +193,22 @@ qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
   return QJ_OK;
 }
 
+bool allocate_packed(PackedWeights* w, size_t bytes, bool zero) {
+  if (!w->packed.allocate(bytes, false)) return false;
+  // Large weights are streamed from L3 / DRAM at M = 1: ask for transparent huge pages (before the
+  // first touch) so the hardware prefetchers are not stopped at every 4 KiB page boundary
+  // (measured, INT4 GEMV 1 x 11008 x 4096: 34-43 GB/s on 4 KiB pages, 48-57 GB/s with THP; the
+  // system's THP policy decides, madvise is only a request).
+  if (bytes >= (size_t(4) << 20)) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(w->packed.data());
+    const uintptr_t lo = (p + (size_t(2) << 20) - 1) & ~((uintptr_t(2) << 20) - 1);
+    const uintptr_t hi = (p + bytes) & ~((uintptr_t(2) << 20) - 1);
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  }
+  if (zero) std::memset(w->packed.data(), 0, (bytes + 63) / 64 * 64);
+  return true;
+}
+
 void set_weights_geometry(PackedWeights* w, qj_isa isa) {
   w->isa = isa;
   w->layout = weights_layout(isa, w->dtype);
@@ -207,19 +223,8 @@ namespace {
 
 qj_status allocate(PackedWeights* w) {
   const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
-  if (!w->packed.allocate(bytes, false))
+  if (!allocate_packed(w, bytes, true))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
-  // Large weights are streamed from L3 / DRAM at M = 1: ask for transparent huge pages (before the
-  // first touch) so the hardware prefetchers are not stopped at every 4 KiB page boundary
-  // (measured, INT4 GEMV 1 x 11008 x 4096: 34-43 GB/s on 4 KiB pages, 48-57 GB/s with THP; the
-  // system's THP policy decides, madvise is only a request).
-  if (bytes >= (size_t(4) << 20)) {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(w->packed.data());
-    const uintptr_t lo = (p + (size_t(2) << 20) - 1) & ~((uintptr_t(2) << 20) - 1);
-    const uintptr_t hi = (p + bytes) & ~((uintptr_t(2) << 20) - 1);
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-  }
-  std::memset(w->packed.data(), 0, (bytes + 63) / 64 * 64);
   return QJ_OK;
 }
 

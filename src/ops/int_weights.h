@@ -89,6 +89,8 @@ qj_status repack_int_weights(const PackedWeights& w, qj_isa isa, std::shared_ptr
 // Fills layout, kg, nr, kp, n_panels and zp_vec of `w` (type, shape, granularity and zero points
 // set) for `isa`: the one definition of the geometry, used by packing and by deserialization.
 void set_weights_geometry(PackedWeights* w, qj_isa isa);
+// Allocates w->packed (64-byte aligned; huge pages requested from 4 MiB up), zeroed if `zero`.
+bool allocate_packed(PackedWeights* w, size_t bytes, bool zero);
 // True when `w` is already in the layout `isa` uses.
 bool weights_match_isa(const PackedWeights& w, qj_isa isa);
 

@@ -154,7 +154,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   w->zero_points.resize(h.n_zps);
   if (h.n_zps) std::memcpy(w->zero_points.data(), q, h.n_zps * 4);
   q += h.n_zps * 4;
-  if (!w->packed.allocate(h.packed_bytes, false))
+  if (!allocate_packed(w.get(), h.packed_bytes, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %llu bytes", (unsigned long long)h.packed_bytes);
   std::memcpy(w->packed.data(), q, h.packed_bytes);
   q += h.packed_bytes;
