@@ -210,7 +210,7 @@ QJ_API void qj_weights_destroy(qj_weights w);
  *  the GEMM kernels decode them in registers.
  *  GEMM with S4 / U4 weights takes every A type and output type of the S8 path and has the same
  *  exact definition (integer sums per group folded in fp32, docs/kernel-contract.md);
- *  k <= 561424 (int32 exactness of 255 * 15 * k). With grouped S4 / U4 weights, fp32 / bf16 A may
+ *  k <= 561433 (int32 exactness of 255 * 15 * k). With grouped S4 / U4 weights, fp32 / bf16 A may
  *  also be quantized per row AND per weight group (a_granularity = QJ_GRAN_GROUP: scale = amax of
  *  the group's K / 127, so an outlier only coarsens its own group); each group's int32 sum is
  *  then multiplied by that scale before the fold: facc = fma(float(sum) * a_scale(i, g),
