@@ -47,7 +47,11 @@ struct RowFmt {
   qj_dtype t;
 };
 const RowFmt kRowFmts[] = {{"fused8", QJ_FUSED_8BIT}, {"fused4", QJ_FUSED_4BIT}, {"fused2", QJ_FUSED_2BIT},
-                           {"f32", QJ_F32},           {"f16", QJ_F16},           {"bf16", QJ_BF16}};
+                           {"f32", QJ_F32},           {"f16", QJ_F16},           {"bf16", QJ_BF16},
+                           {"mxfp4", QJ_MXFP4_E2M1},  {"mxint8", QJ_MXINT8},     {"mxfp8_e4m3", QJ_MXFP8_E4M3},
+                           {"mxfp8_e5m2", QJ_MXFP8_E5M2}};
+
+bool is_mx_split(qj_dtype t) { return t == QJ_MXINT8 || t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
 
 const char* fmt_name(qj_dtype t) {
   for (const RowFmt& r : kRowFmts)
@@ -88,7 +92,7 @@ double fbgemm_ns(qj_dtype t, int64_t dim, const std::string& mode, bool pf) {
   return 0;
 }
 
-int64_t row_bytes(qj_dtype t, int64_t dim) { return qj_rowwise_row_bytes(t, dim, 0); }
+int64_t row_bytes(qj_dtype t, int64_t dim) { return qj::ref::emb_row_bytes(t, dim, false); }
 
 // A table in anonymous memory: THP (qj_embedding_table_alloc) or 4 KiB pages.
 struct Table {
@@ -168,6 +172,15 @@ void fill_table(Table& tb, qj_dtype t, int64_t dim, int64_t rows, uint64_t seed)
     return;
   }
   for (size_t i = 0; i < words; ++i) w[i] = xorshift(x);
+  if (t == QJ_MXFP4_E2M1) {  // scale bytes near 1; codes stay random
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < (dim + 31) / 32; ++b) tb.p[r * rb + b * 17 + 16] = static_cast<uint8_t>(120 + b % 8);
+    return;
+  }
+  if (is_mx_split(t)) {  // no NaN / Inf codes
+    for (size_t i = 0; i < static_cast<size_t>(rows * rb); ++i) tb.p[i] &= t == QJ_MXFP8_E5M2 ? 0xbb : 0xf7;
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = tb.p + r * rb;
     const float s = 0.01f, b = -0.5f;
@@ -206,7 +219,8 @@ int usage() {
                "usage: quantjit-bench embedding [options]\n"
                "  --shapes fbgemm|dlrm|FILE  FBGEMM's grid (batch,rows,dim,avg_len) or the DLRM-DCNv2\n"
                "                             26-table grid (table,rows,dim,pooling); default fbgemm\n"
-               "  --rows LIST     row formats: fused8,fused4,fused2,f32,f16,bf16 or all (default fused8,fused4)\n"
+               "  --rows LIST     row formats: fused8,fused4,fused2,f32,f16,bf16,mxfp4,mxint8,mxfp8_e4m3,\n"
+               "                  mxfp8_e5m2 or all (default fused8,fused4)\n"
                "  --dims LIST     only these dims\n"
                "  --index 32,64   index widths (default 64)\n"
                "  --prefetch LIST distances (0 = off, auto = library default; default auto)\n"
@@ -497,6 +511,8 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
         }
         fill_table(tb, t, sh.dim, rows, 0x1234 + sh.dim);
         thp = thp_share(tb.p, bytes);
+        std::vector<uint8_t> scales;  // SPLIT MX rows
+        if (is_mx_split(t)) scales.assign(static_cast<size_t>(rows * ((sh.dim + 31) / 32)), 124);
         LimitCfg lc;
         bool have_lc = false;
         for (int ib : o.index_bits) {
@@ -523,12 +539,13 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
                 std::vector<uint8_t> idx = narrow(cur, ib);
                 std::vector<float> out(static_cast<size_t>(bags * sh.dim)), want(out.size());
                 auto run = [&] {
-                  qj_embedding_bag_run(plan, tb.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
-                                       w ? lk.weights.data() : nullptr, out.data(), nullptr);
+                  qj_embedding_bag_args a{tb.p, scales.data(), rows, bags, idx.data(), lk.n, lk.offsets.data(),
+                                          w ? lk.weights.data() : nullptr, out.data()};
+                  qj_embedding_bag_run_ex(plan, &a, nullptr);
                 };
                 // check once against the reference
                 run();
-                qj::ref::EmbTable rt{t, sh.dim, false, rb, tb.p, rows};
+                qj::ref::EmbTable rt{t, sh.dim, false, rb, tb.p, rows, scales.data()};
                 qj::ref::embedding_bag(d, rt, bags, idx.data(), lk.n, lk.offsets.data(),
                                        w ? lk.weights.data() : nullptr, want.data(), 0, bags);
                 const bool ok = std::memcmp(out.data(), want.data(), out.size() * 4) == 0;

@@ -32,6 +32,16 @@ namespace {
 
 using qj::fail;
 
+// The raw value of an enum field a C caller filled: C enums are plain ints, and loading an
+// out-of-range value through the enum type is undefined in C++ (UBSan's -fsanitize=enum).
+template <class E>
+int raw(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 bool is_fused(qj_dtype t) { return qj::fused::bits_of(t) != 0; }
 bool is_mx_split(qj_dtype t) { return t == QJ_MXINT8 || t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
 
@@ -87,7 +97,8 @@ qj_status check_rowwise(const char* fn, bool quantize, qj_dtype fused_type, uint
 qj_status check_desc(const qj_embedding_bag_desc* d) {
   const char* fn = "qj_embedding_bag_plan_create";
   if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
-  switch (d->row_type) {
+  const int rt = raw(d->row_type), pool = raw(d->pooling), ot = raw(d->out_type), hint = raw(d->prefetch_hint);
+  switch (rt) {
     case QJ_F32:
     case QJ_F16:
     case QJ_BF16:
@@ -101,7 +112,7 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
     default:
       return fail(QJ_ERR_INVALID_ARGUMENT,
                   "%s: row_type=%d (%s) is not F32, F16, BF16, FUSED_8BIT/4BIT/2BIT, MXFP4_E2M1, MXINT8 or MXFP8", fn,
-                  static_cast<int>(d->row_type), qj_dtype_name(d->row_type));
+                  rt, qj_dtype_name(static_cast<qj_dtype>(rt)));
   }
   if (d->dim < 1 || d->dim > (INT64_C(1) << 24))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: dim=%" PRId64 " is not in [1, 2^24]", fn, d->dim);
@@ -109,11 +120,13 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: index_bits=%d is not 32 or 64", fn, d->index_bits);
   if (d->offset_bits != 32 && d->offset_bits != 64)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offset_bits=%d is not 32 or 64", fn, d->offset_bits);
-  if (d->pooling != QJ_POOL_SUM && d->pooling != QJ_POOL_MEAN && d->pooling != QJ_POOL_NONE)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: pooling=%d is not a qj_pooling value", fn, static_cast<int>(d->pooling));
-  if (d->out_type != QJ_F32 && d->out_type != QJ_F16 && d->out_type != QJ_BF16)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_type=%d (%s) is not F32, F16 or BF16", fn,
-                static_cast<int>(d->out_type), qj_dtype_name(d->out_type));
+  if (pool != QJ_POOL_SUM && pool != QJ_POOL_MEAN && pool != QJ_POOL_NONE)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: pooling=%d is not a qj_pooling value", fn, pool);
+  if (ot != QJ_F32 && ot != QJ_F16 && ot != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_type=%d (%s) is not F32, F16 or BF16", fn, ot,
+                qj_dtype_name(static_cast<qj_dtype>(ot)));
+  if (hint < QJ_PREFETCH_HINT_AUTO || hint > QJ_PREFETCH_HINT_NTA)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_hint=%d is not a qj_prefetch_hint value", fn, hint);
   const int32_t flags[4] = {d->use_lengths, d->weighted, d->positional, d->scale_bias_first};
   const char* names[4] = {"use_lengths", "weighted", "positional", "scale_bias_first"};
   for (int i = 0; i < 4; ++i)
@@ -131,9 +144,6 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
                 d->out_stride, d->dim);
   if (d->out_stride > (INT64_C(1) << 40))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_stride=%" PRId64 " is too large", fn, d->out_stride);
-  if (d->prefetch_hint < QJ_PREFETCH_HINT_AUTO || d->prefetch_hint > QJ_PREFETCH_HINT_NTA)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_hint=%d is not a qj_prefetch_hint value", fn,
-                static_cast<int>(d->prefetch_hint));
   if (d->prefetch_distance < QJ_PREFETCH_AUTO || d->prefetch_distance > 4096)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_distance=%d is not in [-1, 4096]", fn, d->prefetch_distance);
   const int64_t natural = emb_row_bytes(d->row_type, d->dim, d->scale_bias_first != 0);
@@ -277,9 +287,10 @@ qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table
                                    uint64_t seed, int32_t num_threads) {
   const char* fn = "qj_rowwise_adagrad_fused";
   if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
-  if (d->table_type != QJ_F32 && d->table_type != QJ_F16)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table_type=%d (%s) is not F32 or F16", fn,
-                static_cast<int>(d->table_type), qj_dtype_name(d->table_type));
+  const int tt = raw(d->table_type), apool = raw(d->pooling), opt = raw(d->optimizer), mode = raw(d->mode);
+  if (tt != QJ_F32 && tt != QJ_F16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table_type=%d (%s) is not F32 or F16", fn, tt,
+                qj_dtype_name(static_cast<qj_dtype>(tt)));
   if (d->dim < 1 || d->dim > (INT64_C(1) << 24))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: dim=%" PRId64 " is not in [1, 2^24]", fn, d->dim);
   if (d->index_bits != 32 && d->index_bits != 64)
@@ -292,14 +303,14 @@ qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table
     if (flags[i] != 0 && flags[i] != 1)
       return fail(QJ_ERR_INVALID_ARGUMENT, "%s: %s=%d is not 0 or 1", fn, names[i], flags[i]);
   if (d->positional && !d->weighted) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: positional=1 needs weighted=1", fn);
-  if (d->stochastic_rounding && d->table_type != QJ_F16)
+  if (d->stochastic_rounding && tt != QJ_F16)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: stochastic_rounding=1 applies to F16 tables", fn);
-  if (d->pooling != QJ_POOL_SUM && d->pooling != QJ_POOL_MEAN)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: pooling=%d is not QJ_POOL_SUM or QJ_POOL_MEAN", fn, static_cast<int>(d->pooling));
-  if (d->optimizer != QJ_OPT_ROWWISE_ADAGRAD && d->optimizer != QJ_OPT_SGD)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: optimizer=%d is not a qj_sparse_optimizer value", fn, static_cast<int>(d->optimizer));
-  if (d->mode != QJ_UPDATE_COALESCED && d->mode != QJ_UPDATE_PER_OCCURRENCE_RACY)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: mode=%d is not a qj_update_mode value", fn, static_cast<int>(d->mode));
+  if (apool != QJ_POOL_SUM && apool != QJ_POOL_MEAN)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: pooling=%d is not QJ_POOL_SUM or QJ_POOL_MEAN", fn, apool);
+  if (opt != QJ_OPT_ROWWISE_ADAGRAD && opt != QJ_OPT_SGD)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: optimizer=%d is not a qj_sparse_optimizer value", fn, opt);
+  if (mode != QJ_UPDATE_COALESCED && mode != QJ_UPDATE_PER_OCCURRENCE_RACY)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: mode=%d is not a qj_update_mode value", fn, mode);
   if (!(d->learning_rate == d->learning_rate) || std::isinf(d->learning_rate))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: learning_rate=%g is not finite", fn, static_cast<double>(d->learning_rate));
   if (!(d->epsilon >= 0) || std::isinf(d->epsilon))
@@ -317,7 +328,7 @@ qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table
     if (!table) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table is NULL", fn);
     if (!grad) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: grad is NULL", fn);
     if (d->weighted && !weights) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: weights is NULL but desc is weighted", fn);
-    if (d->optimizer == QJ_OPT_ROWWISE_ADAGRAD && !momentum)
+    if (opt == QJ_OPT_ROWWISE_ADAGRAD && !momentum)
       return fail(QJ_ERR_INVALID_ARGUMENT, "%s: momentum is NULL (row-wise AdaGrad needs one float per row)", fn);
   }
   qj::AdagradCall c{table, momentum, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, grad, seed};
