@@ -68,6 +68,14 @@ std::string str(T v) {
   return std::to_string(v);
 }
 
+// Stores an arbitrary int in a C enum field, as a C caller may: through memory, so that no C++
+// conversion to the enum type (undefined outside the enumerators' range) happens in the test.
+template <class E>
+void set_raw(E& field, int v) {
+  static_assert(sizeof(E) == sizeof(int), "C enums here are int-sized");
+  std::memcpy(&field, &v, sizeof v);
+}
+
 // Runs fn in a forked child; returns the child's exit code (or -signal) and what it wrote to
 // stderr. Used to observe a call that may crash (or trip a sanitizer) without ending this
 // executable.
@@ -222,17 +230,17 @@ TEST_F(Misuse, WeightsPackUnknownEnums) {
   auto body = [&] {
     for (int v : {0, -1, 99, static_cast<int>(QJ_S32), static_cast<int>(QJ_FUSED_8BIT)}) {
       qj_weights_desc d = wd;
-      d.dtype = static_cast<qj_dtype>(v);
+      set_raw(d.dtype, v);
       EXPECT_FAIL(pack(d, wq.data(), n), QJ_ERR_INVALID_ARGUMENT, "dtype", str(v));
     }
     for (int v : {2, -1, 1000}) {
       qj_weights_desc d = wd;
-      d.layout = static_cast<qj_layout>(v);
+      set_raw(d.layout, v);
       EXPECT_FAIL(pack(d, wq.data(), n), QJ_ERR_INVALID_ARGUMENT, "layout", str(v));
     }
     for (int v : {static_cast<int>(QJ_GRAN_ROW), 4, -1}) {  // ROW is for activations only
       qj_weights_desc d = wd;
-      d.granularity = static_cast<qj_granularity>(v);
+      set_raw(d.granularity, v);
       EXPECT_FAIL(pack(d, wq.data(), n), QJ_ERR_INVALID_ARGUMENT, "granularity", str(v));
     }
   };
@@ -343,17 +351,17 @@ TEST_F(Misuse, PlanUnknownEnums) {
   auto body = [&] {
     for (int v : {0, -1, 99, static_cast<int>(QJ_S32), static_cast<int>(QJ_F16), static_cast<int>(QJ_S4)}) {
       qj_gemm_desc d = gd;
-      d.a_type = static_cast<qj_dtype>(v);
+      set_raw(d.a_type, v);
       EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "a_type", str(v));
     }
     for (int v : {0, -1, 99, static_cast<int>(QJ_F16), static_cast<int>(QJ_S4)}) {
       qj_gemm_desc d = gd;
-      d.c_type = static_cast<qj_dtype>(v);
+      set_raw(d.c_type, v);
       EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "c_type", str(v));
     }
     for (int v : {2, -1, 1000}) {
       qj_gemm_desc d = gd;
-      d.activation = static_cast<qj_activation>(v);
+      set_raw(d.activation, v);
       EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "activation", str(v));
     }
     for (qj_dtype at : {QJ_F32, QJ_BF16})
@@ -361,7 +369,7 @@ TEST_F(Misuse, PlanUnknownEnums) {
         qj_gemm_desc d = gd;
         d.a_type = at;
         d.c_type = QJ_F32;
-        d.a_granularity = static_cast<qj_granularity>(v);
+        set_raw(d.a_granularity, v);
         EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "a_granularity", str(v));
       }
   };
