@@ -296,6 +296,14 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     *why = "this weight type needs VNNI (its decoded bytes overflow vpmaddubsw pairs)";
     return false;
   }
+  if (p->dec.needs_vbmi && !(key.flags & 32)) {
+    *why = "this weight type's decoder needs AVX512-VBMI (vpermb)";
+    return false;
+  }
+  if (p->dec.e8m0_scales && key.granularity != QJ_GRAN_GROUP) {
+    *why = "MX weights are grouped (blocks of 32)";
+    return false;
+  }
   p->mr = key.mr;
   p->nr = key.nr;
   if (p->nr % p->s.lanes32 != 0 || p->mr < 1 || p->nr < 1) {
@@ -352,7 +360,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   const int n_out = p.dec.n_out;
   const int step_bytes = p.nr * p.dec.bytes_per_col_step;
   const int col_bytes = p.dec.bytes_per_col_step * s.lanes32;  // one column vector of a step
-  const int param_bytes = (p.grouped ? p.nr * 4 : 0) + (p.zp_vec ? p.nr * 4 : 0);
+  const bool mx = p.dec.e8m0_scales;  // E8M0 bytes after the panel's steps (r15), no inline params
+  const int param_bytes = mx ? 0 : (p.grouped ? p.nr * 4 : 0) + (p.zp_vec ? p.nr * 4 : 0);
   cg::DecodeRegs dr;
   dr.consts = p.cst;
   dr.temps = p.dtmp;
@@ -360,6 +369,15 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
   for (const Gp& g : saved) a.push(g);
   cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
+  // MX scale-decode constants in the red zone (above the decoder tables, which are loaded by now):
+  // zmm: dwords 1, 0xfe, 0x400000 at rsp-16.. (embedded broadcasts); ymm: whole vectors at rsp-96.
+  const int mx_c1 = s.zmm ? -16 : -96, mx_cfe = s.zmm ? -12 : -64, mx_c4 = s.zmm ? -8 : -32;
+  if (mx) {
+    const uint32_t vals[3] = {1u, 0xfeu, 0x400000u};
+    const int offs[3] = {mx_c1, mx_cfe, mx_c4};
+    for (int c = 0; c < 3; ++c)
+      for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
+  }
   if (!p.vnni) {
     a.mov(eax, 0x00010001);  // s16 ones for vpmaddwd
     if (s.zmm) {
@@ -381,6 +399,12 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(r11, rbp);
   a.mov(r12, ARG(row_sum));
   if (p.group_a) a.mov(r14, ARG(row_group_scale));
+  if (mx) {  // r15: this panel's E8M0 bytes, after its groups * k_groups steps
+    a.mov(rax, ARG(groups));
+    a.imul(rax, ARG(k_groups));
+    a.imul(rax, rax, step_bytes);
+    a.lea(r15, ptr(rdx, rax));
+  }
   if (p.grouped) {
     zero_regs(a, s, p.facc, n_acc);
     a.mov(r10, ARG(groups));
@@ -469,7 +493,45 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
         Vec c = s.v(p.acc0 + i * p.nrv + j);
         a.vpaddd(c, c, ptr(r13, r11, 0, j * s.bytes));
       }
-  if (p.grouped) {
+  if (mx) {
+    // Block scales 2^(b - 127) from the E8M0 bytes, exactly: bits = b << 23, and for b = 0
+    // (2^-127, subnormal) and b = 0xff (NaN) OR in 0x400000: special <=> ((b + 1) & 0xfe) == 0.
+    const Vec t = s.v(p.dec0 + p.nrv);
+    for (int j = 0; j < p.nrv; ++j) {
+      const Vec sc = s.v(p.dec0 + j);
+      if (s.zmm) {
+        a.vpmovzxbd(sc, xmmword_ptr(r15, j * s.lanes32));
+        a.vpaddd(t, sc, dword_ptr(rsp, mx_c1)._1to16());
+        a.vptestnmd(k1, t, dword_ptr(rsp, mx_cfe)._1to16());
+        a.vpslld(sc, sc, 23);
+        a.k(k1).vpord(sc, sc, dword_ptr(rsp, mx_c4)._1to16());
+      } else {
+        a.vpmovzxbd(sc, qword_ptr(r15, j * s.lanes32));
+        a.vpaddd(t, sc, ymmword_ptr(rsp, mx_c1));
+        a.vpand(t, t, ymmword_ptr(rsp, mx_cfe));
+        a.vpsubd(t, t, ymmword_ptr(rsp, mx_c1));  // -1 exactly for the special bytes, else 1..253
+        a.vpsrad(t, t, 31);
+        a.vpand(t, t, ymmword_ptr(rsp, mx_c4));
+        a.vpslld(sc, sc, 23);
+        a.vpor(sc, sc, t);
+      }
+    }
+    for (int i = 0; i < n_acc; ++i) {
+      Vec c = s.v(p.acc0 + i);
+      a.vcvtdq2ps(c, c);
+      if (p.group_a) {
+        const Mem rg = dword_ptr(r14, (i / p.nrv) * 4);
+        if (s.zmm) {
+          a.vmulps(c, c, rg._1to16());
+        } else {
+          if (i % p.nrv == 0) a.vbroadcastss(t, rg);
+          a.vmulps(c, c, t);
+        }
+      }
+      a.vfmadd231ps(s.v(p.facc + i), c, s.v(p.dec0 + i % p.nrv));
+    }
+    a.add(r15, p.nr);
+  } else if (p.grouped) {
     for (int i = 0; i < n_acc; ++i) {
       Vec c = s.v(p.acc0 + i);
       a.vcvtdq2ps(c, c);
@@ -492,6 +554,10 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     if (p.group_a) a.add(r14, p.mr * 4);
     a.dec(r10);
     a.jnz(l_group);
+  }
+  if (mx) {  // next panel: after the scale bytes, at the panel's 64-byte padded end
+    a.lea(rdx, ptr(r15, 63));
+    a.and_(rdx, -64);
   }
 
   // Output stage for this panel.

@@ -14,6 +14,10 @@
 
 #include <quantjit/quantjit.h>
 
+#include <cstring>
+
+#include "src/formats/mx.h"
+
 namespace qj::cg {
 
 using namespace asmjit;
@@ -35,10 +39,69 @@ DecoderInfo decoder_info(int b_type) {
       d.n_temps = 0;
       d.scaled_shift = 4;
       break;
+    case QJ_MXFP4_E2M1:
+      // Nibbles as S4 (same step layout); each nibble is a code, mapped by vpshufb to 2v + 12.
+      d.ok = true;
+      d.k_per_step = 8;
+      d.bytes_per_col_step = 4;
+      d.n_out = 2;
+      d.offset = 12;
+      d.pair_exact = true;  // d <= 24: two vpmaddubsw pairs per s16 lane stay below 2^15
+      d.n_consts = 2;       // 0x0f bytes, the LUT in every 128-bit lane
+      d.e8m0_scales = true;
+      break;
+    case QJ_MXFP6_E2M3:
+      // One code per byte (6 bits used), quads of k0..k0+3 then k0+4..k0+7 per column vector;
+      // vpermb with a 64-entry table gives 8v + 60 in [0, 120].
+      d.ok = true;
+      d.k_per_step = 8;
+      d.bytes_per_col_step = 8;
+      d.n_out = 2;
+      d.offset = 60;
+      d.pair_exact = false;  // 2 pairs of 120 * 128 overflow s16
+      d.n_consts = 1;
+      d.e8m0_scales = true;
+      d.needs_vbmi = true;
+      break;
+    case QJ_MXINT8:
+      // Codes as bytes (as E2M3); d = code ^ 0x80 = q + 128 in [0, 255].
+      d.ok = true;
+      d.k_per_step = 8;
+      d.bytes_per_col_step = 8;
+      d.n_out = 2;
+      d.offset = 128;
+      d.pair_exact = false;
+      d.n_consts = 1;  // 0x80 bytes
+      d.e8m0_scales = true;
+      break;
     default: break;
   }
   return d;
 }
+
+namespace {
+
+void broadcast_dword(Assembler& a, const Simd& s, int reg, uint32_t v, const Gp& tmp) {
+  a.mov(tmp.r32(), v);
+  if (s.zmm) {
+    a.vpbroadcastd(s.v(reg), tmp.r32());
+  } else {
+    a.vmovd(xmm(reg), tmp.r32());
+    a.vpbroadcastd(s.v(reg), xmm(reg));
+  }
+}
+
+// Writes n bytes (a multiple of 8) to the red-zone table area.
+void store_table(Assembler& a, const uint8_t* bytes, int n, const Gp& tmp) {
+  for (int i = 0; i < n; i += 8) {
+    uint64_t q;
+    std::memcpy(&q, bytes + i, 8);
+    a.mov(tmp, q);
+    a.mov(qword_ptr(rsp, kRedZoneTable + i), tmp);
+  }
+}
+
+}  // namespace
 
 void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeRegs& r, const Gp& tmp,
                         bool scaled) {
@@ -57,6 +120,27 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       }
       break;
     }
+    case QJ_MXFP4_E2M1: {
+      broadcast_dword(a, s, r.consts, 0x0f0f0f0fu, tmp);
+      uint8_t lut[16];
+      const int8_t* q = mx::fp4_int_table();
+      for (int i = 0; i < 16; ++i) lut[i] = static_cast<uint8_t>(q[i] + 12);
+      store_table(a, lut, 16, tmp);
+      if (s.zmm)
+        a.vbroadcasti32x4(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable));
+      else
+        a.vbroadcasti128(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable));
+      break;
+    }
+    case QJ_MXFP6_E2M3: {
+      uint8_t lut[64];
+      const int8_t* q = mx::e2m3_int_table();
+      for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i] + 60);
+      store_table(a, lut, 64, tmp);
+      a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));  // zmm only (vpermb)
+      break;
+    }
+    case QJ_MXINT8: broadcast_dword(a, s, r.consts, 0x80808080u, tmp); break;
     default: break;
   }
 }
@@ -88,6 +172,41 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
       }
       break;
     }
+    case QJ_MXFP4_E2M1: {
+      const Vec lo = s.v(out[0]), hi = s.v(out[1]), mask = s.v(r.consts), lut = s.v(r.consts + 1);
+      if (s.zmm) {
+        a.vmovdqu32(lo, src);
+        a.vpsrlw(hi, lo, 4);
+        a.vpandd(lo, lo, mask);
+        a.vpandd(hi, hi, mask);
+      } else {
+        a.vmovdqu(lo, src);
+        a.vpsrlw(hi, lo, 4);
+        a.vpand(lo, lo, mask);
+        a.vpand(hi, hi, mask);
+      }
+      a.vpshufb(lo, lut, lo);
+      a.vpshufb(hi, lut, hi);
+      break;
+    }
+    case QJ_MXFP6_E2M3:
+      for (int o = 0; o < 2; ++o) {
+        Mem m = src;
+        m.addOffset(o * s.bytes);
+        a.vmovdqu32(s.v(out[o]), m);
+        a.vpermb(s.v(out[o]), s.v(out[o]), s.v(r.consts));
+      }
+      break;
+    case QJ_MXINT8:
+      for (int o = 0; o < 2; ++o) {
+        Mem m = src;
+        m.addOffset(o * s.bytes);
+        if (s.zmm)
+          a.vpxord(s.v(out[o]), s.v(r.consts), m);
+        else
+          a.vpxor(s.v(out[o]), s.v(r.consts), m);
+      }
+      break;
     default: break;
   }
 }

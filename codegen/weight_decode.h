@@ -1,5 +1,6 @@
-// Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int: S4 and U4
-// now; MX element types such as FP4 via a vpshufb LUT, E2M3 or MXINT8 are meant to be added here).
+// Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int): S4 and U4,
+// and the integer-exact OCP MX element types MXFP4 (vpshufb LUT to 2v + 12), MXFP6 E2M3 (vpermb
+// 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128).
 //
 // The contract between a decoder and the kernel that calls it:
 //  - The packed panel is a sequence of *steps*. One step holds bytes_per_col_step bytes for each
@@ -45,7 +46,16 @@ struct DecoderInfo {
   int n_temps = 0;             // scratch vector registers during emit_decode
   int scaled_shift = 0;        // > 0: emit_decode(scaled = true) is available (see above)
   int scaled_consts = 0;       // extra constant registers the scaled variant needs
+  bool e8m0_scales = false;    // MX: one E8M0 byte per (block of 32 K = group, column), stored
+                               // after the panel's steps (src/ops/int_weights.h kMx*); the kernel
+                               // decodes them (codegen/gemm_int) and the plan's column multiplier
+                               // carries 2^-int_shift
+  bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
 };
+
+// Constants live in the red zone of the (leaf) kernels, written once by the setup code:
+// [rsp - 128, rsp - 64) tables for the decoders; the kernels' own constants above them.
+constexpr int kRedZoneTable = -128;
 
 DecoderInfo decoder_info(int b_type);
 

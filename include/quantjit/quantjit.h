@@ -231,6 +231,32 @@ QJ_API void qj_weights_destroy(qj_weights w);
  *  weight type (0 for every other way of making weights). */
 QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
 
+/* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 9) ---------------------------------
+ * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 and QJ_MXINT8 (the element types whose per-block dot
+ * product is exact in integers). Blocks of 32 run along K and carry one E8M0 scale each; k must be
+ * a multiple of 32. desc->scales and desc->zero_points must be NULL; granularity and group_size
+ * are ignored (the blocks are the groups).
+ * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one SPLIT vector per output column n) and
+ *  `data` points to a qj_mx_weights_data: the elements of column n start at
+ *  (const uint8_t*)elems + n * ld (ld in BYTES, >= k/32 * block bytes: FP4 16, FP6 24 (4 codes
+ *  LSB-first in 3 bytes), INT8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of
+ *  column n is scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
+ * qj_weights_quantize_pack: fp32 K x N or N x K (ld in floats) -> MX per column along K, FLOOR
+ *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR). A
+ *  block holding NaN or Inf gets the NaN scale.
+ * GEMM: a_type QJ_F32 / QJ_BF16 (quantized on the fly to int8; a_granularity QJ_GRAN_GROUP = per
+ *  (row, 32-block), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR) or U8 / S8 with a_scale and
+ *  a_zero_point; c_type QJ_F32 / QJ_BF16 (or U8 / S8 requantized), bias, ReLU, beta. Per block the
+ *  sum of int8(A) x integer(weight) is exact in int32; it is scaled by A's scale and by the block
+ *  scale in fp32 and accumulated in fp32 across blocks. MXFP4 runs at every tier; MXINT8 and
+ *  MXFP6 E2M3 need AVX512-VNNI (E2M3 also AVX512-VBMI) and otherwise use the scalar reference
+ *  (logged at QJ_VERBOSE=1). */
+typedef struct qj_mx_weights_data {
+  const void* elems;       /**< SPLIT element bytes of column 0 (column n at + n * ld bytes) */
+  const uint8_t* scales;   /**< E8M0 scale bytes, scales[n * scales_ld + j] */
+  int64_t scales_ld;       /**< >= k / 32 */
+} qj_mx_weights_data;
+
 /* ------------------------------------------------------------------------------------------ */
 /* GEMM: C (M x N) = output_stage(A (M x K) * B (K x N))                                       */
 /* ------------------------------------------------------------------------------------------ */

@@ -10,6 +10,7 @@
 #include "src/core/threading.h"
 #include "src/ops/gemm.h"
 #include "src/ops/int_weights.h"
+#include "src/ops/mx_weights.h"
 
 struct qj_weights_s {
   std::shared_ptr<qj::PackedWeights> w;
@@ -24,6 +25,7 @@ namespace {
 // Elements (bytes for S4 / U4, which hold two values per byte) of one stored row of `data`.
 int64_t stored_row_length(const qj_weights_desc* d, bool quantized) {
   const int64_t row = d->layout == QJ_LAYOUT_KN ? d->n : d->k;
+  if (quantized && qj::mx_weights_type(d->dtype)) return 0;  // checked by the MX packer
   if (quantized && (d->dtype == QJ_S4 || d->dtype == QJ_U4))
     return d->layout == QJ_LAYOUT_KN ? d->n : (d->k + 1) / 2;
   return row;

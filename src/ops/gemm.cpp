@@ -9,6 +9,7 @@
 #include "src/core/log.h"
 #include "src/core/status.h"
 #include "src/core/threading.h"
+#include "src/ops/mx_weights.h"
 #include "src/ops/pack_a.h"
 
 namespace qj {
@@ -187,6 +188,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.nr = static_cast<uint16_t>(w->nr);
       probe.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
       probe.has_b_zp = w->zp_vec;
+      if (w->is_mx() && cpu_features().avx512vbmi) probe.flags = 32;  // vpermb decoders
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
       int64_t mc = (256 << 10) / std::max<int64_t>(w->kp, 1);  // s8 A: kp bytes per row
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
@@ -218,8 +220,10 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         gs[g * p->n_pad + c] = w->scale(g, c);
       }
     const double a_scale = dynamic ? 1.0 : desc.a_scale;
+    // MX: the kernel folds 2^(b - 127) per block; the element type's 2^-int_shift is applied here.
+    const double grp_mult = w->is_mx() ? std::ldexp(1.0, -mx_int_shift(w->dtype)) : 1.0;
     for (int64_t c = 0; c < n; ++c) {
-      ml[c] = ref::out_multiplier(desc, a_scale, w->gran == QJ_GRAN_GROUP ? 1.0 : w->scale(0, c));
+      ml[c] = ref::out_multiplier(desc, a_scale, w->gran == QJ_GRAN_GROUP ? grp_mult : w->scale(0, c));
       bi[c] = ref::out_bias(desc, c);
     }
     cg::EpilogueConsts& k = p->consts;
@@ -261,10 +265,11 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         key.flags = (r * nrv < 4 && p->isa >= QJ_ISA_AVX512_VNNI) ? 1 : 0;
         // ... and then the high nibbles need no shift when 16 * a group's sum stays below 2^31:
         // |sum| <= (gk / 2) * 15 * 128.
-        if ((key.flags & 1) && (w->k / groups) * 15 * 128 * 8 < 2147483647LL) key.flags |= 8;
+        if ((key.flags & 1) && w->is_int4() && (w->k / groups) * 15 * 128 * 8 < 2147483647LL) key.flags |= 8;
         if (p->za != 0) key.flags |= 2;
         if (!w->zp_vec && z0 != 0) key.flags |= 4;
         if (group_a) key.flags |= 16;
+        if (w->is_mx() && cpu_features().avx512vbmi) key.flags |= 32;
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
@@ -289,6 +294,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     r.group_size = w->group_size;
     r.scales = w->scales;
     r.zero_points = w->zero_points;
+    if (w->is_mx()) {  // the block scales with the element type's shift: 2^(b - 127 - shift)
+      r.scales.resize(groups * n);
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t c = 0; c < n; ++c)
+          r.scales[g * n + c] = std::ldexp(w->scale(g, c), -mx_int_shift(w->dtype));
+    }
     r.q.resize(w->k * n);
     for (int64_t kk = 0; kk < w->k; ++kk)
       for (int64_t c = 0; c < n; ++c) r.q[kk * n + c] = w->q(kk, c);

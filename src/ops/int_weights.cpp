@@ -15,6 +15,8 @@
 #include "src/core/log.h"
 #include "src/core/status.h"
 #include "src/formats/half.h"
+#include "src/formats/mx.h"
+#include "src/ops/mx_weights.h"
 
 namespace qj {
 
@@ -24,6 +26,9 @@ PackLayout weights_layout(qj_isa isa, qj_dtype dtype) {
     case QJ_U4: return PackLayout::kNibble;
     case QJ_F16: return PackLayout::kHalf;
     case QJ_BF16: return PackLayout::kBf16Pair;
+    case QJ_MXFP4_E2M1: return PackLayout::kMxNibble;
+    case QJ_MXFP6_E2M3:
+    case QJ_MXINT8: return PackLayout::kMxByte;
     default: return isa >= QJ_ISA_AVX512_VNNI ? PackLayout::kQuad8 : PackLayout::kPair16;
   }
 }
@@ -31,7 +36,9 @@ PackLayout weights_layout(qj_isa isa, qj_dtype dtype) {
 int32_t weights_kg(qj_isa isa, qj_dtype dtype) {
   switch (weights_layout(isa, dtype)) {
     case PackLayout::kQuad8: return 4;
-    case PackLayout::kNibble: return 8;
+    case PackLayout::kNibble:
+    case PackLayout::kMxNibble:
+    case PackLayout::kMxByte: return 8;
     case PackLayout::kHalf: return 1;
     default: return 2;
   }
@@ -39,7 +46,8 @@ int32_t weights_kg(qj_isa isa, qj_dtype dtype) {
 
 int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype) {
   const int lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
-  if (dtype == QJ_S4 || dtype == QJ_U4) {
+  if (dtype == QJ_S4 || dtype == QJ_U4 || dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 ||
+      dtype == QJ_MXINT8) {
     // Two zmm columns leave room for mr = 6 rows of int32 + fp32 group accumulators (VNNI). AVX2
     // (16 registers) fits one ymm per row only.
     if (isa < QJ_ISA_AVX512) return 8;
@@ -62,8 +70,43 @@ size_t PackedWeights::group_block_bytes() const {
          (zp_vec ? nr * 4 : 0);
 }
 
+size_t PackedWeights::mx_steps_bytes() const {
+  const size_t col_step = layout == PackLayout::kMxByte ? 8 : 4;
+  return static_cast<size_t>(groups()) * group_steps() * nr * col_step;
+}
+
+int32_t PackedWeights::nibble_offset() const {
+  switch (dtype) {
+    case QJ_S4: return 8;
+    case QJ_MXFP4_E2M1: return 12;
+    case QJ_MXFP6_E2M3: return 60;
+    case QJ_MXINT8: return 128;
+    default: return 0;
+  }
+}
+
+uint8_t PackedWeights::mx_code(int64_t kk, int64_t col) const {
+  const int64_t panel = col / nr, c = col % nr;
+  const int64_t s = kk / 8, r = kk % 8;
+  const uint8_t* base = packed.data<uint8_t>() + panel * panel_bytes();
+  if (layout == PackLayout::kMxNibble) {
+    const uint8_t b = base[s * nr * 4 + c * 4 + (r % 4)];
+    return r < 4 ? (b & 15) : (b >> 4);
+  }
+  const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
+  return base[s * nr * 8 + (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4];
+}
+
+uint8_t PackedWeights::mx_scale_byte(int64_t g, int64_t col) const {
+  const int64_t panel = col / nr, c = col % nr;
+  return packed.data<uint8_t>()[panel * panel_bytes() + mx_steps_bytes() + g * nr + c];
+}
+
 size_t PackedWeights::panel_bytes() const {
   switch (layout) {
+    case PackLayout::kMxNibble:
+    case PackLayout::kMxByte:
+      return (mx_steps_bytes() + static_cast<size_t>(groups()) * nr + 63) / 64 * 64;
     case PackLayout::kNibble: return static_cast<size_t>(groups()) * group_block_bytes();
     case PackLayout::kHalf: return static_cast<size_t>(kp) * nr * 2;
     default: return static_cast<size_t>(k_groups()) * nr * 4;  // quads, pairs, bf16 pairs
@@ -71,6 +114,7 @@ size_t PackedWeights::panel_bytes() const {
 }
 
 int32_t PackedWeights::q(int64_t kk, int64_t col) const {
+  if (is_mx()) return mx_int_value(dtype, mx_code(kk, col));
   const int64_t panel = col / nr, c = col % nr;
   const uint8_t* base = packed.data<uint8_t>() + panel * panel_bytes();
   if (layout == PackLayout::kNibble) {
@@ -103,6 +147,7 @@ float PackedWeights::value(int64_t kk, int64_t col) const {
 }
 
 float PackedWeights::scale(int64_t g, int64_t col) const {
+  if (is_mx()) return mx::e8m0_to_f32(mx_scale_byte(g, col));
   if (gran == QJ_GRAN_TENSOR) return scales[0];
   if (gran == QJ_GRAN_CHANNEL) return scales[col];
   return scales[g * n + col];
@@ -135,6 +180,8 @@ void zp_range(qj_dtype t, int* lo, int* hi) {
 qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
   if (!d) return fail(QJ_ERR_INVALID_ARGUMENT, "desc is NULL");
   const int32_t dt = raw_enum(d->dtype);
+  if (dt >= QJ_MXFP8_E4M3 && dt <= QJ_BDR_MX4 && mx_weights_type(static_cast<qj_dtype>(dt)))
+    return check_mx_weights_desc(d, quantized);
   if (dt != QJ_S8 && dt != QJ_S4 && dt != QJ_U4 && dt != QJ_F16 && dt != QJ_BF16) {
     if (dt >= QJ_MXFP8_E4M3 && dt <= QJ_BDR_MX4)
       return fail(QJ_ERR_UNSUPPORTED, "desc->dtype=%s weights are not implemented yet",
@@ -340,6 +387,7 @@ int64_t param_count(const qj_weights_desc& d) {
 
 qj_status pack_int_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
                            std::shared_ptr<PackedWeights>* out) {
+  if (mx_weights_type(d.dtype)) return pack_mx_weights(d, data, ld, isa, out);
   auto w = std::make_shared<PackedWeights>();
   copy_params(d, w.get());
   const bool kn = d.layout == QJ_LAYOUT_KN;
@@ -377,6 +425,7 @@ qj_status pack_int_weights(const qj_weights_desc& d, const void* data, int64_t l
 
 qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64_t ld, qj_isa isa,
                                std::shared_ptr<PackedWeights>* out) {
+  if (mx_weights_type(d.dtype)) return quantize_mx_weights(d, src, ld, isa, out);
   auto w = std::make_shared<PackedWeights>();
   copy_params(d, w.get());
   const int64_t k = d.k, n = d.n;
@@ -461,6 +510,7 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
 }
 
 qj_status repack_int_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
+  if (src.is_mx()) return repack_mx_weights(src, isa, out);
   auto w = std::make_shared<PackedWeights>();
   w->dtype = src.dtype;
   w->k = src.k;

@@ -21,6 +21,12 @@
 //   kHalf   (f16)   kg = 1: per k, nr fp16 values (one vcvtph2ps per vector).
 //   kBf16Pair (bf16) kg = 2: per pair of K, nr dwords: low half bf16(k, c), high half bf16(k+1, c)
 //                   (vpslld 16 gives k, vpandd 0xffff0000 gives k + 1). Odd K is padded with +0.
+//   kMxNibble (MXFP4) and kMxByte (MXFP6 E2M3, MXINT8) (src/ops/mx_weights.h): integer-exact OCP MX
+//                 element codes (never their values), K blocks of 32 = the scale groups; a panel is
+//                 [every group's steps][groups x nr E8M0 scale bytes][zero pad to 64 bytes].
+//                 kMxNibble steps: 8 K, nr columns x 4 bytes as kNibble (low nibble k0 + r, high
+//                 nibble k0 + 4 + r), FP4 codes. kMxByte steps: 8 K, per column vector of `lanes`
+//                 columns (16 zmm, 8 ymm) lanes x 4 codes of k0..k0+3 then lanes x 4 of k0+4..k0+7.
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -32,7 +38,9 @@
 
 namespace qj {
 
-enum class PackLayout : int32_t { kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4 };
+enum class PackLayout : int32_t {
+  kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4, kMxNibble = 5, kMxByte = 6
+};
 
 struct PackedWeights {
   qj_dtype dtype = QJ_S8;
@@ -53,17 +61,24 @@ struct PackedWeights {
 
   bool is_float() const { return dtype == QJ_F16 || dtype == QJ_BF16; }
   bool is_int4() const { return dtype == QJ_S4 || dtype == QJ_U4; }
+  // Integer-exact MX weights (MXFP4, MXFP6 E2M3, MXINT8), decoded in the integer kernels.
+  bool is_mx() const { return dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8; }
+  // MX: bytes of the steps of one panel (the E8M0 scale bytes follow them).
+  size_t mx_steps_bytes() const;
   int64_t groups() const { return gran == QJ_GRAN_GROUP ? k / group_size : 1; }
   int64_t k_groups() const { return kp / kg; }
   // kNibble: 8-K steps per scale group, and the bytes of one group block of a panel.
   int64_t group_steps() const { return kp / groups() / 8; }
   size_t group_block_bytes() const;
   size_t panel_bytes() const;
-  int32_t nibble_offset() const { return dtype == QJ_S4 ? 8 : 0; }  // u = q + offset
+  // Decoded byte = q + offset: S4 8, U4 0; MX: FP4 12 (q = 2v), E2M3 60 (q = 8v), INT8 128.
+  int32_t nibble_offset() const;
   int32_t q(int64_t kk, int64_t col) const;       // read back one quantized value (integer)
   uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)
   float value(int64_t kk, int64_t col) const;     // decoded float weight (float)
-  float scale(int64_t g, int64_t col) const;
+  float scale(int64_t g, int64_t col) const;   // MX: 2^(b-127) of the E8M0 byte (NaN for 0xFF)
+  uint8_t mx_code(int64_t kk, int64_t col) const;      // MX: element code
+  uint8_t mx_scale_byte(int64_t g, int64_t col) const; // MX: E8M0 byte of block g of column col
   int32_t zp(int64_t g, int64_t col) const;
 };
 

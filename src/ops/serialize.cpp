@@ -13,6 +13,7 @@
 
 #include "src/core/status.h"
 #include "src/ops/int_weights.h"
+#include "src/ops/mx_weights.h"
 
 namespace qj {
 namespace {
@@ -113,12 +114,14 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
     return fail(QJ_ERR_CORRUPT_DATA, "checksum mismatch: the weights image is corrupted");
   // Fields must describe a well-formed object (the checksum does not prove that the writer was us).
   const qj_dtype dt = static_cast<qj_dtype>(h.dtype);
-  const bool int_type = dt == QJ_S8 || dt == QJ_S4 || dt == QJ_U4;
+  const bool mx_type = mx_weights_type(dt);  // scales are E8M0 bytes inside the panels
+  const bool int_type = dt == QJ_S8 || dt == QJ_S4 || dt == QJ_U4 || mx_type;
   const bool float_type = dt == QJ_F16 || dt == QJ_BF16;
   bool ok = (int_type || float_type) && h.k > 0 && h.n > 0 && h.k <= (int64_t(1) << 31) &&
             h.n <= (int64_t(1) << 31) && h.isa >= QJ_ISA_SCALAR && h.isa <= QJ_ISA_AVX512_VNNI &&
             (h.gran == QJ_GRAN_TENSOR || h.gran == QJ_GRAN_CHANNEL || h.gran == QJ_GRAN_GROUP);
-  if (ok && h.gran == QJ_GRAN_GROUP)
+  if (ok && mx_type) ok = h.gran == QJ_GRAN_GROUP && h.group_size == 32 && h.k % 32 == 0 && h.n_zps == 0;
+  else if (ok && h.gran == QJ_GRAN_GROUP)
     ok = int_type && h.group_size > 0 && h.group_size < h.k && h.k % h.group_size == 0 &&
          h.group_size % (dt == QJ_S8 ? 4 : 8) == 0;
   if (ok && float_type)
@@ -133,7 +136,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
     w->gran = static_cast<qj_granularity>(h.gran);
     w->group_size = h.gran == QJ_GRAN_GROUP ? h.group_size : 0;
     const int64_t groups = w->groups();
-    const uint64_t count = float_type ? 0 : h.gran == QJ_GRAN_TENSOR ? 1 : groups * h.n;
+    const uint64_t count = float_type || mx_type ? 0 : h.gran == QJ_GRAN_TENSOR ? 1 : groups * h.n;
     ok = h.n_scales == count && (h.n_zps == 0 || h.n_zps == count) &&
          h.n_colsum == (float_type ? 0 : static_cast<uint64_t>(groups * h.n));
     if (ok) {

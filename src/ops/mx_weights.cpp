@@ -1,0 +1,153 @@
+// Packing of MX GEMM weights (see mx_weights.h and the kMx* layouts in int_weights.h).
+#include "src/ops/mx_weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "src/core/status.h"
+#include "src/formats/mx.h"
+
+namespace qj {
+
+bool mx_weights_type(qj_dtype t) {
+  return t == QJ_MXFP4_E2M1 || t == QJ_MXFP6_E2M3 || t == QJ_MXINT8;
+}
+
+int32_t mx_int_value(qj_dtype t, uint8_t code) {
+  switch (t) {
+    case QJ_MXFP4_E2M1: return mx::fp4_int_table()[code & 15];
+    case QJ_MXFP6_E2M3: return mx::e2m3_int_table()[code & 63];
+    default: return static_cast<int8_t>(code);
+  }
+}
+
+int mx_int_shift(qj_dtype t) { return mx::format(t)->int_shift; }
+
+qj_status check_mx_weights_desc(const qj_weights_desc* d, bool quantized) {
+  const qj_dtype t = d->dtype;
+  if (d->k <= 0 || d->k > (int64_t(1) << 31))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k=%lld must be in [1, 2^31]", (long long)d->k);
+  if (d->n <= 0 || d->n > (int64_t(1) << 31))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->n=%lld must be in [1, 2^31]", (long long)d->n);
+  if (d->k * d->n > (int64_t(1) << 40))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k*desc->n=%lld is too large", (long long)(d->k * d->n));
+  const int32_t layout = raw_enum(d->layout);
+  if (layout != QJ_LAYOUT_KN && layout != QJ_LAYOUT_NK)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=%d is not a qj_layout", layout);
+  if (d->k % mx::kBlock != 0)
+    return fail(QJ_ERR_UNSUPPORTED, "desc->k=%lld: %s weights need k to be a multiple of 32 (whole blocks)",
+                (long long)d->k, qj_dtype_name(t));
+  if (d->scales || d->zero_points)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->scales and desc->zero_points must be NULL for %s weights "
+                "(the E8M0 scales come with the data)", qj_dtype_name(t));
+  if (quantized && layout != QJ_LAYOUT_NK)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=QJ_LAYOUT_KN: packed %s weights are given per column "
+                "along K (QJ_LAYOUT_NK, the SPLIT layout of each column)", qj_dtype_name(t));
+  return QJ_OK;
+}
+
+namespace {
+
+// Packs codes code(kk, col) and E8M0 bytes scale(g, col) into w (type and shape set) for isa.
+template <class Code, class Scale>
+qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& scale) {
+  w->gran = QJ_GRAN_GROUP;
+  w->group_size = mx::kBlock;
+  set_weights_geometry(w, isa);
+  const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
+  if (!w->packed.allocate(bytes, false))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
+  std::memset(w->packed.data(), 0, (bytes + 63) / 64 * 64);
+  uint8_t* base = w->packed.data<uint8_t>();
+  const int64_t n = w->n, k = w->k, nr = w->nr, groups = w->groups();
+  const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
+  const bool nib = w->layout == PackLayout::kMxNibble;
+  for (int64_t p = 0; p < w->n_panels; ++p) {
+    uint8_t* panel = base + p * w->panel_bytes();
+    const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
+    for (int64_t c = 0; c < live; ++c) {
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const uint8_t v = code(kk, c0 + c);
+        const int64_t s = kk / 8, r = kk % 8;
+        if (nib)
+          panel[s * nr * 4 + c * 4 + (r % 4)] |= static_cast<uint8_t>((v & 15) << (r < 4 ? 0 : 4));
+        else
+          panel[s * nr * 8 + (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4] = v;
+      }
+      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = scale(g, c0 + c);
+    }
+    // Padding columns: code 0 (+0) and scale 2^-127 (finite, so no NaN leaks into padding lanes).
+  }
+  w->colsum.assign(groups * n, 0);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t c = 0; c < n; ++c) w->colsum[(kk / 32) * n + c] += mx_int_value(w->dtype, code(kk, c));
+  return QJ_OK;
+}
+
+}  // namespace
+
+qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
+                          std::shared_ptr<PackedWeights>* out) {
+  const auto* md = static_cast<const qj_mx_weights_data*>(data);
+  const mx::ElemFormat& f = *mx::format(d.dtype);
+  const int64_t blocks = d.k / mx::kBlock;
+  if (!md->elems) return fail(QJ_ERR_INVALID_ARGUMENT, "data->elems is NULL");
+  if (!md->scales) return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales is NULL");
+  if (ld < blocks * f.block_bytes)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the %lld element bytes of a column",
+                (long long)ld, (long long)(blocks * f.block_bytes));
+  if (md->scales_ld < blocks)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales_ld=%lld is smaller than k/32=%lld",
+                (long long)md->scales_ld, (long long)blocks);
+  auto w = std::make_shared<PackedWeights>();
+  w->dtype = d.dtype;
+  w->k = d.k;
+  w->n = d.n;
+  const uint8_t* el = static_cast<const uint8_t*>(md->elems);
+  QJ_TRY(pack_mx(
+      w.get(), isa, [&](int64_t kk, int64_t c) { return mx::get_code(f, el + c * ld, kk); },
+      [&](int64_t g, int64_t c) { return md->scales[c * md->scales_ld + g]; }));
+  *out = std::move(w);
+  return QJ_OK;
+}
+
+qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_t ld, qj_isa isa,
+                              std::shared_ptr<PackedWeights>* out) {
+  const mx::ElemFormat& f = *mx::format(d.dtype);
+  const int64_t k = d.k, n = d.n, blocks = k / mx::kBlock;
+  // Codes one per byte (n x k) and scales (n x blocks): the transient form of the packer's input.
+  std::vector<uint8_t> codes(static_cast<size_t>(n) * k), scales(static_cast<size_t>(n) * blocks);
+  float v[mx::kBlock];
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int i = 0; i < mx::kBlock; ++i) {
+        const int64_t kk = b * mx::kBlock + i;
+        v[i] = d.layout == QJ_LAYOUT_KN ? src[kk * ld + c] : src[c * ld + kk];
+      }
+      scales[c * blocks + b] = mx::quantize_block(f, QJ_ROUND_FLOOR, v, mx::kBlock, &codes[c * k + b * mx::kBlock]);
+    }
+  auto w = std::make_shared<PackedWeights>();
+  w->dtype = d.dtype;
+  w->k = k;
+  w->n = n;
+  QJ_TRY(pack_mx(
+      w.get(), isa, [&](int64_t kk, int64_t c) { return codes[c * k + kk]; },
+      [&](int64_t g, int64_t c) { return scales[c * blocks + g]; }));
+  *out = std::move(w);
+  return QJ_OK;
+}
+
+qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
+  auto w = std::make_shared<PackedWeights>();
+  w->dtype = src.dtype;
+  w->k = src.k;
+  w->n = src.n;
+  QJ_TRY(pack_mx(
+      w.get(), isa, [&](int64_t kk, int64_t c) { return src.mx_code(kk, c); },
+      [&](int64_t g, int64_t c) { return src.mx_scale_byte(g, c); }));
+  *out = std::move(w);
+  return QJ_OK;
+}
+
+}  // namespace qj

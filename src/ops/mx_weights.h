@@ -1,0 +1,36 @@
+// GEMM weights in OCP MX formats (MX.md sections 4, 5, 9): the integer-exact element types MXFP4,
+// MXFP6 E2M3 and MXINT8 packed into the same PackedWeights object as every other weight type
+// (layouts kMxNibble / kMxByte, src/ops/int_weights.h), so they run through the same plan / run
+// path and the decoded-weight integer kernels (codegen/gemm_int + codegen/weight_decode).
+//
+// Blocks of 32 along K are the scale groups (gran = QJ_GRAN_GROUP, group_size = 32); the packed
+// panels keep the element CODES (4 or 8 bits; never their values) and the E8M0 bytes; the kernels
+// decode both in registers. The integer form q of a code (MX.md section 5: FP4 2v, E2M3 8v, INT8
+// the code) times 2^(b - 127 - int_shift) is the weight value.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "src/ops/int_weights.h"
+
+namespace qj {
+
+// True for the MX element types this path packs (MXFP4, MXFP6 E2M3, MXINT8).
+bool mx_weights_type(qj_dtype t);
+// Integer form of a code (see above) and its power-of-two shift (value = q * 2^-shift).
+int32_t mx_int_value(qj_dtype t, uint8_t code);
+int mx_int_shift(qj_dtype t);
+
+// Argument checks of qj_weights_pack (quantized) / qj_weights_quantize_pack for an MX dtype.
+qj_status check_mx_weights_desc(const qj_weights_desc* d, bool quantized);
+// data -> qj_mx_weights_data (quantjit.h); ld = bytes between the element rows of two columns.
+qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
+                          std::shared_ptr<PackedWeights>* out);
+// fp32 (K x N or N x K, ld in floats) -> MX with the FLOOR scale rule (MX.md 3.2), per column.
+qj_status quantize_mx_weights(const qj_weights_desc& d, const float* w, int64_t ld, qj_isa isa,
+                              std::shared_ptr<PackedWeights>* out);
+qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out);
+
+}  // namespace qj

@@ -1,0 +1,30 @@
+// Scalar reference of GEMM with MX weights (MX.md section 5): every weight is dequantized with
+// the scalar decoder of src/ref/mx_ref (value(code) * 2^(b - 127), exact in double) and multiplied
+// in double precision with A as the kernels see it: fp32 / bf16 A quantized by the library's
+// dynamic-quantization rule (src/ref/gemm_ref.h, per row, tensor or (row, 32-block)), u8 / s8 A
+// minus its zero point. It returns the exact pre-activation output and the magnitude the fp32
+// rounding bound of the tests is proportional to; the tests apply the output stage.
+#pragma once
+#include <quantjit/quantjit.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace qj::ref {
+
+struct MxWeights {
+  qj_dtype type = QJ_MXFP4_E2M1;
+  int64_t k = 0, n = 0;            // k a multiple of 32
+  std::vector<uint8_t> codes;      // n x k element codes (one per byte)
+  std::vector<uint8_t> scales;     // n x k/32 E8M0 bytes
+};
+
+// For C (m x n, row-major, ld n):
+//   y[i*n + c]   = sum_g a_scale(i, g) * 2^(b(g,c) - 127) * sum_{k in g} qa(i, k) * value(k, c)
+//                  [* a_scale for u8/s8 A] + bias[c]         (NaN when a scale byte is 0xFF)
+//   mag[i*n + c] = sum_g |term_g| + |bias[c]|
+// Returns false if A holds a non-finite value (fp32 / bf16 A).
+bool gemm_mx(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a, int64_t lda,
+             std::vector<double>* y, std::vector<double>* mag);
+
+}  // namespace qj::ref

@@ -1,0 +1,328 @@
+// GEMM with MX weights (MXFP4, MXFP6 E2M3, MXINT8) against src/ref/gemm_mx_ref at every ISA tier.
+//
+// The reference dequantizes every weight with the scalar decoder and multiplies in double, with A
+// quantized to int8 exactly as the library defines it (the kernels' per-block integer sums are
+// then exact), so the only differences allowed are the fp32 roundings of the scale products and
+// of the fp32 accumulation across blocks. Derivation of the bound, per output (G = k / 32 blocks):
+//   exact      Y = sum_g T_g + bias,  T_g = S_g * sa_g * 2^(b_g - 127 - shift)  (S_g exact int32)
+//   computed   x_g = fl(S_g * sa_g) (per-block A scale; or the row scale, applied once at the
+//              end), facc = fl(facc + x_g * 2^(b_g - 127)) (the power-of-two product is exact),
+//              y = fl(facc * 2^-shift [* row scale] + bias) (fma; the 2^-shift product is exact)
+//   Every T_g and the bias pass through at most G + 2 roundings of relative size u = 2^-24, so
+//   |y - Y| <= gamma_{G+2} * (sum_g |T_g| + |bias|),  gamma_j = j u / (1 - j u)   (Higham 3.1)
+//   plus (G + 2) * 2^-149 for products that fall into the fp32 subnormal range (scale byte 0x00).
+//   bf16 C adds one RNE rounding to 8 significant bits: + 2^-8 * (|Y| + the fp32 bound).
+// ReLU is 1-Lipschitz and is applied to both sides. A 0xFF scale byte must give NaN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "src/formats/half.h"
+#include "src/formats/mx.h"
+#include "src/ref/gemm_mx_ref.h"
+#include "src/ref/mx_ref.h"
+#include "test/test_util.h"
+
+namespace {
+
+struct MxCase {
+  qj_dtype w = QJ_MXFP4_E2M1;
+  int64_t m = 1, n = 1, k = 32;
+  qj_dtype a_type = QJ_F32;
+  qj_dtype c_type = QJ_F32;
+  qj_granularity a_gran = QJ_GRAN_GROUP;
+  bool bias = true, relu = false;
+  bool quantize = false;    // qj_weights_quantize_pack of fp32 (else qj_weights_pack of codes)
+  qj_layout layout = QJ_LAYOUT_KN;  // quantize_pack only
+  int specials = 0;         // scale bytes 0x00 / 0xFF and extreme codes planted
+  int64_t lda_pad = 0, ldc_pad = 0;
+  int threads = 1;
+  int pack_isa = -1;        // pack under this cap (the plan repacks)
+  bool serialize = false;   // run from a serialize / deserialize round trip
+  uint32_t seed = 1;
+  std::string str() const {
+    std::ostringstream o;
+    o << qj_dtype_name(w) << " m=" << m << " n=" << n << " k=" << k << " a=" << qj_dtype_name(a_type)
+      << " c=" << qj_dtype_name(c_type) << " a_gran=" << a_gran << " bias=" << bias << " relu=" << relu
+      << " quantize=" << quantize << " layout=" << layout << " specials=" << specials
+      << " threads=" << threads << " pack_isa=" << pack_isa << " ser=" << serialize
+      << " seed=" << seed << " isa=" << qj_isa_name(qj_max_isa());
+    return o.str();
+  }
+};
+
+std::string run_case(const MxCase& t) {
+  std::mt19937 rng(t.seed);
+  const qj::mx::ElemFormat& f = *qj::mx::format(t.w);
+  const int64_t blocks = t.k / 32;
+  qj::ref::MxWeights rw;
+  rw.type = t.w;
+  rw.k = t.k;
+  rw.n = t.n;
+  rw.codes.resize(t.n * t.k);
+  rw.scales.resize(t.n * blocks);
+  std::vector<float> wf;  // fp32 weights (quantize path)
+  const int64_t wld = (t.layout == QJ_LAYOUT_KN ? t.n : t.k) + 3;
+  if (t.quantize) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    wf.assign((t.layout == QJ_LAYOUT_KN ? t.k : t.n) * wld, 0.0f);
+    std::vector<float> col(t.k);
+    for (int64_t c = 0; c < t.n; ++c) {
+      const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+      for (int64_t j = 0; j < t.k; ++j) {
+        col[j] = nd(rng) * mag;
+        (t.layout == QJ_LAYOUT_KN ? wf[j * wld + c] : wf[c * wld + j]) = col[j];
+      }
+      qj::ref::mx_quantize_codes(t.w, QJ_ROUND_FLOOR, col.data(), t.k, &rw.codes[c * t.k],
+                                 &rw.scales[c * blocks]);
+    }
+  } else {
+    const int cmax = 1 << f.bits;
+    for (auto& c : rw.codes) c = static_cast<uint8_t>(rng() % cmax);
+    for (auto& s : rw.scales) s = static_cast<uint8_t>(110 + rng() % 30);
+    if (t.specials) {
+      rw.scales[0] = 0x00;
+      rw.scales[rw.scales.size() - 1] = 0xFF;
+      if (t.n > 2) rw.scales[(t.n / 2) * blocks] = 254 - f.emax - 20;
+      for (int64_t j = 0; j < t.k; j += 5) rw.codes[j] = t.w == QJ_MXINT8 ? 0x80 : static_cast<uint8_t>(cmax - 1);
+    }
+  }
+  // SPLIT element bytes per column (NK) for qj_weights_pack.
+  const int64_t eld = blocks * f.block_bytes + 5;
+  std::vector<uint8_t> elems(t.n * eld, 0xCD);
+  for (int64_t c = 0; c < t.n; ++c)
+    for (int64_t b = 0; b < blocks; ++b)
+      qj::mx::pack_block(f, &rw.codes[c * t.k + b * 32], &elems[c * eld + b * f.block_bytes]);
+  const int64_t sld = blocks + 2;
+  std::vector<uint8_t> sc(t.n * sld, 0x7F);
+  for (int64_t c = 0; c < t.n; ++c)
+    for (int64_t b = 0; b < blocks; ++b) sc[c * sld + b] = rw.scales[c * blocks + b];
+
+  // A
+  const int64_t lda = t.k + t.lda_pad;
+  std::vector<float> af = qjt::random_floats(t.m * lda, -3.0f, 3.0f, t.seed * 7 + 1);
+  if (t.m > 1) af[lda + 1] = 40.0f;  // an outlier
+  std::vector<uint16_t> ab(af.size());
+  for (size_t i = 0; i < af.size(); ++i) {
+    ab[i] = qj::f32_to_bf16(af[i]);
+    af[i] = t.a_type == QJ_BF16 ? qj::bf16_to_f32(ab[i]) : af[i];
+  }
+  const void* a = t.a_type == QJ_BF16 ? static_cast<const void*>(ab.data()) : af.data();
+  std::vector<float> bias = qjt::random_floats(t.n, -2.0f, 2.0f, t.seed + 5);
+
+  qj_gemm_desc gd{};
+  gd.a_type = t.a_type;
+  gd.a_granularity = t.a_gran;
+  gd.c_type = t.c_type;
+  gd.bias = t.bias ? bias.data() : nullptr;
+  gd.activation = t.relu ? QJ_ACT_RELU : QJ_ACT_NONE;
+
+  qj_weights_desc wd{};
+  wd.dtype = t.w;
+  wd.k = t.k;
+  wd.n = t.n;
+  wd.layout = t.quantize ? t.layout : QJ_LAYOUT_NK;
+  qj_weights w = nullptr;
+  qj_isa run_isa = qj_max_isa();
+  if (t.pack_isa >= 0) qj_set_max_isa(static_cast<qj_isa>(t.pack_isa));
+  qj_status st;
+  if (t.quantize) {
+    st = qj_weights_quantize_pack(&wd, wf.data(), wld, &w);
+  } else {
+    qj_mx_weights_data md{elems.data(), sc.data(), sld};
+    st = qj_weights_pack(&wd, &md, eld, &w);
+  }
+  qj_set_max_isa(run_isa);
+  if (st != QJ_OK) return std::string("pack: ") + qj_last_error();
+  if (t.serialize) {
+    std::vector<uint8_t> img(qj_weights_serialized_size(w));
+    if (qj_weights_serialize(w, img.data(), img.size()) != QJ_OK) return "serialize failed";
+    qj_weights_destroy(w);
+    w = nullptr;
+    if (qj_weights_deserialize(img.data(), img.size(), &w) != QJ_OK)
+      return std::string("deserialize: ") + qj_last_error();
+  }
+  qj_gemm_plan plan = nullptr;
+  st = qj_gemm_plan_create(&gd, w, &plan);
+  qj_weights_destroy(w);
+  if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
+  const int64_t ldc = t.n + t.ldc_pad;
+  const int eb = t.c_type == QJ_BF16 ? 2 : 4;
+  std::vector<uint8_t> cbuf(t.m * ldc * eb, 0xEE);
+  for (int th = 0; th < t.threads; ++th) {
+    qj_partition part{th, t.threads};
+    st = qj_gemm_run(plan, t.m, a, lda, cbuf.data(), ldc, &part);
+    if (st != QJ_OK) {
+      qj_gemm_plan_destroy(plan);
+      return std::string("run: ") + qj_last_error();
+    }
+  }
+  qj_gemm_plan_destroy(plan);
+
+  std::vector<double> y, mag;
+  if (!qj::ref::gemm_mx(gd, rw, t.m, a, lda, &y, &mag)) return "ref failed";
+  const double u = std::ldexp(1.0, -24);
+  const int gsteps = static_cast<int>(blocks) + 2;
+  const double gamma = gsteps * u / (1.0 - gsteps * u);
+  for (int64_t i = 0; i < t.m; ++i)
+    for (int64_t c = 0; c < ldc; ++c) {
+      const size_t idx = i * ldc + c;
+      double got;
+      if (t.c_type == QJ_BF16) {
+        uint16_t h;
+        std::memcpy(&h, &cbuf[idx * 2], 2);
+        if (c >= t.n) {
+          if (h != 0xEEEE) return "padding written at row " + std::to_string(i);
+          continue;
+        }
+        got = qj::bf16_to_f32(h);
+      } else {
+        float v;
+        std::memcpy(&v, &cbuf[idx * 4], 4);
+        if (c >= t.n) {
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          if (bits != 0xEEEEEEEEu) return "padding written at row " + std::to_string(i);
+          continue;
+        }
+        got = v;
+      }
+      double want = y[i * t.n + c];
+      if (std::isnan(want)) {
+        if (!std::isnan(got))
+          return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) + " want NaN";
+        continue;
+      }
+      double bound = gamma * mag[i * t.n + c] + gsteps * std::ldexp(1.0, -149);
+      if (t.c_type == QJ_BF16) bound += std::ldexp(1.0, -8) * (std::fabs(want) + bound);
+      if (t.relu) want = want > 0 ? want : 0;
+      if (!(std::fabs(got - want) <= bound)) {
+        std::ostringstream o;
+        o.precision(17);
+        o << "C[" << i << "][" << c << "]=" << got << " want " << want << " (|diff| "
+          << std::fabs(got - want) << " > bound " << bound << ")";
+        return o.str();
+      }
+    }
+  return "";
+}
+
+const qj_dtype kTypes[] = {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8};
+
+TEST(GemmMx, ShapeSweep) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 1;
+    for (qj_dtype wt : kTypes)
+      for (int64_t m : {1, 2, 3, 5, 7, 13, 37})
+        for (int64_t n : {1, 9, 16, 33, 70})
+          for (int64_t k : {32, 96, 256}) {
+            MxCase t;
+            t.w = wt;
+            t.m = m;
+            t.n = n;
+            t.k = k;
+            t.seed = seed++;
+            t.a_type = seed % 3 == 0 ? QJ_BF16 : QJ_F32;
+            t.c_type = seed % 4 == 0 ? QJ_BF16 : QJ_F32;
+            t.a_gran = seed % 5 == 0 ? QJ_GRAN_ROW : QJ_GRAN_GROUP;
+            t.bias = seed % 2 == 0;
+            t.relu = seed % 7 == 0;
+            t.lda_pad = seed % 3;
+            t.ldc_pad = seed % 2;
+            EXPECT_EQ(run_case(t), "") << t.str();
+          }
+  }
+}
+
+TEST(GemmMx, QuantizePackBothLayouts) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype wt : kTypes)
+      for (qj_layout l : {QJ_LAYOUT_KN, QJ_LAYOUT_NK}) {
+        MxCase t;
+        t.w = wt;
+        t.m = 6;
+        t.n = 40;
+        t.k = 128;
+        t.quantize = true;
+        t.layout = l;
+        t.seed = 100 + l;
+        EXPECT_EQ(run_case(t), "") << t.str();
+      }
+  }
+}
+
+TEST(GemmMx, SpecialScalesAndCodes) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype wt : kTypes)
+      for (int64_t m : {1, 4, 9}) {
+        MxCase t;
+        t.w = wt;
+        t.m = m;
+        t.n = 35;
+        t.k = 96;
+        t.specials = 1;
+        t.seed = 200 + static_cast<uint32_t>(m);
+        EXPECT_EQ(run_case(t), "") << t.str();
+      }
+  }
+}
+
+TEST(GemmMx, LargeThreadsRepackSerialize) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype wt : kTypes) {
+      MxCase t;
+      t.w = wt;
+      t.m = 70;
+      t.n = 100;
+      t.k = 512;
+      t.threads = 2;
+      t.seed = 300;
+      EXPECT_EQ(run_case(t), "") << t.str();
+      t.m = 3;
+      t.threads = 1;
+      t.serialize = true;
+      t.pack_isa = QJ_ISA_AVX2;
+      EXPECT_EQ(run_case(t), "") << t.str();
+    }
+  }
+}
+
+TEST(GemmMx, Misuse) {
+  qj_weights_desc wd{};
+  wd.dtype = QJ_MXFP4_E2M1;
+  wd.k = 40;
+  wd.n = 8;
+  wd.layout = QJ_LAYOUT_NK;
+  std::vector<float> wf(8 * 40, 1.0f);
+  qj_weights w = nullptr;
+  EXPECT_EQ(qj_weights_quantize_pack(&wd, wf.data(), 40, &w), QJ_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(qj_last_error()).find("multiple of 32"), std::string::npos);
+  wd.k = 32;
+  wd.layout = QJ_LAYOUT_KN;
+  std::vector<uint8_t> el(16 * 8), sc(8);
+  qj_mx_weights_data md{el.data(), sc.data(), 1};
+  EXPECT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_ERR_INVALID_ARGUMENT);  // KN
+  wd.layout = QJ_LAYOUT_NK;
+  EXPECT_EQ(qj_weights_pack(&wd, &md, 15, &w), QJ_ERR_INVALID_ARGUMENT);  // ld < 16
+  EXPECT_NE(std::string(qj_last_error()).find("ld=15"), std::string::npos);
+  md.scales = nullptr;
+  EXPECT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_ERR_INVALID_ARGUMENT);
+  md.scales = sc.data();
+  md.scales_ld = 0;
+  EXPECT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(w, nullptr);
+  md.scales_ld = 1;
+  ASSERT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_OK);
+  qj_weights_destroy(w);
+}
+
+}  // namespace
