@@ -521,6 +521,32 @@ TEST(GemmInt4, BadInput) {
   nib = nibbles_for_desc(d, 48);
   ASSERT_EQ(qj_weights_pack(&d, nib.data(), 48, &w), QJ_OK) << qj_last_error();
   qj_weights_destroy(w);
+  // The int32 exactness limit: k * 255 * 15 <= 2^31 - 1, k <= 561433.
+  for (int64_t k : {561433, 561434}) {
+    qj_weights_desc e{};
+    e.dtype = QJ_U4;
+    e.k = k;
+    e.n = 1;
+    e.layout = QJ_LAYOUT_NK;
+    e.granularity = QJ_GRAN_CHANNEL;
+    e.scales = scales.data();
+    std::vector<uint8_t> col((k + 1) / 2, 0x11);
+    qj_weights wk = nullptr;
+    ASSERT_EQ(qj_weights_pack(&e, col.data(), (k + 1) / 2, &wk), QJ_OK) << qj_last_error();
+    qj_gemm_desc gd{};
+    gd.a_type = QJ_U8;
+    gd.a_scale = 1.0f;
+    gd.c_type = QJ_S32;
+    qj_gemm_plan p = nullptr;
+    if (k == 561433) {
+      EXPECT_EQ(qj_gemm_plan_create(&gd, wk, &p), QJ_OK) << qj_last_error();
+    } else {
+      EXPECT_EQ(qj_gemm_plan_create(&gd, wk, &p), QJ_ERR_UNSUPPORTED);
+      EXPECT_NE(std::string(qj_last_error()).find("561434"), std::string::npos) << qj_last_error();
+    }
+    qj_gemm_plan_destroy(p);
+    qj_weights_destroy(wk);
+  }
 }
 
 // The weights stay 4-bit in memory: packed bytes are K/2 per column plus the per-group
