@@ -7,12 +7,14 @@
 // peer or the exact check needs it, a case in make_peer / check_reference).
 //
 // Per shape: plan creation right after qj_cache_clear() (gen_us = the generation_ns delta of
-// qj_cache_stats: first-call kernel generation, reported apart from run time as STYLE.md asks),
+// qj_cache_stats: first-call kernel generation, reported apart from run time as STYLE.md asks;
+// the fastest of three fresh creations),
 // the median run time (warm: same buffers; --cold: 512 MiB flushed through the caches before
 // every call), GOPS = 2*M*N*K / time, the fraction of the measured peak, for M = 1 the fraction
 // of the bandwidth roof of the level the weights sit in (weight bytes / time against a streaming
 // read of that many bytes when warm, of DRAM when cold), and with --vs onednn the peer's time on
-// the same data in the same process, and the ratio peer_seconds / seconds (> 1: we are faster).
+// the same data in the same process, timed interleaved with ours (noise from other processes hits
+// both alike), and the ratio peer_seconds / seconds (> 1: we are faster).
 // Outputs are checked: against an exact double-precision reference on sampled rows, and against
 // the peer's output on every element (both may differ from ours by one unit where the float
 // scale path rounds a value that sits on a .5 boundary).
@@ -394,22 +396,33 @@ bool prepare_ours(const Options& o, const WeightKind& kind, CaseData& d, Ours* q
   gd.bias = d.bias.data();
   gd.activation = QJ_ACT_NONE;
   gd.beta = 0;
-  qj_cache_clear();  // earlier plans are destroyed: this plan generates its kernels afresh
-  qj_cache_stats_t s0, s1;
-  qj_cache_stats(&s0);
-  t0 = now_seconds();
-  st = qj_gemm_plan_create(&gd, w, &q->plan);
-  q->plan_us = (now_seconds() - t0) * 1e6;
-  qj_cache_stats(&s1);
+  // First-call cost: the plan is created right after qj_cache_clear(), so it generates every
+  // kernel it needs. Three fresh creations, the fastest kept: one sample is easily preempted on a
+  // shared machine, and generation time is a property of the code, not of the neighbours.
+  st = QJ_OK;
+  for (int rep = 0; rep < 3 && st == QJ_OK; ++rep) {
+    qj_gemm_plan_destroy(q->plan);
+    q->plan = nullptr;
+    qj_cache_clear();  // earlier plans are destroyed: this plan generates its kernels afresh
+    qj_cache_stats_t s0, s1;
+    qj_cache_stats(&s0);
+    t0 = now_seconds();
+    st = qj_gemm_plan_create(&gd, w, &q->plan);
+    const double plan_us = (now_seconds() - t0) * 1e6;
+    qj_cache_stats(&s1);
+    if (st != QJ_OK) break;
+    const double gen_us = (s1.generation_ns - s0.generation_ns) * 1e-3;
+    if (rep == 0 || gen_us < q->gen_us) q->gen_us = gen_us;
+    if (rep == 0 || plan_us < q->plan_us) q->plan_us = plan_us;
+    q->fallbacks = static_cast<int64_t>(s1.fallbacks - s0.fallbacks);
+    q->kernels = static_cast<int64_t>(s1.misses - s0.misses);
+  }
   qj_weights_destroy(w);  // the plan holds its own reference
   if (st != QJ_OK) {
     q->plan = nullptr;
     *err = status_text(st, "qj_gemm_plan_create");
     return false;
   }
-  q->gen_us = (s1.generation_ns - s0.generation_ns) * 1e-3;
-  q->fallbacks = static_cast<int64_t>(s1.fallbacks - s0.fallbacks);
-  q->kernels = static_cast<int64_t>(s1.misses - s0.misses);
   return true;
 }
 
