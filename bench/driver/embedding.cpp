@@ -1,19 +1,23 @@
 // `quantjit-bench embedding`: embedding-bag (and the fused row-wise AdaGrad) over FBGEMM's
-// benchmark grid and the DLRM-DCNv2 multi-table grid, single thread by default.
+// benchmark grid and the DLRM-DCNv2 multi-table grid, single thread (pin it: taskset -c 1).
 //
-// What is measured, per case (format, dim, index width, prefetch, weights, mode):
-//  - warm:  the same indices every call (FBGEMM's "hot"): rows sit in the caches;
-//  - cold:  every cache line of every row the call touches is flushed (clflushopt) before each
-//           timed call, as FBGEMM's benchmark does ("cold": rows come from DRAM);
-//  - fresh: new random indices every call (no flush; with 4M rows they are almost never cached):
-//           PERF.md's side-by-side "cold (THP)" column.
-//  Times are medians; ns_per_row = seconds / lookups; gbps = row bytes read per second;
-//  limit_fraction = rows/s over the random-gather limit that `quantjit-bench peak` measures
-//  (bench::gather_limit: rows of round_up(row_bytes, 64) bytes from a table of the same size and
-//  page kind, best prefetch distance) - a conservative limit, since an unaligned row of R bytes
-//  touches R/64 + 63/64 lines on average, more than round_up(R, 64)/64 for most R.
-//  fbgemm_ns_per_row is FBGEMM's best figure for the configuration from PERF.md (measured on this
-//  machine kind, not in this process: FBGEMM is not installed here), and vs_fbgemm the speedup.
+// Modes, per case (row format, dim, index width, prefetch distance and hint, weights):
+//  - warm:  the same indices every call (FBGEMM's "hot"): the rows sit in the caches;
+//  - cold:  every line of every row the call reads, and the index, offset, weight and output
+//           arrays, are flushed (clflushopt) before each timed call, as FBGEMM's benchmark does;
+//  - fresh: new random indices on every call, never reused in the process: PERF.md's
+//           side-by-side "cold (THP)" column, the realistic DRAM case.
+// Reported: median seconds per call; ns_per_row = seconds / lookups; rows_per_s; gbps = row bytes
+// read per second; fbgemm_ns_per_row = FBGEMM's best figure for the configuration from PERF.md
+// (measured on an Intel machine of this kind; FBGEMM is not installed here, so not in this
+// process) and vs_fbgemm = its ratio to ours. Two random-gather limits (DRAM modes only):
+//  - limit_ns_per_row / limit_fraction: `quantjit-bench peak`'s gather_limit (bench/driver/
+//    peak.h) for rows of round_up(row bytes, 64) from a table of the same size and page kind;
+//    it prefetches with prefetcht0 only, so a kernel using prefetcht2 can exceed it;
+//  - layout_limit_ns / layout_fraction: measured here on the very table of the case: a minimal
+//    loop touching every line of the same unaligned rows, with the best of prefetcht0/t2 and
+//    distances 8..128, timed interleaved with the kernel round by round (the machine is shared:
+//    noise then hits both alike). For SPLIT MX rows it ignores the scale array (optimistic).
 // Every case is checked against the scalar reference (byte-exact) before it is timed.
 #include <quantjit/quantjit.h>
 #include <sys/mman.h>

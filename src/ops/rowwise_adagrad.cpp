@@ -309,17 +309,33 @@ qj_status rowwise_adagrad_fused(const qj_rowwise_adagrad_desc& d, const AdagradC
       parallel_for(per_occurrence_slice, &job, num_threads);
     return QJ_OK;
   }
-  // Sort positions by (row, position): keys are (row, position) pairs; positions are distinct.
-  std::vector<std::pair<int64_t, int64_t>> keys(static_cast<size_t>(c.num_indices));
-  for (int64_t i = 0; i < c.num_indices; ++i) keys[i] = {load_int(c.indices, d.index_bits, i), i};
-  std::sort(keys.begin(), keys.end());
+  // Positions sorted by (row, position): a stable LSD radix sort on the row (11-bit digits, as
+  // many passes as the largest row needs), starting from positions in increasing order.
+  const int64_t n = c.num_indices;
+  std::vector<int64_t> keys(static_cast<size_t>(n)), tmp_keys(keys.size()), tmp_pos(keys.size());
   job.order.resize(keys.size());
-  job.runs.reserve(keys.size() + 1);
-  for (size_t k = 0; k < keys.size(); ++k) {
-    job.order[k] = keys[k].second;
-    if (k == 0 || keys[k].first != keys[k - 1].first) job.runs.push_back(static_cast<int64_t>(k));
+  uint64_t max_row = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    keys[i] = load_int(c.indices, d.index_bits, i);
+    job.order[i] = i;
+    max_row = std::max(max_row, static_cast<uint64_t>(keys[i]));
   }
-  job.runs.push_back(static_cast<int64_t>(keys.size()));
+  for (int shift = 0; shift < 64 && (max_row >> shift) != 0; shift += 11) {
+    int64_t count[2049] = {0};
+    for (int64_t i = 0; i < n; ++i) ++count[((static_cast<uint64_t>(keys[i]) >> shift) & 2047) + 1];
+    for (int b = 0; b < 2048; ++b) count[b + 1] += count[b];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t dst = count[(static_cast<uint64_t>(keys[i]) >> shift) & 2047]++;
+      tmp_keys[dst] = keys[i];
+      tmp_pos[dst] = job.order[i];
+    }
+    keys.swap(tmp_keys);
+    job.order.swap(tmp_pos);
+  }
+  job.runs.reserve(keys.size() + 1);
+  for (int64_t k = 0; k < n; ++k)
+    if (k == 0 || keys[k] != keys[k - 1]) job.runs.push_back(k);
+  job.runs.push_back(n);
   const int64_t unique = static_cast<int64_t>(job.runs.size()) - 1;
   if (num_threads > unique) num_threads = static_cast<int32_t>(unique);
   if (num_threads <= 1)
