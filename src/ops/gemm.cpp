@@ -9,6 +9,7 @@
 #include "src/core/log.h"
 #include "src/core/status.h"
 #include "src/core/threading.h"
+#include "src/formats/half.h"
 #include "src/ops/mx_weights.h"
 #include "src/ops/pack_a.h"
 
@@ -38,7 +39,40 @@ GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64
 
 namespace {
 
+// The desc's enum fields hold caller values: compare them as integers before anything reads them
+// through the C++ enum types (an out-of-range enum load is undefined behaviour).
+qj_status check_desc_enums(const qj_gemm_desc& d) {
+  const int32_t at = raw_enum(d.a_type), ct = raw_enum(d.c_type), act = raw_enum(d.activation);
+  if (at != QJ_U8 && at != QJ_S8 && at != QJ_F32 && at != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16", at);
+  if (ct != QJ_U8 && ct != QJ_S8 && ct != QJ_S32 && ct != QJ_F32 && ct != QJ_BF16)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=%d must be QJ_U8, QJ_S8, QJ_S32, QJ_F32 or QJ_BF16", ct);
+  if (act != QJ_ACT_NONE && act != QJ_ACT_RELU)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->activation=%d is not a qj_activation", act);
+  if (at == QJ_F32 || at == QJ_BF16) {
+    const int32_t ag = raw_enum(d.a_granularity);
+    if (ag != QJ_GRAN_ROW && ag != QJ_GRAN_TENSOR && ag != QJ_GRAN_GROUP)
+      return fail(QJ_ERR_INVALID_ARGUMENT,
+                  "desc->a_granularity=%d must be QJ_GRAN_ROW, QJ_GRAN_TENSOR or QJ_GRAN_GROUP for %s A",
+                  ag, qj_dtype_name(static_cast<qj_dtype>(at)));
+  }
+  return QJ_OK;
+}
+
+// Names the first non-finite element of row `row` of fp32 / bf16 A.
+qj_status nonfinite_a(const qj_gemm_desc& d, const void* a, int64_t lda, int64_t row, int64_t k) {
+  for (int64_t j = 0; j < k; ++j) {
+    float v = d.a_type == QJ_F32 ? static_cast<const float*>(a)[row * lda + j]
+                                 : bf16_to_f32(static_cast<const uint16_t*>(a)[row * lda + j]);
+    if (!std::isfinite(v))
+      return fail(QJ_ERR_INVALID_ARGUMENT, "a[%lld][%lld]=%g is not finite (row %lld, column %lld)",
+                  (long long)row, (long long)j, (double)v, (long long)row, (long long)j);
+  }
+  return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)row);
+}
+
 qj_status check_desc(const qj_gemm_desc& d) {
+  QJ_TRY(check_desc_enums(d));
   if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16",
                 (int)d.a_type);
@@ -252,7 +286,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     key.has_row_scale = dynamic && !group_a;
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
-    key.group_size = static_cast<uint32_t>(w->group_size);
+    // group_size stays 0: the group length is a run-time loop count, so one kernel serves every G.
     qj_cache_stats_t before;
     cache_stats(&before);
     for (int r = 1; r <= p->blk.mr; ++r) {
@@ -312,6 +346,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
 namespace {
 
 qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
+  QJ_TRY(check_desc_enums(d));
   if (d.a_type != QJ_F32 && d.a_type != QJ_BF16)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d (%s): %s weights need QJ_F32 or QJ_BF16 A",
                 (int)d.a_type, qj_dtype_name(d.a_type), qj_dtype_name(wt));
@@ -535,11 +570,11 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   if (group_a) {
     s.amax.resize(m * w.groups());
     int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
-    if (bad >= 0) return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)bad);
+    if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
   } else if (dynamic) {
     s.amax.resize(m);
     int64_t bad = row_amax(d.a_type, a, lda, m, w.k, s.amax.data());
-    if (bad >= 0) return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)bad);
+    if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
     if (d.a_granularity == QJ_GRAN_TENSOR) {
       float t = 0.0f;
       for (float x : s.amax) t = std::max(t, x);
