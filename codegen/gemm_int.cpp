@@ -33,6 +33,9 @@ struct Plan {
   int mr, nr, nrv;
   bool grouped, dual;
   int acc0, acc1, facc, breg, areg, nareg, treg, ntreg;
+  // A addressing: packed tiles put the mr rows of one K group side by side (a_row = 4,
+  // a_kstep = mr * 4); A read in place (key.param[0] = bytes per row) keeps rows apart.
+  int a_row, a_kstep;
 };
 
 bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
@@ -44,6 +47,8 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
   p->mr = key.mr;
   p->nr = key.nr;
+  p->a_row = key.param[0] ? static_cast<int>(key.param[0]) : 4;
+  p->a_kstep = key.param[0] ? 4 : p->mr * 4;
   if (p->nr % p->s.lanes32 != 0 || p->mr < 1) {
     *why = "nr must be a multiple of the vector width";
     return false;
@@ -88,7 +93,7 @@ void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
       load_vec(a, s, p.breg + j, ptr(rdx, u * p.nr * 4 + j * s.bytes));
   for (int i = 0; i < p.mr; ++i) {
     Vec av = s.v(p.areg + (i % p.nareg));
-    a.vpbroadcastd(av, dword_ptr(rsi, u * p.mr * 4 + i * 4));
+    a.vpbroadcastd(av, dword_ptr(rsi, u * p.a_kstep + i * p.a_row));
     for (int j = 0; j < p.nrv; ++j) {
       Vec c = s.v(acc + i * p.nrv + j);
       Operand b = b_from_mem ? Operand(ptr(rdx, u * p.nr * 4 + j * s.bytes)) : Operand(s.v(p.breg + j));
@@ -151,7 +156,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.bind(l_pairs);
     emit_kstep(a, p, p.acc0, 0);
     emit_kstep(a, p, p.acc1, 1);
-    a.add(rsi, p.mr * 8);
+    a.add(rsi, p.a_kstep * 2);
     a.add(rdx, p.nr * 8);
     a.dec(r8);
     a.jnz(l_pairs);
@@ -159,7 +164,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.test(byte_ptr(rdi, static_cast<int32_t>(offsetof(GemmIntArgs, k_groups))), 1);
     a.jz(l_done);
     emit_kstep(a, p, p.acc0, 0);
-    a.add(rsi, p.mr * 4);
+    a.add(rsi, p.a_kstep);
     a.add(rdx, p.nr * 4);
     a.bind(l_done);
     for (int r = 0; r < n_acc; ++r) a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
@@ -168,7 +173,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.mov(r8, ARG(k_groups));
     a.bind(l_k);
     emit_kstep(a, p, p.acc0, 0);
-    a.add(rsi, p.mr * 4);
+    a.add(rsi, p.a_kstep);
     a.add(rdx, p.nr * 4);
     a.dec(r8);
     a.jnz(l_k);
@@ -636,7 +641,7 @@ std::string name(const KernelKey& key) {
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "");
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s",
                 vnni ? "u8" : "s16", vnni ? "s8" : "s16",
                 key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
                 dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -644,7 +649,8 @@ std::string name(const KernelKey& key) {
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",
                 key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                (key.flags & 1) ? "_dual" : "");
+                (key.flags & 1) ? "_dual" : "",
+                key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str() : "");
   return buf;
 }
 

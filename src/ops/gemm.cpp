@@ -287,6 +287,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
     // group_size stays 0: the group length is a run-time loop count, so one kernel serves every G.
+    // u8 A on the VNNI path needs no packing when K is whole quads and no row sums are needed:
+    // the kernel reads the rows in place, K bytes apart (key.param[0]). Only while a tile of rows
+    // stays in L1 across the panels; longer rows are packed into K-group-major tiles.
+    p->direct_a = !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k % 4 == 0 &&
+                  w->zero_points.empty() && static_cast<int64_t>(p->blk.mr) * w->k <= 16384;
+    if (p->direct_a) key.param[0] = static_cast<uint32_t>(w->k);
     qj_cache_stats_t before;
     cache_stats(&before);
     for (int r = 1; r <= p->blk.mr; ++r) {
@@ -591,6 +597,13 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const GemmBlocking& b = p.blk;
   const int mr = b.mr;
   const int64_t m_tiles = (m + mr - 1) / mr;
+  // Rows are spread evenly over the tiles (sizes differ by at most one: M = 16 with MR = 9 runs
+  // 8 + 8, not 9 + 7); the split depends on M and MR only, never on the partition.
+  const int64_t tile_base = m / m_tiles, tile_extra = m % m_tiles;
+  auto tile_rows = [&](int64_t t, int64_t* row0) {
+    *row0 = t * tile_base + std::min(t, tile_extra);
+    return static_cast<int>(tile_base + (t < tile_extra ? 1 : 0));
+  };
   const int64_t n_panels = w.n_panels;
   // Split rows when there are enough of them, else columns: each thread owns whole tiles, so any
   // partition computes every element identically.
@@ -644,8 +657,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     const int64_t t1 = std::min(mt.end, t0 + mc_tiles);
     // Pack this block of row tiles (with quantization and row sums).
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row0 = t * mr;
-      const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+      int64_t row0;
+      const int rows = tile_rows(t, &row0);
       const int64_t slot = t - t0;
       float* inv = s.inv.data() + slot * scale_slots;
       float* pre = s.pre.data() + slot * scale_slots;
@@ -661,6 +674,13 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       }
       const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
       if (direct_row && rows == 1) continue;  // GEMV: the kernel streams the row of A in place
+      if (p.direct_a) {
+        if (lda != w.k)  // rows K bytes apart, as the kernel was generated for
+          for (int i = 0; i < rows; ++i)
+            std::memcpy(s.a_pack.data<uint8_t>() + slot * tile_bytes + i * w.k,
+                        static_cast<const uint8_t*>(a) + (row0 + i) * lda, w.k);
+        continue;
+      }
       pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv, pre,
                   s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr);
     }
@@ -668,11 +688,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     for (int64_t p0 = np.begin; p0 < np.end; p0 += b.nc_panels) {
       const int64_t p1 = std::min(np.end, p0 + b.nc_panels);
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t row0 = t * mr;
-        const int rows = static_cast<int>(std::min<int64_t>(mr, m - row0));
+        int64_t row0;
+        const int rows = tile_rows(t, &row0);
         const int64_t slot = t - t0;
-        args.a = direct_row && rows == 1 ? static_cast<const uint8_t*>(a) + row0 * lda
-                                         : s.a_pack.data<uint8_t>() + slot * tile_bytes;
+        const bool in_place = (direct_row && rows == 1) || (p.direct_a && lda == w.k);
+        args.a = in_place ? static_cast<const uint8_t*>(a) + row0 * lda
+                          : s.a_pack.data<uint8_t>() + slot * tile_bytes;
         args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
         args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
         args.n_panels = p1 - p0;
