@@ -152,7 +152,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   w->clamped = static_cast<int64_t>(h.clamped);
   const uint8_t* q = p + sizeof(Header);
   w->scales.resize(h.n_scales);
-  std::memcpy(w->scales.data(), q, h.n_scales * 4);
+  if (h.n_scales) std::memcpy(w->scales.data(), q, h.n_scales * 4);  // float weights: none
   q += h.n_scales * 4;
   w->zero_points.resize(h.n_zps);
   if (h.n_zps) std::memcpy(w->zero_points.data(), q, h.n_zps * 4);
@@ -162,7 +162,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   std::memcpy(w->packed.data(), q, h.packed_bytes);
   q += h.packed_bytes;
   w->colsum.resize(h.n_colsum);
-  std::memcpy(w->colsum.data(), q, h.n_colsum * 4);
+  if (h.n_colsum) std::memcpy(w->colsum.data(), q, h.n_colsum * 4);
   for (float s : w->scales)
     if (!(s > 0.0f) || s != s || s > 3.4e38f)
       return fail(QJ_ERR_CORRUPT_DATA, "the weights image holds a scale that is not finite and > 0");
