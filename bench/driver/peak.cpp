@@ -179,37 +179,6 @@ ComputePeak measure_compute(Op op, int width, double ghz) {
   return best;
 }
 
-// Mapping of at least `bytes`, 2 MiB aligned, with the requested page policy, first-touched.
-struct Mapping {
-  uint8_t* p = nullptr;
-  size_t bytes = 0;
-  void* base = nullptr;
-  size_t map_bytes = 0;
-};
-
-Mapping map_buffer(size_t bytes, bool huge) {
-  Mapping m;
-  const size_t align = size_t{2} << 20;
-  m.map_bytes = bytes + align;
-  m.base = mmap(nullptr, m.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m.base == MAP_FAILED) {
-    m.base = nullptr;
-    return m;
-  }
-  uintptr_t u = (reinterpret_cast<uintptr_t>(m.base) + align - 1) & ~(align - 1);
-  m.p = reinterpret_cast<uint8_t*>(u);
-  m.bytes = bytes;
-  madvise(m.p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  // Distinct bytes per line so nothing can be deduplicated or compressed by the host.
-  for (size_t i = 0; i < bytes; i += 4096) std::memset(m.p + i, static_cast<int>(i >> 12), 4096);
-  return m;
-}
-
-void unmap_buffer(Mapping& m) {
-  if (m.base) munmap(m.base, m.map_bytes);
-  m = Mapping{};
-}
-
 // Share of [p, p+bytes) backed by transparent huge pages, from /proc/self/smaps.
 double thp_fraction(const void* p, size_t bytes) {
   std::ifstream f("/proc/self/smaps");
@@ -255,7 +224,7 @@ __attribute__((target("avx512f"))) uint32_t gather_sum(const uint8_t* table, siz
 }
 
 struct GatherTable {
-  Mapping m;
+  PageBuffer m;
   double thp = 0;
 };
 std::map<std::pair<size_t, bool>, GatherTable>& gather_tables() {
@@ -275,6 +244,40 @@ std::string human_bytes(size_t b) {
 }
 
 }  // namespace
+
+PageBuffer::PageBuffer(size_t bytes, bool huge) {
+  const size_t align = size_t{2} << 20;
+  map_bytes_ = bytes + align;
+  base_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base_ == MAP_FAILED) {
+    base_ = nullptr;
+    return;
+  }
+  uintptr_t u = (reinterpret_cast<uintptr_t>(base_) + align - 1) & ~(align - 1);
+  p_ = reinterpret_cast<uint8_t*>(u);
+  bytes_ = bytes;
+  madvise(p_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  // Distinct bytes per page so nothing can be deduplicated or compressed by the host.
+  for (size_t i = 0; i < bytes; i += 4096)
+    std::memset(p_ + i, static_cast<int>(i >> 12), std::min<size_t>(4096, bytes - i));
+}
+
+PageBuffer::~PageBuffer() {
+  if (base_) munmap(base_, map_bytes_);
+}
+
+PageBuffer::PageBuffer(PageBuffer&& o) noexcept { *this = std::move(o); }
+
+PageBuffer& PageBuffer::operator=(PageBuffer&& o) noexcept {
+  if (this != &o) {
+    if (base_) munmap(base_, map_bytes_);
+    p_ = o.p_, bytes_ = o.bytes_, base_ = o.base_, map_bytes_ = o.map_bytes_;
+    o.p_ = nullptr, o.bytes_ = 0, o.base_ = nullptr, o.map_bytes_ = 0;
+  }
+  return *this;
+}
+
+double PageBuffer::thp_fraction() const { return p_ ? bench::thp_fraction(p_, bytes_) : 0; }
 
 double measure_core_ghz() {
   std::lock_guard<std::mutex> lock(peak_mutex());
@@ -338,23 +341,31 @@ const CacheSizes& cache_sizes() {
   return c;
 }
 
-double measure_bandwidth(size_t bytes) {
+static ReadFn read_loop() {
   static ReadFn fn = nullptr;
+  std::lock_guard<std::mutex> lock(peak_mutex());
+  if (!fn) fn = make_read_loop();
+  return fn;
+}
+
+void read_once(const void* p, size_t bytes) {
+  if (ReadFn fn = read_loop()) fn(p, std::max<size_t>(1, bytes / 512), 1);
+}
+
+double measure_bandwidth(size_t bytes) {
+  ReadFn fn = read_loop();
   static std::map<size_t, double> cache;
   bytes = std::max<size_t>(512, bytes / 512 * 512);
   {
     std::lock_guard<std::mutex> lock(peak_mutex());
     auto it = cache.find(bytes);
     if (it != cache.end()) return it->second;
-    if (!fn) fn = make_read_loop();
-    if (!fn) return 0;
   }
-  // 4 KiB pages: what a library buffer from aligned_alloc gets (THP is madvise-only here).
-  Mapping m = map_buffer(bytes, false);
-  if (!m.p) return 0;
+  if (!fn) return 0;
+  PageBuffer m(bytes, true);
+  if (!m) return 0;
   const uint64_t blocks = bytes / 512;
-  double s = best_seconds_per_unit([&](uint64_t passes) { fn(m.p, blocks, passes); });
-  unmap_buffer(m);
+  double s = best_seconds_per_unit([&](uint64_t passes) { fn(m.data(), blocks, passes); });
   double gbs = bytes / s * 1e-9;
   std::lock_guard<std::mutex> lock(peak_mutex());
   cache[bytes] = gbs;
@@ -398,10 +409,10 @@ GatherResult measure_gather(size_t row_bytes, bool huge_pages, int prefetch, siz
   r.prefetch = prefetch;
   row_bytes = std::max<size_t>(64, row_bytes / 64 * 64);
   GatherTable& t = gather_tables()[{table_bytes, huge_pages}];
-  if (!t.m.p) {
-    t.m = map_buffer(table_bytes, huge_pages);
-    if (!t.m.p) return r;
-    t.thp = thp_fraction(t.m.p, table_bytes);
+  if (!t.m) {
+    t.m = PageBuffer(table_bytes, huge_pages);
+    if (!t.m) return r;
+    t.thp = t.m.thp_fraction();
   }
   r.thp_fraction = t.thp;
   const uint64_t rows = table_bytes / row_bytes;
@@ -418,7 +429,7 @@ GatherResult measure_gather(size_t row_bytes, bool huge_pages, int prefetch, siz
       v = x % rows;
     }
     double t0 = now_seconds();
-    uint32_t sum = gather_sum(t.m.p, row_bytes, idx.data(), n, prefetch);
+    uint32_t sum = gather_sum(t.m.data(), row_bytes, idx.data(), n, prefetch);
     __asm__ volatile("" : : "r"(sum));  // keep the loads
     double dt = now_seconds() - t0;
     if (s > 0) best = std::min(best, dt);  // sample 0 warms the TLB/page-walk caches and code
@@ -444,7 +455,6 @@ GatherResult gather_limit(size_t row_bytes, bool huge_pages, size_t table_bytes)
 }
 
 void release_gather_tables() {
-  for (auto& kv : gather_tables()) unmap_buffer(kv.second.m);
   gather_tables().clear();
 }
 
@@ -535,7 +545,7 @@ int cmd_peak(int argc, char** argv) {
             .set("bytes", static_cast<int64_t>(ws))
             .set("gbs", measure_bandwidth(ws), 1);
     }
-    rep.note("sequential zmm reads, one core, 4 KiB pages; caches: L1d " + human_bytes(c.l1) +
+    rep.note("sequential zmm reads, one core, 2 MiB pages; caches: L1d " + human_bytes(c.l1) +
              ", L2 " + human_bytes(c.l2) + ", L3 " + human_bytes(c.l3) + " (shared)");
     rep.finish();
     if (table) std::printf("\n");

@@ -7,6 +7,7 @@
 // vpdpbusd / vfmadd231ps on independent accumulators, so the figure is the issue-rate limit.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace bench {
@@ -32,8 +33,38 @@ struct CacheSizes {
 const CacheSizes& cache_sizes();
 
 // Sequential-read bandwidth (GB/s, 1e9 bytes/s) of one core over a working set of `bytes`
-// (zmm loads, read repeatedly).
+// (zmm loads, read repeatedly), on 2 MiB pages: hardware prefetchers stop at page boundaries,
+// and the library's big buffers ask for huge pages too.
 double measure_bandwidth(size_t bytes);
+
+// An anonymous mapping of `bytes`, 2 MiB aligned, first-touched, with madvise(MADV_HUGEPAGE)
+// (huge = true: 2 MiB transparent huge pages where the kernel grants them, as the library asks
+// for its packed weights and embedding tables) or MADV_NOHUGEPAGE (4 KiB pages). Move-only.
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  PageBuffer(size_t bytes, bool huge);
+  ~PageBuffer();
+  PageBuffer(PageBuffer&& o) noexcept;
+  PageBuffer& operator=(PageBuffer&& o) noexcept;
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  uint8_t* data() const { return p_; }
+  size_t size() const { return bytes_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  double thp_fraction() const;  // share actually backed by huge pages (/proc/self/smaps)
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t bytes_ = 0;
+  void* base_ = nullptr;
+  size_t map_bytes_ = 0;
+};
+
+// One sequential read of [p, p + bytes) with the same zmm loop (bytes rounded down to 512, at
+// least 512 must be readable). For timing a read side by side with a kernel, e.g. the cold M = 1
+// roof: flush, then stream the weights' size from DRAM, exactly as the kernel must.
+void read_once(const void* p, size_t bytes);
 
 // The memory level a working set sits in when warm, its representative working set, and that
 // level's measured bandwidth (the roof for bandwidth-bound kernels such as M = 1 GEMM).
