@@ -3,33 +3,40 @@
 // Exact arithmetic: the kernels perform, lane by lane, the fp32 operations of src/ref/
 // embedding_bag_ref.h in the same order, so every tier matches the reference bit for bit:
 //   float rows:  acc = fma(w, x, acc)  (vfmadd231ps; unweighted vaddps, the same value)
-//   fused rows:  t = fma(q, w*s, w*b)  (vfmadd213ps), acc = acc + t (vaddps)
+//   fused rows:  acc = fma(q, w*s, acc) (vfmadd231ps), bsum = bsum + w*b once per row (a
+//                broadcast register), acc + bsum once per bag; gather: fma(q, w*s, w*b)
+//   MX rows:     x = value(code) * X, then the float-row step
 //   mean: acc * (1.0f / len); bf16 out by integer round-to-nearest-even (as half.h), fp16 out by
 //   vcvtps2ph imm 0 (round to nearest even, independent of MXCSR).
 //
 // Loop structure (one call = `count` bags): for each bag, for each column block (a block holds up
-// to param[3] accumulator vectors), for each index of the bag: prefetch the row `distance` indices
-// ahead (bounded by prefetch_limit, so the index read stays inside the array), load the index,
-// compute the row address, broadcast the weight and the row's scale/bias, decode and accumulate.
-// Full blocks that are identical run as a run-time loop (r15 = byte offset of the block in the
-// row); the last (or only) block is emitted with constant offsets.
+// to param[3] accumulator vectors), for each index of the bag: load the index, compute the row
+// address, broadcast the weight and the row's scale/bias, decode and accumulate. The first block
+// of a bag also prefetches the whole row `distance` indices ahead (bounded by prefetch_limit, so
+// the index read stays inside the array); later blocks find the bag's rows in L2. Blocks after
+// the first that are identical run as a run-time loop (r15 = byte offset of the block in the row;
+// MX rows unroll them instead, r15 being their scale temporary); the last, partial block is
+// emitted with constant offsets.
 //
 // Tails: dims that are not a multiple of the vector width load exactly the bytes of the row
 // (AVX-512: k-masked loads; AVX2: vmaskmovps or a vmovd/vpinsr* sequence of the exact byte count)
 // and store exactly the output elements (k-masked stores; AVX2: vmaskmovps or vmovq/vmovd/vpextr*):
-// nothing outside a row or an output row is read or written.
+// nothing outside a row or an output row is read or written (tests run against guard pages).
 //
-// 4-bit and 2-bit rows decode whole bytes: byte k of a 16-byte (zmm) / 8-byte (ymm) group is
-// zero-extended into dword lane k, and the 2 (4) codes it holds are split by shifts and masks into
+// 4-bit and 2-bit rows (and MXFP4) decode whole bytes: byte k of a 16-byte (zmm) / 8-byte (ymm)
+// group is zero-extended into dword lane k, and the 2 (4) codes it holds are split by shifts into
 // 2 (4) accumulator vectors, so accumulator m holds elements m, m + G, m + 2G, ... of the group.
-// The accumulators are interleaved back into element order once per bag, before the store.
+// At AVX-512 a vpermps of a 16-entry float table turns the low 4 bits of each lane into the code's
+// value (mask and conversion in one instruction). The accumulators are interleaved back into
+// element order once per bag, before the store.
 //
 // Registers (System V; rdi = EmbArgs* throughout):
 //   rsi table, rdx indices, rcx i (current index), rax bag start, r8 bag end, r9 row address,
-//   r10 prefetch row, r11 row stride, r12 prefetch limit, r13 weights (positional: minus start),
-//   r14 remap, r15 block byte offset (block loop), rbx output row, rbp bags left.
+//   r10 prefetch row (SPLIT MX: then the row's scale bytes), r11 row stride, r12 prefetch limit,
+//   r13 weights (positional: minus start), r14 remap, r15 block byte offset (block loop) or the
+//   E8M0 temporary (MX), rbx output row, rbp bags left.
 //   Stack: [rsp] offsets cursor, [rsp+8] block output byte offset, [rsp+16] blocks left.
-//   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M).
+//   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M, Bsum).
 #include "codegen/embedding_bag.h"
 
 #include <asmjit/x86.h>

@@ -242,7 +242,7 @@ void run_case(const Case& c, uint32_t seed) {
 
 // The main sweep: every tier x format x dim x pooling x output type; the remaining parameters
 // rotate with the case number so that every value of each appears many times per tier.
-// At the AVX-512 tier the driver may pick the ymm kernel for short rows (a per-CPU heuristic), so
+// At the AVX-512 tier the driver picks the ymm kernel for very short quantized rows, so
 // the sweep runs that tier twice: forced zmm, and forced ymm.
 struct PreferYmm {
   explicit PreferYmm(int v) { qj::embedding_set_prefer_ymm(v); }

@@ -59,8 +59,8 @@ qj_status validate_indices_scalar(const char* fn, int index_bits, const void* in
                                   int offset_bits, bool use_lengths, const void* ol,
                                   int64_t num_bags, bool gather);
 
-// Vector width choice at the AVX-512 tier: -1 the built-in heuristic (ymm for short quantized
-// rows on cores that split zmm operations), 0 always zmm, 1 always ymm. For tests.
+// Vector width choice at the AVX-512 tier: -1 the built-in rule (ymm for quantized rows at most
+// half a zmm decode group long), 0 always zmm, 1 always ymm. For tests.
 void embedding_set_prefer_ymm(int v);
 
 // The prefetch distance used when the desc asks for the library's choice (-1).
