@@ -1,12 +1,90 @@
 #include "src/core/threading.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 namespace qj {
 namespace {
+
 qj_parallel_for_fn g_fn = nullptr;
 void* g_pool = nullptr;
+
+// The built-in pool: persistent workers (started on first use, grown on demand) so that a
+// parallel run costs a wake-up, not a thread creation. The caller runs slice 0 itself. One
+// parallel_for runs at a time; concurrent callers queue on `run_mu`.
+class Pool {
+ public:
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  void run(qj_task_fn fn, void* ctx, int32_t n) {
+    std::lock_guard<std::mutex> run_lock(run_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (static_cast<int32_t>(workers_.size()) < n - 1) {
+        int id = static_cast<int>(workers_.size()) + 1;
+        workers_.emplace_back([this, id] { worker(id); });
+      }
+      fn_ = fn;
+      ctx_ = ctx;
+      n_ = n;
+      pending_ = n - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    fn(ctx, 0, n);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void worker(int id) {
+    uint64_t seen = 0;
+    for (;;) {
+      qj_task_fn fn;
+      void* ctx;
+      int32_t n;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        if (id >= n_) continue;  // not needed in this round
+        fn = fn_;
+        ctx = ctx_;
+        n = n_;
+      }
+      fn(ctx, id, n);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  std::mutex run_mu_, mu_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<std::thread> workers_;
+  qj_task_fn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int32_t n_ = 0, pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
 }  // namespace
 
 void set_parallel_for(qj_parallel_for_fn fn, void* pool) {
@@ -23,12 +101,7 @@ void parallel_for(qj_task_fn fn, void* ctx, int32_t n) {
     g_fn(g_pool, fn, ctx, n);
     return;
   }
-  // Built-in: n-1 short-lived threads plus the caller. Servers with a pool should install it.
-  std::vector<std::thread> th;
-  th.reserve(n - 1);
-  for (int32_t t = 1; t < n; ++t) th.emplace_back(fn, ctx, t, n);
-  fn(ctx, 0, n);
-  for (auto& x : th) x.join();
+  pool().run(fn, ctx, n);
 }
 
 }  // namespace qj
