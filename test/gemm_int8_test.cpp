@@ -583,6 +583,31 @@ TEST_P(GemmInt8, DynamicQuantizationRoundsHalfToEven) {
   qj_weights_destroy(w);
 }
 
+// u8 A without weight zero points and K a multiple of 4 is read by the VNNI kernels without packing:
+// in place when lda == K, else copied rows K bytes apart; long rows (MR * K > 16 KiB) are packed.
+// Other tiers pack as usual: the same cases check them too.
+TEST_P(GemmInt8, U8AReadInPlace) {
+  uint32_t seed = 1400;
+  for (int64_t k : {4, 64, 132, 512, 1024, 1028, 2048}) {
+    for (int64_t n : {16, 37, 100}) {
+      const int r = mr(n, k, false);
+      for (int64_t m : {int64_t{1}, int64_t{r - 1}, int64_t{r}, int64_t{r + 1}, int64_t{2 * r + 3}, int64_t{97}}) {
+        if (m < 1 || (k >= 1024 && m > 2 * r + 3)) continue;
+        GemmCase c;
+        c.k = k;
+        c.n = n;
+        c.m = m;
+        c.b_zp = false;
+        c.a_zp_val = (m % 2) ? 0 : 255;
+        c.lda_pad = (m + n) % 3 == 0 ? 0 : (m % 2 ? 1 : 4);
+        c.threads = m > r ? 1 + static_cast<int>(m % 3) : 1;
+        c.seed = ++seed;
+        EXPECT_CASE(with_out(c, kOutTypes[seed % 5]));
+      }
+    }
+  }
+}
+
 // --- Weight layouts and odd leading dimensions ------------------------------------------------------
 TEST_P(GemmInt8, LayoutsAndLeadingDims) {
   uint32_t seed = 800;

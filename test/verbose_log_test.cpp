@@ -175,7 +175,7 @@ unsigned long long stat_of(const Child& c, const std::string& key) {
 // docs/kernel-naming.md
 const std::regex kCanonical(
     "gemm_(u8s8|s16s16)_acc32_(raw|req|deq)_(u8|s8|s32|f32|bf16)(_grp)?(_bzp)?(_bias)?(_relu)?(_dyn)?"
-    "(_beta)?__(avx2|avx512|avx512vnni)_[0-9]+x[0-9]+c[24](_t[0-9]+)?(_dual)?");
+    "(_beta)?__(avx2|avx512|avx512vnni)_[0-9]+x[0-9]+c[24](_t[0-9]+)?(_dual)?(_lda[0-9]+)?");
 const std::regex kJitLine("quantjit: jit,([A-Za-z0-9_]+),([0-9]+) bytes,([0-9]+(\\.[0-9]+)?) us");
 
 std::vector<qj_isa> jit_isas() {
@@ -278,24 +278,14 @@ TEST(VerboseLog, PerfMapListsEveryGeneratedKernel) {
 // in logs, perf maps and benchmarks (docs/kernel-naming.md). Configs 5 and 6 differ only in the
 // weights' group size, which the generated code does not depend on.
 TEST(VerboseLog, SameNameMeansSameKernel) {
-  std::string known;  // duplicates explained by the known bug (group size in the key)
   for (qj_isa isa : jit_isas()) {
     Child c = run_child({{"QJ_MAX_ISA", isa_env(isa)}}, {"QJ_VERBOSE", "QJ_PERF_MAP"});
     ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
     std::map<std::string, std::set<unsigned long long>> entries;
     for (const KernelLine& k : kernels_of(c)) entries[k.name].insert(k.entry);
-    for (const auto& [name, e] : entries) {
-      if (e.size() == 2 && name.find("_grp") != std::string::npos) {
-        known += " " + name;
-        continue;
-      }
+    for (const auto& [name, e] : entries)
       EXPECT_EQ(e.size(), 1u) << qj_isa_name(isa) << ": " << e.size() << " different kernels are named " << name;
-    }
   }
-  if (!known.empty())
-    GTEST_SKIP() << "known bug: src/ops/gemm.cpp puts the weights' group_size into the GEMM kernel key "
-                    "although codegen/gemm_int.cpp never reads it, so G=16 and G=32 generate byte-identical "
-                    "kernels twice under one name:" << known;
 }
 
 }  // namespace
