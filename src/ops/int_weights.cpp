@@ -167,7 +167,6 @@ bool weights_match_isa(const PackedWeights& w, qj_isa isa) {
 
 namespace {
 
-bool is_int_type(qj_dtype t) { return t == QJ_S8 || t == QJ_S4 || t == QJ_U4; }
 bool is_float_type(qj_dtype t) { return t == QJ_F16 || t == QJ_BF16; }
 
 void zp_range(qj_dtype t, int* lo, int* hi) {
