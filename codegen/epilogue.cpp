@@ -190,4 +190,50 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
   }
 }
 
+namespace {
+const Gp kCalleeSaved[] = {rbx, rbp, r12, r13, r14, r15};
+}
+
+void emit_save_callee_regs(Assembler& a) {
+  for (const Gp& g : kCalleeSaved) a.push(g);
+}
+
+void emit_restore_and_return(Assembler& a) {
+  a.vzeroupper();
+  for (int i = 5; i >= 0; --i) a.pop(kCalleeSaved[i]);
+  a.ret();
+}
+
+void emit_panel_end(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
+                    const PanelEnd& pe) {
+  auto stores = [&](int n_live) {
+    a.mov(rbx, rcx);
+    for (int i = 0; i < pe.mr; ++i) {
+      for (int j = 0; j < pe.nrv; ++j) {
+        int lanes = n_live - j * s.lanes32;
+        lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);
+        emit_output_vec(a, s, key, r, pe.acc + i * pe.nrv + j, pe.acc_is_float, i, j, lanes);
+      }
+      if (i + 1 < pe.mr) a.add(rbx, qword_ptr(rdi, pe.ldc_off));
+    }
+  };
+  Label l_next = a.newLabel();
+  if (key.n_tail) {
+    Label l_full = a.newLabel();
+    a.cmp(r9, 1);
+    a.jne(l_full);
+    a.cmp(qword_ptr(rdi, pe.last_is_tail_off), 0);
+    a.je(l_full);
+    stores(key.n_tail);
+    a.jmp(l_next);
+    a.bind(l_full);
+  }
+  stores(pe.nr);
+  a.bind(l_next);
+  a.add(rcx, pe.nr * out_elem_bytes(key));
+  a.add(rbp, pe.nr * 4);
+  a.dec(r9);
+  a.jnz(pe.l_panel);
+}
+
 }  // namespace qj::cg

@@ -43,6 +43,27 @@ struct EpilogueRegs {
 // Bytes per output element for key.c_type.
 int out_elem_bytes(const KernelKey& key);
 
+// Every GEMM kernel saves the System V callee-saved registers it uses (rbx, rbp, r12-r15) on
+// entry and restores them (after vzeroupper) on return.
+void emit_save_callee_regs(asmjit::x86::Assembler& a);
+void emit_restore_and_return(asmjit::x86::Assembler& a);
+
+// The end of one panel, shared by the GEMM families: the output stage of the mr x nrv tile of
+// accumulators (registers acc, acc+1, ... row-major), storing only key.n_tail columns when this is
+// the partial last panel, then the step to the next panel and the loop back to `l_panel`.
+// Register convention (docs/kernel-contract.md): rcx = C of this panel, rbx = C row (scratch),
+// rbp = byte offset of the panel in the per-column arrays, r9 = panels left; `ldc` and
+// `last_is_tail` are int64 fields at the given offsets of the argument struct at rdi.
+struct PanelEnd {
+  int mr = 0, nr = 0, nrv = 0;
+  int acc = 0;                // first accumulator register
+  bool acc_is_float = false;
+  int32_t ldc_off = 0, last_is_tail_off = 0;
+  asmjit::Label l_panel;
+};
+void emit_panel_end(asmjit::x86::Assembler& a, const Simd& s, const KernelKey& key,
+                    const EpilogueRegs& r, const PanelEnd& pe);
+
 // Emits the output stage for one vector. `lanes` is the number of live columns (== s.lanes32
 // for a full vector; fewer for the tail of the last panel; the store is masked to them).
 void emit_output_vec(asmjit::x86::Assembler& a, const Simd& s, const KernelKey& key,

@@ -150,13 +150,11 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   if (!make_plan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  const int eb = cg::out_elem_bytes(key);
   const int unit_b = p.bf16 ? p.nr * 4 : p.nr * 2;   // B bytes per K unit
   // A bytes per K unit: a packed tile holds mr floats per k; direct A moves each row pointer by k.
   const int unit_a = (p.bf16 ? 2 : 1) * (p.direct ? 1 : p.mr) * 4;
 
-  const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
-  for (const Gp& g : saved) a.push(g);
+  cg::emit_save_callee_regs(a);
   const int n_bases = p.direct ? (p.mr + 2) / 3 : 1;
   auto advance_a = [&](int bytes) {
     for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
@@ -235,38 +233,17 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   er.tmp = rax;
   er.t0 = p.bvec;
   er.t1 = p.bvec + 1;
-  auto stores = [&](int n_live) {
-    a.mov(rbx, rcx);
-    for (int i = 0; i < p.mr; ++i) {
-      for (int j = 0; j < p.nrv; ++j) {
-        int lanes = n_live - j * s.lanes32;
-        lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);
-        cg::emit_output_vec(a, s, key, er, p.acc + i * p.nrv + j, true, i, j, lanes);
-      }
-      if (i + 1 < p.mr) a.add(rbx, ARG(ldc));
-    }
-  };
-  Label l_next = a.newLabel();
-  if (key.n_tail) {
-    Label l_full = a.newLabel();
-    a.cmp(r9, 1);
-    a.jne(l_full);
-    a.cmp(ARG(last_is_tail), 0);
-    a.je(l_full);
-    stores(key.n_tail);
-    a.jmp(l_next);
-    a.bind(l_full);
-  }
-  stores(p.nr);
-  a.bind(l_next);
-  a.add(rcx, p.nr * eb);
-  a.add(rbp, p.nr * 4);
-  a.dec(r9);
-  a.jnz(l_panel);
-
-  a.vzeroupper();
-  for (int i = 5; i >= 0; --i) a.pop(saved[i]);
-  a.ret();
+  cg::PanelEnd pe;
+  pe.mr = p.mr;
+  pe.nr = p.nr;
+  pe.nrv = p.nrv;
+  pe.acc = p.acc;
+  pe.acc_is_float = true;
+  pe.ldc_off = static_cast<int32_t>(offsetof(GemmFloatArgs, ldc));
+  pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmFloatArgs, last_is_tail));
+  pe.l_panel = l_panel;
+  cg::emit_panel_end(a, s, key, er, pe);
+  cg::emit_restore_and_return(a);
   return true;
 }
 

@@ -123,10 +123,8 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   if (!make_plan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  const int eb = cg::out_elem_bytes(key);
 
-  const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
-  for (const Gp& g : saved) a.push(g);
+  cg::emit_save_callee_regs(a);
   a.mov(rdx, ARG(b));
   a.mov(rcx, ARG(c));
   a.mov(r9, ARG(n_panels));
@@ -220,38 +218,17 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   er.t0 = p.breg;
   er.t1 = p.areg;
   const int res = p.grouped ? p.facc : p.acc0;
-  auto stores = [&](int n_live) {
-    a.mov(rbx, rcx);
-    for (int i = 0; i < p.mr; ++i) {
-      for (int j = 0; j < p.nrv; ++j) {
-        int lanes = n_live - j * s.lanes32;
-        lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);
-        cg::emit_output_vec(a, s, key, er, res + i * p.nrv + j, p.grouped, i, j, lanes);
-      }
-      if (i + 1 < p.mr) a.add(rbx, ARG(ldc));
-    }
-  };
-  Label l_next = a.newLabel();
-  if (key.n_tail) {
-    Label l_full = a.newLabel();
-    a.cmp(r9, 1);
-    a.jne(l_full);
-    a.cmp(ARG(last_is_tail), 0);
-    a.je(l_full);
-    stores(key.n_tail);
-    a.jmp(l_next);
-    a.bind(l_full);
-  }
-  stores(p.nr);
-  a.bind(l_next);
-  a.add(rcx, p.nr * eb);
-  a.add(rbp, p.nr * 4);
-  a.dec(r9);
-  a.jnz(l_panel);
-
-  a.vzeroupper();
-  for (int i = 5; i >= 0; --i) a.pop(saved[i]);
-  a.ret();
+  cg::PanelEnd pe;
+  pe.mr = p.mr;
+  pe.nr = p.nr;
+  pe.nrv = p.nrv;
+  pe.acc = res;
+  pe.acc_is_float = p.grouped;
+  pe.ldc_off = static_cast<int32_t>(offsetof(GemmIntArgs, ldc));
+  pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmIntArgs, last_is_tail));
+  pe.l_panel = l_panel;
+  cg::emit_panel_end(a, s, key, er, pe);
+  cg::emit_restore_and_return(a);
   return true;
 }
 
@@ -361,7 +338,6 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   if (!make_dplan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  const int eb = cg::out_elem_bytes(key);
   const int n_out = p.dec.n_out;
   const int step_bytes = p.nr * p.dec.bytes_per_col_step;
   const int col_bytes = p.dec.bytes_per_col_step * s.lanes32;  // one column vector of a step
@@ -371,8 +347,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.consts = p.cst;
   dr.temps = p.dtmp;
 
-  const Gp saved[] = {rbx, rbp, r12, r13, r14, r15};
-  for (const Gp& g : saved) a.push(g);
+  cg::emit_save_callee_regs(a);
   cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
   // MX scale-decode constants in the red zone (above the decoder tables, which are loaded by now):
   // zmm: dwords 1, 0xfe, 0x400000 at rsp-16.. (embedded broadcasts); ymm: whole vectors at rsp-96.
@@ -581,38 +556,17 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   er.t0 = p.dec0;
   er.t1 = p.dec0 + 1;
   const int res = p.grouped ? p.facc : p.acc0;
-  auto stores = [&](int n_live) {
-    a.mov(rbx, rcx);
-    for (int i = 0; i < p.mr; ++i) {
-      for (int j = 0; j < p.nrv; ++j) {
-        int lanes = n_live - j * s.lanes32;
-        lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);
-        cg::emit_output_vec(a, s, key, er, res + i * p.nrv + j, p.grouped, i, j, lanes);
-      }
-      if (i + 1 < p.mr) a.add(rbx, ARG(ldc));
-    }
-  };
-  Label l_next = a.newLabel();
-  if (key.n_tail) {
-    Label l_full = a.newLabel();
-    a.cmp(r9, 1);
-    a.jne(l_full);
-    a.cmp(ARG(last_is_tail), 0);
-    a.je(l_full);
-    stores(key.n_tail);
-    a.jmp(l_next);
-    a.bind(l_full);
-  }
-  stores(p.nr);
-  a.bind(l_next);
-  a.add(rcx, p.nr * eb);
-  a.add(rbp, p.nr * 4);
-  a.dec(r9);
-  a.jnz(l_panel);
-
-  a.vzeroupper();
-  for (int i = 5; i >= 0; --i) a.pop(saved[i]);
-  a.ret();
+  cg::PanelEnd pe;
+  pe.mr = p.mr;
+  pe.nr = p.nr;
+  pe.nrv = p.nrv;
+  pe.acc = res;
+  pe.acc_is_float = p.grouped;
+  pe.ldc_off = static_cast<int32_t>(offsetof(GemmIntArgs, ldc));
+  pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmIntArgs, last_is_tail));
+  pe.l_panel = l_panel;
+  cg::emit_panel_end(a, s, key, er, pe);
+  cg::emit_restore_and_return(a);
   return true;
 }
 
