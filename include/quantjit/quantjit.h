@@ -317,7 +317,7 @@ QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
  * Row formats (row_type) and their bytes: QJ_F32 / QJ_F16 / QJ_BF16 rows are dim dense elements;
  * QJ_FUSED_8BIT / 4BIT / 2BIT rows are the fused-rowwise layouts documented with
  * qj_quantize_rowwise below (scale_bias_first selects FBGEMM's TBE variant); MX rows (blocks of 32
- * elements, E8M0 scales, MX section above):
+ * elements, E8M0 scales, see the MX section below):
  *  - QJ_MXFP4_E2M1: FBGEMM's MX4 rows (QJ_MX_LAYOUT_FBGEMM_MX4 per row): ceil(dim/32) groups of 17
  *    bytes, 16 data bytes (byte j = code[2j] | code[2j+1] << 4) then the E8M0 byte;
  *  - QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2: the SPLIT layout, ceil(dim/32) * 32 code bytes per
