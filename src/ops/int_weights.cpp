@@ -61,6 +61,13 @@ int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype) {
   int max_v = isa >= QJ_ISA_AVX512 ? 3 : 2;
   int64_t v = (n + lanes - 1) / lanes;
   if (v > max_v) v = max_v;
+  // Four zmm (6 x 64 tiles) where they pad N less than three: N = 128, 256, 512, 1024 fill whole
+  // panels (measured 128^3 349 -> 385 GOPS, 16x128x1567 336 -> 368).
+  if (isa >= QJ_ISA_AVX512 && n > 3 * lanes) {
+    int64_t pad3 = (n + 3 * lanes - 1) / (3 * lanes) * (3 * lanes) - n;
+    int64_t pad4 = (n + 4 * lanes - 1) / (4 * lanes) * (4 * lanes) - n;
+    if (pad4 < pad3) v = 4;
+  }
   return static_cast<int32_t>(v * lanes);
 }
 
