@@ -108,6 +108,37 @@ void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
   }
 }
 
+// The end of a panel for both integer kernels: per-column arrays at this panel (r8 multipliers,
+// r10 bias, r11 row scales), the shared output stage and panel loop, then the return.
+void emit_panel_output(Assembler& a, const cg::Simd& s, const KernelKey& key, int mr, int nr,
+                       int nrv, int acc, bool acc_is_float, int t0, int t1, Label l_panel) {
+  a.mov(r8, ARG(col_mult));
+  a.add(r8, rbp);
+  a.mov(r10, ARG(col_bias));
+  a.add(r10, rbp);
+  a.mov(r11, ARG(row_scale));
+  cg::EpilogueRegs er;
+  er.consts = rdi;
+  er.c_row = rbx;
+  er.mult = r8;
+  er.bias = r10;
+  er.row_scale = r11;
+  er.tmp = rax;
+  er.t0 = t0;
+  er.t1 = t1;
+  cg::PanelEnd pe;
+  pe.mr = mr;
+  pe.nr = nr;
+  pe.nrv = nrv;
+  pe.acc = acc;
+  pe.acc_is_float = acc_is_float;
+  pe.ldc_off = static_cast<int32_t>(offsetof(GemmIntArgs, ldc));
+  pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmIntArgs, last_is_tail));
+  pe.l_panel = l_panel;
+  cg::emit_panel_end(a, s, key, er, pe);
+  cg::emit_restore_and_return(a);
+}
+
 void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {
   for (int r = first; r < first + count; ++r) {
     if (s.zmm)
@@ -202,33 +233,8 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.jnz(l_group);
   }
 
-  // Output stage for this panel.
-  a.mov(r8, ARG(col_mult));
-  a.add(r8, rbp);
-  a.mov(r10, ARG(col_bias));
-  a.add(r10, rbp);
-  a.mov(r11, ARG(row_scale));
-  cg::EpilogueRegs er;
-  er.consts = rdi;
-  er.c_row = rbx;
-  er.mult = r8;
-  er.bias = r10;
-  er.row_scale = r11;
-  er.tmp = rax;
-  er.t0 = p.breg;
-  er.t1 = p.areg;
-  const int res = p.grouped ? p.facc : p.acc0;
-  cg::PanelEnd pe;
-  pe.mr = p.mr;
-  pe.nr = p.nr;
-  pe.nrv = p.nrv;
-  pe.acc = res;
-  pe.acc_is_float = p.grouped;
-  pe.ldc_off = static_cast<int32_t>(offsetof(GemmIntArgs, ldc));
-  pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmIntArgs, last_is_tail));
-  pe.l_panel = l_panel;
-  cg::emit_panel_end(a, s, key, er, pe);
-  cg::emit_restore_and_return(a);
+  emit_panel_output(a, s, key, p.mr, p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped, p.breg,
+                    p.areg, l_panel);
   return true;
 }
 
@@ -540,33 +546,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.and_(rdx, -64);
   }
 
-  // Output stage for this panel.
-  a.mov(r8, ARG(col_mult));
-  a.add(r8, rbp);
-  a.mov(r10, ARG(col_bias));
-  a.add(r10, rbp);
-  a.mov(r11, ARG(row_scale));
-  cg::EpilogueRegs er;
-  er.consts = rdi;
-  er.c_row = rbx;
-  er.mult = r8;
-  er.bias = r10;
-  er.row_scale = r11;
-  er.tmp = rax;
-  er.t0 = p.dec0;
-  er.t1 = p.dec0 + 1;
-  const int res = p.grouped ? p.facc : p.acc0;
-  cg::PanelEnd pe;
-  pe.mr = p.mr;
-  pe.nr = p.nr;
-  pe.nrv = p.nrv;
-  pe.acc = res;
-  pe.acc_is_float = p.grouped;
-  pe.ldc_off = static_cast<int32_t>(offsetof(GemmIntArgs, ldc));
-  pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmIntArgs, last_is_tail));
-  pe.l_panel = l_panel;
-  cg::emit_panel_end(a, s, key, er, pe);
-  cg::emit_restore_and_return(a);
+  emit_panel_output(a, s, key, p.mr, p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped, p.dec0,
+                    p.dec0 + 1, l_panel);
   return true;
 }
 

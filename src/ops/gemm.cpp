@@ -73,6 +73,28 @@ qj_status nonfinite_a(const qj_gemm_desc& d, const void* a, int64_t lda, int64_t
   return fail(QJ_ERR_INVALID_ARGUMENT, "a: row %lld holds a non-finite value", (long long)row);
 }
 
+// What every plan does first: copy the desc and its bias (checked finite), take the ISA cap, and
+// repack weights packed for another tier (the cap changed since packing).
+qj_status plan_common(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights>* w, GemmPlan* p) {
+  p->desc = desc;
+  if (desc.bias) {
+    p->bias.assign(desc.bias, desc.bias + (*w)->n);
+    for (int64_t i = 0; i < (*w)->n; ++i)
+      if (!std::isfinite(p->bias[i]))
+        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->bias[%lld]=%g is not finite", (long long)i, (double)p->bias[i]);
+    p->desc.bias = p->bias.data();
+  }
+  p->isa = max_isa();
+  if (!weights_match_isa(**w, p->isa)) {
+    std::shared_ptr<PackedWeights> rw;
+    QJ_TRY(repack_int_weights(**w, p->isa, &rw));
+    QJ_LOG(1, "gemm: weights packed for %s repacked for %s", isa_name((*w)->isa), isa_name(p->isa));
+    *w = std::move(rw);
+  }
+  p->w = *w;
+  return QJ_OK;
+}
+
 qj_status check_desc(const qj_gemm_desc& d) {
   QJ_TRY(check_desc_enums(d));
   if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16)
@@ -181,23 +203,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
                 "weights, not %s", qj_dtype_name(w->dtype));
   auto p = std::make_unique<GemmPlan>();
   p->kind = decoded ? GemmKind::kDecoded : GemmKind::kInt8;
-  p->desc = desc;
-  if (desc.bias) {
-    p->bias.assign(desc.bias, desc.bias + w->n);
-    for (int64_t i = 0; i < w->n; ++i)
-      if (!std::isfinite(p->bias[i]))
-        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->bias[%lld]=%g is not finite", (long long)i, (double)p->bias[i]);
-    p->desc.bias = p->bias.data();
-  }
-  p->isa = max_isa();
-  // Weights packed for another tier (the cap changed since packing) are repacked for this plan.
-  if (!weights_match_isa(*w, p->isa)) {
-    std::shared_ptr<PackedWeights> rw;
-    QJ_TRY(repack_int_weights(*w, p->isa, &rw));
-    QJ_LOG(1, "gemm: weights packed for %s repacked for %s", isa_name(w->isa), isa_name(p->isa));
-    w = std::move(rw);
-  }
-  p->w = w;
+  QJ_TRY(plan_common(desc, &w, p.get()));
   const int64_t n = w->n, groups = w->groups();
 
   // Zero point of A as the kernel sees it.
@@ -376,22 +382,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
   QJ_TRY(check_float_desc(desc, w->dtype));
   auto p = std::make_unique<GemmPlan>();
   p->kind = GemmKind::kFloat;
-  p->desc = desc;
-  if (desc.bias) {
-    p->bias.assign(desc.bias, desc.bias + w->n);
-    for (int64_t i = 0; i < w->n; ++i)
-      if (!std::isfinite(p->bias[i]))
-        return fail(QJ_ERR_INVALID_ARGUMENT, "desc->bias[%lld]=%g is not finite", (long long)i, (double)p->bias[i]);
-    p->desc.bias = p->bias.data();
-  }
-  p->isa = max_isa();
-  if (!weights_match_isa(*w, p->isa)) {
-    std::shared_ptr<PackedWeights> rw;
-    QJ_TRY(repack_int_weights(*w, p->isa, &rw));
-    QJ_LOG(1, "gemm: weights packed for %s repacked for %s", isa_name(w->isa), isa_name(p->isa));
-    w = std::move(rw);
-  }
-  p->w = w;
+  QJ_TRY(plan_common(desc, &w, p.get()));
   const int64_t n = w->n;
   if (p->isa >= QJ_ISA_AVX2) {
     KernelKey key = KernelKey::zeroed();
