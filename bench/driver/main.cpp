@@ -1,5 +1,8 @@
 // quantjit-bench: the benchmark sweep tool. See README.md ("Benchmarks") for every option.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "driver/commands.h"
@@ -17,6 +20,13 @@ static int usage() {
 }
 
 int main(int argc, char** argv) {
+  // oneDNN's OpenMP workers spin after each parallel region by default and would steal the cores
+  // our threads run on when both libraries are timed alternately. The OpenMP runtime reads its
+  // settings when it loads, so set a passive wait policy and restart once.
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  }
   if (argc < 2) return usage();
   const char* c = argv[1];
   if (!std::strcmp(c, "peak")) return cmd_peak(argc - 1, argv + 1);
