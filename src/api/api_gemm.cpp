@@ -38,6 +38,19 @@ bool extent_fits(int64_t rows, int64_t ld) {
   return ld <= limit && (rows <= 1 || ld <= limit / rows);
 }
 
+// The stored rows of the weights (K rows of N for KN, N rows of K for NK) at stride ld.
+qj_status check_weights_ld(const qj_weights_desc* desc, bool quantized, int64_t ld) {
+  const int64_t row = stored_row_length(desc, quantized);
+  const int64_t rows = desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n;
+  if (ld < row)
+    return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
+                    (long long)ld, (long long)row);
+  if (!extent_fits(rows, ld))
+    return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld exceeds the address space for %lld rows",
+                    (long long)ld, (long long)rows);
+  return QJ_OK;
+}
+
 template <class F>
 qj_status guarded(F&& f) {
   try {
@@ -66,13 +79,7 @@ qj_status qj_weights_pack(const qj_weights_desc* desc, const void* data, int64_t
     if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
     QJ_TRY(qj::check_int_weights_desc(desc, true));
     if (!data) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "data is NULL");
-    int64_t row = stored_row_length(desc, true);
-    if (ld < row)
-      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
-                      (long long)ld, (long long)row);
-    if (!extent_fits(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n, ld))
-      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld exceeds the address space for %lld rows",
-                      (long long)ld, (long long)(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n));
+    QJ_TRY(check_weights_ld(desc, true, ld));
     std::shared_ptr<qj::PackedWeights> w;
     QJ_TRY(qj::pack_int_weights(*desc, data, ld, qj::max_isa(), &w));
     return wrap_weights(std::move(w), out);
@@ -85,13 +92,7 @@ qj_status qj_weights_quantize_pack(const qj_weights_desc* desc, const float* dat
     if (!out) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "out is NULL");
     QJ_TRY(qj::check_int_weights_desc(desc, false));
     if (!data) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "w is NULL");
-    int64_t row = stored_row_length(desc, false);
-    if (ld < row)
-      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the row length %lld",
-                      (long long)ld, (long long)row);
-    if (!extent_fits(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n, ld))
-      return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld exceeds the address space for %lld rows",
-                      (long long)ld, (long long)(desc->layout == QJ_LAYOUT_KN ? desc->k : desc->n));
+    QJ_TRY(check_weights_ld(desc, false, ld));
     std::shared_ptr<qj::PackedWeights> w;
     QJ_TRY(qj::quantize_int_weights(*desc, data, ld, qj::max_isa(), &w));
     return wrap_weights(std::move(w), out);
