@@ -36,6 +36,13 @@ struct Plan {
   bool bf16, direct;
   int mr, nr, nrv, sets;
   int acc, bvec, mask, abc;
+  // MXFP8 (b_type E4M3 / E5M2): see the FP8 section below.
+  bool fp8 = false, e4m3 = false;
+  bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
+  bool pair = false;      // nrv even: vectors decoded in pairs by vpunpck{l,h}bw
+  int sc = -1;            // scaled weights: the nrv block-scale vectors
+  int tot = -1;           // per-block accumulators: the mr * nrv totals
+  int zero = -1, emask = -1;  // zero vector (pairs); E4M3 word mask 0xbfff
 };
 
 const Gp kBases[5] = {rsi, r12, r13, r14, r15};
@@ -58,11 +65,14 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     *why = "no JIT kernel below avx2";
     return false;
   }
-  if (key.b_type != QJ_F16 && key.b_type != QJ_BF16) {
-    *why = "weights must be f16 or bf16";
+  p->fp8 = key.b_type == QJ_MXFP8_E4M3 || key.b_type == QJ_MXFP8_E5M2;
+  if (key.b_type != QJ_F16 && key.b_type != QJ_BF16 && !p->fp8) {
+    *why = "weights must be f16, bf16, mxfp8_e4m3 or mxfp8_e5m2";
     return false;
   }
   p->bf16 = key.b_type == QJ_BF16;
+  p->e4m3 = key.b_type == QJ_MXFP8_E4M3;
+  p->blockacc = p->fp8 && (key.flags & 2) != 0;
   p->direct = (key.flags & 1) != 0;
   p->mr = key.mr;
   if (p->direct && p->mr > 15) {
@@ -82,9 +92,21 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   p->nrv = p->nr / p->s.lanes32;
   int used = 0;
   p->acc = used, used += p->sets * p->mr * p->nrv;
-  // Weight vectors; at least two, because the epilogue borrows two of them as scratch.
-  p->bvec = used, used += std::max(2, p->nrv * (p->bf16 ? 2 : 1));
+  if (p->blockacc) p->tot = used, used += p->mr * p->nrv;
+  // Weight vectors; at least two, because the epilogue borrows two of them as scratch. Block
+  // accumulators decode the scales into them at the block end, with one more as a temporary.
+  p->bvec = used, used += std::max(2, p->nrv * (p->bf16 ? 2 : 1) + (p->blockacc ? 1 : 0));
   p->mask = p->bf16 ? used++ : -1;
+  if (p->fp8) {
+    p->pair = p->nrv % 2 == 0;
+    if (!p->blockacc) p->sc = used, used += p->nrv;
+    if (p->pair) p->zero = used++;
+    if (p->e4m3) p->emask = used++;
+    if (32 % p->sets != 0) {
+      *why = "accumulator sets must divide the 32 units of a block";
+      return false;
+    }
+  }
   p->abc = p->s.zmm ? -1 : used++;
   if (used > p->s.regs) {
     *why = "register tile too large for the ISA";
@@ -111,10 +133,95 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
     a.vfmadd231ps(s.v(acc), s.v(b), s.v(p.abc));
 }
 
-// One K unit (f16: one k; bf16: one pair) into accumulator set `set`; A and B at offsets of unit u.
+// ---- MXFP8 ----
+// Weights: per k, nr code bytes (kMxFp8, src/ops/int_weights.h). A code becomes an fp16 word in
+// registers, then fp32 (vcvtph2ps), exactly:
+//   E5M2 is the top byte of an fp16: word = code << 8 (vpunpck{l,h}bw with a zero vector as the
+//        low bytes, or vpmovzxbw + vpsllw 8); Inf and NaN codes become fp16 Inf / NaN.
+//   E4M3: word = sign << 15 | (code & 0x7f) << 7 = (code << 8 arithmetically shifted right by 1)
+//        & 0xbfff is an fp16 of value * 2^-8 (exponent 4 -> 5 bits with bias 7 -> 15 is the 2^-8;
+//        E4M3 subnormals land on fp16 subnormals, also exact). The 2^8 is in col_mult (the plan);
+//        the NaN codes, which this mapping does not keep, carry a NaN block scale (the packer).
+// Block scales 2^(b - 127) from the E8M0 bytes after the panel's codes (rbx), as gemm_int does:
+// bits = b << 23, with 0x400000 OR-ed in for b = 0 (2^-127) and b = 0xff (NaN).
+// Two ways to apply them (key.flags bit 1):
+//   scaled weights (0): every decoded weight vector is multiplied by its column scales (exact: a
+//     power of two times a value with 4 significant bits, far from the fp32 range limits except
+//     for weights that are beyond it anyway), then the FMAs accumulate as for f16. One vmulps per
+//     weight vector, shared by the mr rows.
+//   per-block accumulators (1): the 32 k of a block accumulate unscaled (zeroed per block), then
+//     total = fma(block sum, scale, total): no vmulps per k, but twice the accumulators (small mr).
+// Red-zone constants (dwords 1, 0xfe, 0x400000; zmm: one each at rsp-16.., ymm: vectors at rsp-96).
+constexpr int kC1Zmm = -16, kCfeZmm = -12, kC4Zmm = -8;
+constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32;
+
+// Weight vector j (and j + 1 in pair mode) of unit u: fp32 weights (unscaled) in bvec + j.
+void emit_fp8_decode(Assembler& a, const Plan& p, int u, int j) {
+  const cg::Simd& s = p.s;
+  const int base = u * p.nr;
+  int regs[2] = {p.bvec + j, p.bvec + j + 1};
+  int n = 1;
+  if (p.pair) {
+    n = 2;
+    const int off = base + (j / 2) * 2 * s.lanes32;
+    Mem m = s.zmm ? ymmword_ptr(rdx, off) : xmmword_ptr(rdx, off);
+    a.vpunpcklbw(s.half(regs[0]), s.half(p.zero), m);
+    a.vpunpckhbw(s.half(regs[1]), s.half(p.zero), m);
+  } else {
+    const int off = base + j * s.lanes32;
+    Mem m = s.zmm ? xmmword_ptr(rdx, off) : qword_ptr(rdx, off);
+    a.vpmovzxbw(s.half(regs[0]), m);
+    a.vpsllw(s.half(regs[0]), s.half(regs[0]), 8);
+  }
+  for (int r = 0; r < n; ++r) {
+    const Vec h = s.half(regs[r]);
+    if (p.e4m3) {
+      a.vpsraw(h, h, 1);
+      if (s.zmm)
+        a.vpandd(h, h, s.half(p.emask));
+      else
+        a.vpand(h, h, s.half(p.emask));
+    }
+    a.vcvtph2ps(s.v(regs[r]), h);
+    if (!p.blockacc) a.vmulps(s.v(regs[r]), s.v(regs[r]), s.v(p.sc + j + r));
+  }
+}
+
+// Scale vector j of the current block (E8M0 bytes at rbx) into register dst; tmp is clobbered.
+void emit_fp8_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
+  const cg::Simd& s = p.s;
+  const Vec sc = s.v(dst), t = s.v(tmp);
+  if (s.zmm) {
+    a.vpmovzxbd(sc, xmmword_ptr(rbx, j * s.lanes32));
+    a.vpaddd(t, sc, dword_ptr(rsp, kC1Zmm)._1to16());
+    a.vptestnmd(k1, t, dword_ptr(rsp, kCfeZmm)._1to16());  // (b + 1) & 0xfe == 0: b = 0 or 0xff
+    a.vpslld(sc, sc, 23);
+    a.k(k1).vpord(sc, sc, dword_ptr(rsp, kC4Zmm)._1to16());
+  } else {
+    a.vpmovzxbd(sc, qword_ptr(rbx, j * s.lanes32));
+    a.vpaddd(t, sc, ymmword_ptr(rsp, kC1Ymm));
+    a.vpand(t, t, ymmword_ptr(rsp, kCfeYmm));
+    a.vpsubd(t, t, ymmword_ptr(rsp, kC1Ymm));  // -1 exactly for the special bytes, else 1..253
+    a.vpsrad(t, t, 31);
+    a.vpand(t, t, ymmword_ptr(rsp, kC4Ymm));
+    a.vpslld(sc, sc, 23);
+    a.vpor(sc, sc, t);
+  }
+}
+
+// One K unit (f16: one k; bf16: one pair; fp8: one k) into accumulator set `set`; A and B at
+// offsets of unit u.
 void emit_unit(Assembler& a, const Plan& p, int set, int u) {
   const cg::Simd& s = p.s;
   const int acc = p.acc + set * p.mr * p.nrv;
+  if (p.fp8) {
+    for (int j = 0; j < p.nrv; j += p.pair ? 2 : 1) emit_fp8_decode(a, p, u, j);
+    for (int i = 0; i < p.mr; ++i) {
+      if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
+      for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + j, a_mem(p, i, u, 0));
+    }
+    return;
+  }
   if (!p.bf16) {
     for (int j = 0; j < p.nrv; ++j)
       a.vcvtph2ps(s.v(p.bvec + j), ptr(rdx, u * p.nr * 2 + j * s.lanes32 * 2));
@@ -145,12 +252,69 @@ void emit_unit(Assembler& a, const Plan& p, int set, int u) {
     }
 }
 
+// Sum the accumulator sets into set 0 (pairwise: (0 + 1) + (2 + 3)).
+void sum_sets(Assembler& a, const Plan& p) {
+  const cg::Simd& s = p.s;
+  const int n_acc = p.mr * p.nrv;
+  if (p.sets == 4)
+    for (int r = 0; r < n_acc; ++r) {
+      a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + n_acc + r));
+      a.vaddps(s.v(p.acc + 2 * n_acc + r), s.v(p.acc + 2 * n_acc + r), s.v(p.acc + 3 * n_acc + r));
+      a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + 2 * n_acc + r));
+    }
+  else if (p.sets == 2)
+    for (int r = 0; r < n_acc; ++r) a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + n_acc + r));
+}
+
+// The K loop of one MXFP8 panel: k_main blocks of 32 k, each 32 / sets iterations of `sets`
+// units; leaves the result in set 0 (scaled weights) or in the totals (block accumulators) and rdx
+// at the next panel (the 64-byte aligned end of this panel's scale bytes).
+template <class Advance>
+void emit_fp8_main(Assembler& a, const Plan& p, const Advance& advance_a, int unit_a) {
+  const cg::Simd& s = p.s;
+  const int n_acc = p.mr * p.nrv;
+  // rbx: this panel's E8M0 bytes, after its k_main * 32 * nr code bytes.
+  a.mov(rax, ARG(k_main));
+  a.imul(rax, rax, 32 * p.nr);
+  a.lea(rbx, ptr(rdx, rax));
+  zero_regs(a, s, p.blockacc ? p.tot : p.acc, p.blockacc ? n_acc : p.sets * n_acc);
+  Label l_block = a.newLabel(), l_inner = a.newLabel(), l_end = a.newLabel();
+  a.mov(r8, ARG(k_main));
+  a.test(r8, r8);
+  a.jz(l_end);
+  a.bind(l_block);
+  if (p.blockacc)
+    zero_regs(a, s, p.acc, p.sets * n_acc);
+  else
+    for (int j = 0; j < p.nrv; ++j) emit_fp8_scales(a, p, p.sc + j, p.bvec, j);
+  a.mov(r10d, 32 / p.sets);
+  a.bind(l_inner);
+  for (int u = 0; u < p.sets; ++u) emit_unit(a, p, u, u);
+  advance_a(p.sets * unit_a);
+  a.add(rdx, p.sets * p.nr);
+  a.dec(r10d);
+  a.jnz(l_inner);
+  if (p.blockacc) {
+    sum_sets(a, p);
+    for (int j = 0; j < p.nrv; ++j) emit_fp8_scales(a, p, p.bvec + j, p.bvec + p.nrv, j);
+    for (int r = 0; r < n_acc; ++r)
+      a.vfmadd231ps(s.v(p.tot + r), s.v(p.acc + r), s.v(p.bvec + r % p.nrv));
+  }
+  a.add(rbx, p.nr);
+  a.dec(r8);
+  a.jnz(l_block);
+  a.bind(l_end);
+  if (!p.blockacc) sum_sets(a, p);
+  a.lea(rdx, ptr(rbx, 63));
+  a.and_(rdx, -64);
+}
+
 bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   Plan p;
   if (!make_plan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  const int unit_b = p.bf16 ? p.nr * 4 : p.nr * 2;   // B bytes per K unit
+  const int unit_b = p.bf16 ? p.nr * 4 : p.nr * 2;   // B bytes per K unit (f16 / bf16)
   // A bytes per K unit: a packed tile holds mr floats per k; direct A moves each row pointer by k.
   const int unit_a = (p.bf16 ? 2 : 1) * (p.direct ? 1 : p.mr) * 4;
 
@@ -159,6 +323,22 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   auto advance_a = [&](int bytes) {
     for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
   };
+  if (p.fp8) {
+    const uint32_t vals[3] = {1u, 0xfeu, 0x400000u};
+    const int offs[3] = {s.zmm ? kC1Zmm : kC1Ymm, s.zmm ? kCfeZmm : kCfeYmm, s.zmm ? kC4Zmm : kC4Ymm};
+    for (int c = 0; c < 3; ++c)
+      for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
+    if (p.pair) zero_regs(a, s, p.zero, 1);
+    if (p.e4m3) {
+      a.mov(eax, 0xbfffbfffu);
+      if (s.zmm) {
+        a.vpbroadcastd(s.v(p.emask), eax);
+      } else {
+        a.vmovd(xmm(p.emask), eax);
+        a.vpbroadcastd(s.v(p.emask), xmm(p.emask));
+      }
+    }
+  }
   if (p.bf16) {
     a.mov(eax, 0xffff0000u);
     if (s.zmm) {
@@ -183,6 +363,9 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       a.add(kBases[b], r11);
     }
   }
+  if (p.fp8) {
+    emit_fp8_main(a, p, advance_a, unit_a);
+  } else {
   zero_regs(a, s, p.acc, p.sets * n_acc);
   {
     Label l_main = a.newLabel(), l_rem = a.newLabel(), l_rem_loop = a.newLabel(), l_done = a.newLabel();
@@ -209,15 +392,8 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     }
     a.bind(l_done);
   }
-  // Sum the sets into set 0 (pairwise: (0 + 1) + (2 + 3)).
-  if (p.sets == 4)
-    for (int r = 0; r < n_acc; ++r) {
-      a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + n_acc + r));
-      a.vaddps(s.v(p.acc + 2 * n_acc + r), s.v(p.acc + 2 * n_acc + r), s.v(p.acc + 3 * n_acc + r));
-      a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + 2 * n_acc + r));
-    }
-  else if (p.sets == 2)
-    for (int r = 0; r < n_acc; ++r) a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + n_acc + r));
+  sum_sets(a, p);
+  }
 
   // Output stage for this panel (the weight registers are free: epilogue scratch).
   a.mov(r10, ARG(col_mult));
@@ -237,7 +413,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   pe.mr = p.mr;
   pe.nr = p.nr;
   pe.nrv = p.nrv;
-  pe.acc = p.acc;
+  pe.acc = p.blockacc ? p.tot : p.acc;
   pe.acc_is_float = true;
   pe.ldc_off = static_cast<int32_t>(offsetof(GemmFloatArgs, ldc));
   pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmFloatArgs, last_is_tail));
@@ -249,11 +425,11 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
 
 std::string name(const KernelKey& key) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s__%s_%dx%d%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s__%s_%dx%d%s%s",
                 qj_dtype_name(static_cast<qj_dtype>(key.b_type)),
                 qj_dtype_name(static_cast<qj_dtype>(key.c_type)), key.has_bias ? "_bias" : "",
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_beta ? "_beta" : "",
-                (key.flags & 1) ? "_da" : "", isa_suffix(key.isa), key.mr, key.nr,
+                (key.flags & 1) ? "_da" : "", (key.flags & 2) ? "_ba" : "", isa_suffix(key.isa), key.mr, key.nr,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                 key.param[0] > 1 ? ("_k" + std::to_string(key.param[0])).c_str() : "");
   return buf;

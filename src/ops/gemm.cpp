@@ -150,6 +150,16 @@ bool fill_buffer(AlignedBuffer& b, size_t bytes) { return b.allocate(bytes, true
 
 namespace {
 
+// MXFP8 tiles of r rows: per-block accumulators (no multiply per weight vector, twice the
+// accumulator registers) or weight vectors multiplied by their block scales (codegen/gemm_float).
+bool fp8_block_accumulators(int r) {
+  static const int max_r = [] {
+    const char* e = std::getenv("QJ_FP8_BA_MAX_MR");
+    return e ? std::atoi(e) : 2;
+  }();
+  return r <= max_r;
+}
+
 // Everything a plan needs beyond the integer path: F16 / BF16 weights with fp32 / bf16 A.
 qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                             std::unique_ptr<GemmPlan>* out);
@@ -182,7 +192,7 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out) {
-  if (w->is_float()) return float_plan_create(desc, std::move(w), out);
+  if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
   const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
   const bool decoded = w->dtype != QJ_S8;
@@ -410,8 +420,11 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's column vectors");
     float* ml = p->col_mult.data<float>();
     float* bi = p->col_bias.data<float>();
+    // Float weights have no scale: y = fma(acc, 1, bias) = acc + bias. MXFP8 E4M3 is decoded as
+    // value * 2^-8 (codegen/gemm_float.cpp): the exact 2^8 is applied here.
+    const float mult = w->dtype == QJ_MXFP8_E4M3 ? 256.0f : 1.0f;
     for (int64_t c = 0; c < n; ++c) {
-      ml[c] = 1.0f;  // float weights have no scale: y = fma(acc, 1, bias) = acc + bias
+      ml[c] = mult;
       bi[c] = desc.bias ? p->bias[c] : 0.0f;
     }
     cg::EpilogueConsts& k = p->consts;
@@ -429,7 +442,12 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       while (sets < 4 && r * nrv * sets < 8) sets *= 2;
       key.mr = static_cast<uint8_t>(r);
       key.param[0] = static_cast<uint32_t>(sets);
+      if (w->is_mx_fp8()) key.flags = (key.flags & 1) | (fp8_block_accumulators(r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
+      if ((key.flags & 2) && gemm_float_max_mr(key, r) < r) {  // no room: scaled weights
+        key.flags &= 1;
+        sets = static_cast<int>(key.param[0]);
+      }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);
       if (st != QJ_OK) {
@@ -516,6 +534,7 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const size_t a_esz = d.a_type == QJ_BF16 ? 2 : 4;
   const int64_t n_tail = w.n % w.nr;
   const int64_t units = w.layout == PackLayout::kBf16Pair ? w.kp / 2 : w.kp;
+  const bool fp8 = w.layout == PackLayout::kMxFp8;  // the kernel counts blocks of 32 k
 
   GemmFloatArgs args;
   args.consts = p.consts;
@@ -540,8 +559,8 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
                         : reinterpret_cast<const float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes);
         args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
         args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
-        args.k_main = units / sets;
-        args.k_rem = units % sets;
+        args.k_main = fp8 ? units / 32 : units / sets;
+        args.k_rem = fp8 ? 0 : units % sets;
         args.n_panels = p1 - p0;
         args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;
         args.col_mult = p.col_mult.data<float>() + p0 * w.nr;

@@ -28,6 +28,8 @@ PackLayout weights_layout(qj_isa isa, qj_dtype dtype) {
     case QJ_MXFP4_E2M1: return PackLayout::kMxNibble;
     case QJ_MXFP6_E2M3:
     case QJ_MXINT8: return PackLayout::kMxByte;
+    case QJ_MXFP8_E4M3:
+    case QJ_MXFP8_E5M2: return PackLayout::kMxFp8;
     default: return isa >= QJ_ISA_AVX512_VNNI ? PackLayout::kQuad8 : PackLayout::kPair16;
   }
 }
@@ -38,7 +40,8 @@ int32_t weights_kg(qj_isa isa, qj_dtype dtype) {
     case PackLayout::kNibble:
     case PackLayout::kMxNibble:
     case PackLayout::kMxByte: return 8;
-    case PackLayout::kHalf: return 1;
+    case PackLayout::kHalf:
+    case PackLayout::kMxFp8: return 1;
     default: return 2;
   }
 }
@@ -52,7 +55,7 @@ int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype) {
     if (isa < QJ_ISA_AVX512) return 8;
     return n <= 16 ? 16 : 32;
   }
-  if (dtype == QJ_F16 || dtype == QJ_BF16) {
+  if (dtype == QJ_F16 || dtype == QJ_BF16 || dtype == QJ_MXFP8_E4M3 || dtype == QJ_MXFP8_E5M2) {
     // Two vectors per row: 14 rows x 2 zmm (or 6 x 2 ymm) accumulators, FBGEMM's shape.
     return n <= lanes ? lanes : 2 * lanes;
   }
@@ -76,8 +79,16 @@ size_t PackedWeights::group_block_bytes() const {
          (zp_vec ? nr * 4 : 0);
 }
 
+int32_t fp8_byte_pos(int32_t nr, int32_t lanes, int32_t c) {
+  if (nr < 2 * lanes) return c;  // one vector: vpmovzxbw keeps the order
+  // Pairs of vectors (j, j + 1) come from 2 * lanes bytes: vpunpck{l,h}bw take bytes 0..7 / 8..15
+  // of each 128-bit lane, so vector jj of the pair holds bytes lane * 16 + jj * 8 + (0..7).
+  const int32_t j = c / lanes, w = c % lanes;
+  return (j / 2) * 2 * lanes + (w / 8) * 16 + (j % 2) * 8 + w % 8;
+}
+
 size_t PackedWeights::mx_steps_bytes() const {
-  const size_t col_step = layout == PackLayout::kMxByte ? 8 : 4;
+  const size_t col_step = layout == PackLayout::kMxByte || layout == PackLayout::kMxFp8 ? 8 : 4;
   return static_cast<size_t>(groups()) * group_steps() * nr * col_step;
 }
 
@@ -100,6 +111,7 @@ uint8_t PackedWeights::mx_code(int64_t kk, int64_t col) const {
     return r < 4 ? (b & 15) : (b >> 4);
   }
   const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
+  if (layout == PackLayout::kMxFp8) return base[kk * nr + fp8_byte_pos(nr, static_cast<int32_t>(lanes), c)];
   return base[s * nr * 8 + (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4];
 }
 
@@ -112,6 +124,7 @@ size_t PackedWeights::panel_bytes() const {
   switch (layout) {
     case PackLayout::kMxNibble:
     case PackLayout::kMxByte:
+    case PackLayout::kMxFp8:
       return (mx_steps_bytes() + static_cast<size_t>(groups()) * nr + 63) / 64 * 64;
     case PackLayout::kNibble: return static_cast<size_t>(groups()) * group_block_bytes();
     case PackLayout::kHalf: return static_cast<size_t>(kp) * nr * 2;
@@ -148,12 +161,17 @@ uint16_t PackedWeights::code(int64_t kk, int64_t col) const {
 }
 
 float PackedWeights::value(int64_t kk, int64_t col) const {
+  if (is_mx_fp8()) {  // code value * 2^(b - 127), rounded once (exact unless beyond fp32: +-Inf)
+    const uint8_t b = mx_scale_byte(kk / mx::kBlock, col);
+    if (b == mx::kScaleNaN) return mx::e8m0_to_f32(b);
+    return mx::mul_pow2(mx::decode_elem(*mx::format(dtype), mx_code(kk, col)), b - 127);
+  }
   uint16_t h = code(kk, col);
   return dtype == QJ_F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
 float PackedWeights::scale(int64_t g, int64_t col) const {
-  if (is_mx()) return mx::e8m0_to_f32(mx_scale_byte(g, col));
+  if (is_mx() || is_mx_fp8()) return mx::e8m0_to_f32(mx_scale_byte(g, col));
   if (gran == QJ_GRAN_TENSOR) return scales[0];
   if (gran == QJ_GRAN_CHANNEL) return scales[col];
   return scales[g * n + col];
@@ -515,7 +533,7 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
 }
 
 qj_status repack_int_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
-  if (src.is_mx()) return repack_mx_weights(src, isa, out);
+  if (src.is_mx() || src.is_mx_fp8()) return repack_mx_weights(src, isa, out);
   auto w = std::make_shared<PackedWeights>();
   w->dtype = src.dtype;
   w->k = src.k;

@@ -27,6 +27,13 @@
 //                 kMxNibble steps: 8 K, nr columns x 4 bytes as kNibble (low nibble k0 + r, high
 //                 nibble k0 + 4 + r), FP4 codes. kMxByte steps: 8 K, per column vector of `lanes`
 //                 columns (16 zmm, 8 ymm) lanes x 4 codes of k0..k0+3 then lanes x 4 of k0+4..k0+7.
+//   kMxFp8 (MXFP8 E4M3 / E5M2, src/ops/mx_weights.h; the fp32-FMA kernels of codegen/gemm_float):
+//                 kg = 1: per k, nr code bytes; then groups x nr E8M0 bytes; zero pad to 64 bytes.
+//                 With two vectors per row (nr = 2 lanes) the nr bytes of a k are in the order one
+//                 vpunpcklbw / vpunpckhbw pair turns into the two fp16 vectors (fp8_byte_pos);
+//                 with one vector they are in column order (vpmovzxbw). An E4M3 block holding a
+//                 NaN code (S.1111.111) has its scale byte stored as 0xFF (equivalent: see
+//                 mx_weights.cpp).
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -39,7 +46,8 @@
 namespace qj {
 
 enum class PackLayout : int32_t {
-  kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4, kMxNibble = 5, kMxByte = 6
+  kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4, kMxNibble = 5, kMxByte = 6,
+  kMxFp8 = 12
 };
 
 struct PackedWeights {
@@ -63,6 +71,8 @@ struct PackedWeights {
   bool is_int4() const { return dtype == QJ_S4 || dtype == QJ_U4; }
   // Integer-exact MX weights (MXFP4, MXFP6 E2M3, MXINT8), decoded in the integer kernels.
   bool is_mx() const { return dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8; }
+  // MXFP8 weights (E4M3, E5M2): decoded to fp32 in the float kernels (layout kMxFp8).
+  bool is_mx_fp8() const { return dtype == QJ_MXFP8_E4M3 || dtype == QJ_MXFP8_E5M2; }
   // MX: bytes of the steps of one panel (the E8M0 scale bytes follow them).
   size_t mx_steps_bytes() const;
   int64_t groups() const { return gran == QJ_GRAN_GROUP ? k / group_size : 1; }
@@ -75,7 +85,7 @@ struct PackedWeights {
   int32_t nibble_offset() const;
   int32_t q(int64_t kk, int64_t col) const;       // read back one quantized value (integer)
   uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)
-  float value(int64_t kk, int64_t col) const;     // decoded float weight (float)
+  float value(int64_t kk, int64_t col) const;     // decoded float weight (float; MXFP8: code * scale)
   float scale(int64_t g, int64_t col) const;   // MX: 2^(b-127) of the E8M0 byte (NaN for 0xFF)
   uint8_t mx_code(int64_t kk, int64_t col) const;      // MX: element code
   uint8_t mx_scale_byte(int64_t g, int64_t col) const; // MX: E8M0 byte of block g of column col
@@ -85,6 +95,8 @@ struct PackedWeights {
 // Panel geometry of a tier for N columns and a weight type.
 int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype = QJ_S8);
 int32_t weights_kg(qj_isa isa, qj_dtype dtype = QJ_S8);
+// kMxFp8: byte offset, within the nr bytes of one k, of panel column c (see the layout above).
+int32_t fp8_byte_pos(int32_t nr, int32_t lanes, int32_t c);
 PackLayout weights_layout(qj_isa isa, qj_dtype dtype);
 
 // Validates desc (for packing integers when `quantized`, or for quantizing fp32 otherwise).

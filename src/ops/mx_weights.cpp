@@ -1,4 +1,12 @@
 // Packing of MX GEMM weights (see mx_weights.h and the kMx* layouts in int_weights.h).
+//
+// MXFP8 E4M3 NaN codes (S.1111.111): the kernels decode E4M3 through fp16 (sign << 15 |
+// (code & 0x7F) << 7 is the value * 2^-8 exactly), which maps the NaN codes to +-1.875 * 2^-8.
+// So the packer stores the scale of a (block, column) that holds a NaN code as 0xFF (NaN) instead.
+// Equivalent for the GEMM: one NaN weight makes every product a * w with it NaN (0 * NaN and
+// Inf * NaN included), so the column's K-sum is NaN in every row of A whatever the other weights
+// are; a NaN scale makes the whole block NaN, so the same sums are NaN, and no other column is
+// touched. The element codes are kept as given (read back by mx_code).
 #include "src/ops/mx_weights.h"
 
 #include <algorithm>
@@ -11,8 +19,10 @@
 namespace qj {
 
 bool mx_weights_type(qj_dtype t) {
-  return t == QJ_MXFP4_E2M1 || t == QJ_MXFP6_E2M3 || t == QJ_MXINT8;
+  return t == QJ_MXFP4_E2M1 || t == QJ_MXFP6_E2M3 || t == QJ_MXINT8 || mx_fp8_weights_type(t);
 }
+
+bool mx_fp8_weights_type(qj_dtype t) { return t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
 
 int32_t mx_int_value(qj_dtype t, uint8_t code) {
   switch (t) {
@@ -56,29 +66,34 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
   w->group_size = mx::kBlock;
   set_weights_geometry(w, isa);
   const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
-  if (!w->packed.allocate(bytes, false))
+  if (!allocate_packed(w, bytes, true))  // zeroed; huge pages asked for large weights
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
-  std::memset(w->packed.data(), 0, (bytes + 63) / 64 * 64);
   uint8_t* base = w->packed.data<uint8_t>();
   const int64_t n = w->n, k = w->k, nr = w->nr, groups = w->groups();
   const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
   const bool nib = w->layout == PackLayout::kMxNibble;
+  const bool fp8 = w->layout == PackLayout::kMxFp8, e4m3 = w->dtype == QJ_MXFP8_E4M3;
   for (int64_t p = 0; p < w->n_panels; ++p) {
     uint8_t* panel = base + p * w->panel_bytes();
     const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
     for (int64_t c = 0; c < live; ++c) {
+      const int64_t pos = fp8 ? fp8_byte_pos(w->nr, static_cast<int32_t>(lanes), static_cast<int32_t>(c)) : 0;
+      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = scale(g, c0 + c);
       for (int64_t kk = 0; kk < k; ++kk) {
         const uint8_t v = code(kk, c0 + c);
         const int64_t s = kk / 8, r = kk % 8;
-        if (nib)
+        if (fp8) {
+          panel[kk * nr + pos] = v;
+          if (e4m3 && (v & 0x7F) == 0x7F) panel[w->mx_steps_bytes() + (kk / mx::kBlock) * nr + c] = mx::kScaleNaN;
+        } else if (nib)
           panel[s * nr * 4 + c * 4 + (r % 4)] |= static_cast<uint8_t>((v & 15) << (r < 4 ? 0 : 4));
         else
           panel[s * nr * 8 + (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4] = v;
       }
-      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = scale(g, c0 + c);
     }
     // Padding columns: code 0 (+0) and scale 2^-127 (finite, so no NaN leaks into padding lanes).
   }
+  if (fp8) return QJ_OK;  // float kernels: no integer column sums
   w->colsum.assign(groups * n, 0);
   for (int64_t kk = 0; kk < k; ++kk)
     for (int64_t c = 0; c < n; ++c) w->colsum[(kk / 32) * n + c] += mx_int_value(w->dtype, code(kk, c));

@@ -5,7 +5,8 @@
 //
 // Blocks of 32 along K are the scale groups (gran = QJ_GRAN_GROUP, group_size = 32); the packed
 // panels keep the element CODES (4 or 8 bits; never their values) and the E8M0 bytes; the kernels
-// decode both in registers. The integer form q of a code (MX.md section 5: FP4 2v, E2M3 8v, INT8
+// decode both in registers. MXFP8 shares the packers and the checks but not the integer kernels
+// (see mx_fp8_weights_type). The integer form q of a code (MX.md section 5: FP4 2v, E2M3 8v, INT8
 // the code) times 2^(b - 127 - int_shift) is the weight value.
 #pragma once
 #include <quantjit/quantjit.h>
@@ -17,8 +18,11 @@
 
 namespace qj {
 
-// True for the MX element types this path packs (MXFP4, MXFP6 E2M3, MXINT8).
+// True for the MX element types this path packs (MXFP4, MXFP6 E2M3, MXINT8; MXFP8 E4M3 / E5M2).
 bool mx_weights_type(qj_dtype t);
+// MXFP8 (E4M3, E5M2): packed as code bytes (layout kMxFp8) for the fp32-FMA kernels of
+// codegen/gemm_float, which decode them through fp16 in registers (no integer form).
+bool mx_fp8_weights_type(qj_dtype t);
 // Integer form of a code (see above) and its power-of-two shift (value = q * 2^-shift).
 int32_t mx_int_value(qj_dtype t, uint8_t code);
 int mx_int_shift(qj_dtype t);

@@ -138,7 +138,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
     const int64_t groups = w->groups();
     const uint64_t count = float_type || mx_type ? 0 : h.gran == QJ_GRAN_TENSOR ? 1 : groups * h.n;
     ok = h.n_scales == count && (h.n_zps == 0 || h.n_zps == count) &&
-         h.n_colsum == (float_type ? 0 : static_cast<uint64_t>(groups * h.n));
+         h.n_colsum == (float_type || mx_fp8_weights_type(dt) ? 0 : static_cast<uint64_t>(groups * h.n));
     if (ok) {
       if (h.n_zps) w->zero_points.resize(h.n_zps);  // geometry depends on their presence
       set_weights_geometry(w.get(), img_isa);

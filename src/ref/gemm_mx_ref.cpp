@@ -4,14 +4,48 @@
 #include <cmath>
 #include <limits>
 
+#include "src/formats/half.h"
 #include "src/ref/gemm_ref.h"
 #include "src/ref/mx_ref.h"
 
 namespace qj::ref {
 
+bool gemm_mxfp8(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a, int64_t lda,
+                std::vector<double>* y, std::vector<double>* mag) {
+  const int64_t k = w.k, n = w.n, groups = k / 32;
+  std::vector<double> wv(n * k);  // value * 2^(b - 127), exact in double (NaN for b = 0xFF)
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t j = 0; j < k; ++j) {
+      const uint8_t b = w.scales[c * groups + j / 32];
+      wv[c * k + j] = b == 0xFF ? std::numeric_limits<double>::quiet_NaN()
+                                : mx_elem_value(w.type, w.codes[c * k + j]) * std::ldexp(1.0, b - 127);
+    }
+  y->assign(m * n, 0.0);
+  mag->assign(m * n, 0.0);
+  std::vector<double> row(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < k; ++j)
+      row[j] = d.a_type == QJ_BF16 ? bf16_to_f32(static_cast<const uint16_t*>(a)[i * lda + j])
+                                   : static_cast<const float*>(a)[i * lda + j];
+    for (int64_t c = 0; c < n; ++c) {
+      double acc = 0, abs = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double t = row[j] * wv[c * k + j];  // exact: 24 x 4 significant bits, in range
+        acc += t;
+        abs += std::fabs(t);
+      }
+      const double bias = d.bias ? d.bias[c] : 0.0;
+      (*y)[i * n + c] = acc + bias;
+      (*mag)[i * n + c] = abs + std::fabs(bias);
+    }
+  }
+  return true;
+}
+
 bool gemm_mx(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a, int64_t lda,
              std::vector<double>* y, std::vector<double>* mag) {
   const int64_t k = w.k, n = w.n, groups = k / 32;
+  if (w.type == QJ_MXFP8_E4M3 || w.type == QJ_MXFP8_E5M2) return gemm_mxfp8(d, w, m, a, lda, y, mag);
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
   std::vector<int32_t> qa;
   std::vector<float> sc;  // per (row, group) scale of A

@@ -4,6 +4,7 @@
 // dynamic-quantization rule (src/ref/gemm_ref.h, per row, tensor or (row, 32-block)), u8 / s8 A
 // minus its zero point. It returns the exact pre-activation output and the magnitude the fp32
 // rounding bound of the tests is proportional to; the tests apply the output stage.
+// MXFP8 weights multiply fp32 / bf16 A unquantized (gemm_mxfp8 below).
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -26,5 +27,15 @@ struct MxWeights {
 // Returns false if A holds a non-finite value (fp32 / bf16 A).
 bool gemm_mx(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a, int64_t lda,
              std::vector<double>* y, std::vector<double>* mag);
+
+// MXFP8 weights (E4M3, E5M2; gemm_mx forwards them here): A is not quantized. fp32 A as is, bf16 A
+// widened exactly; every product a * value * 2^(b - 127) is exact in double (a 24-bit and a 4-bit
+// significand; exponents far inside double's range), so
+//   y[i*n + c]   = sum_k a(i, k) * w(k, c) + bias[c]   (summed in double, K-order; NaN / Inf
+//                  weights propagate as IEEE says; a 0xFF scale byte makes the block's weights NaN)
+//   mag[i*n + c] = sum_k |a(i, k) * w(k, c)| + |bias[c]|
+// Non-finite A values propagate. Always returns true.
+bool gemm_mxfp8(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a, int64_t lda,
+                std::vector<double>* y, std::vector<double>* mag);
 
 }  // namespace qj::ref
