@@ -4,10 +4,12 @@
 //   rsi  A tile pointer   rdx  B pointer (runs through all panels)   rcx  C of the current panel
 //   r8   K loop counter   r9   panel counter   rbp  panel column offset (bytes into the fp32
 //   per-column arrays)    rbx  C row (epilogue)   rax scratch; r10/r11 in the epilogue.
+//   MXFP8: rbx = the block's E8M0 bytes and r10 = the inner loop counter during the K loop.
 //   Direct A: rows 3j, 3j+1, 3j+2 at [base_j], [base_j + r11], [base_j + 2 r11] with r11 = lda
 //   bytes and base_j = rsi, r12, r13, r14, r15 (rows 0..14), all advanced along K together.
 // Vector registers: [0, sets*mr*nrv) accumulators, then the converted weight vectors (nrv for
 // f16, 2*nrv for bf16: k and k+1), the bf16 high-half mask, the AVX2 A broadcast register.
+// MXFP8 adds the per-block totals or the scale vectors, a zero vector and the E4M3 mask (Plan).
 //
 // Measured on the Zen 4 host (docs: PERF.md has Intel numbers): vfmadd231ps zmm 1/cycle, latency
 // 4; vcvtph2ps zmm 0.75/cycle and it competes with the FMAs (8 FMA + 8 cvt: 12.7 cycles, 8 FMA +

@@ -1,14 +1,16 @@
-// Float-weight GEMM microkernels (KernelOp::kGemmFloat): fp32 A x F16 / BF16 packed B, fp32
-// accumulation, the shared output stage (bias, ReLU, beta, fp32 or bf16 C).
+// Float-weight GEMM microkernels (KernelOp::kGemmFloat): fp32 A x F16 / BF16 / MXFP8 packed B,
+// fp32 accumulation, the shared output stage (bias, ReLU, beta, fp32 or bf16 C).
 //
 // One kernel computes an mr x (n_panels * nr) strip of C from a packed fp32 A tile (kp x mr,
 // K-major) and consecutive packed B panels (src/ops/int_weights.h: kHalf / kBf16Pair). Per K unit
 // (one k for f16, one pair of k for bf16) each weight vector is converted once and used by all mr
-// rows: vcvtph2ps (F16C) for f16; vpslld 16 (k) and vpandd 0xffff0000 (k + 1) for bf16. A values
+// rows: vcvtph2ps (F16C) for f16; vpslld 16 (k) and vpandd 0xffff0000 (k + 1) for bf16; MXFP8
+// codes through fp16 (unpack or zero-extend, shift; E4M3 rebiased) then vcvtph2ps, with the E8M0
+// block scales applied in fp32 (layout kMxFp8; details in gemm_float.cpp). A values
 // are embedded broadcasts (AVX-512) or vbroadcastss (AVX2) from the packed tile.
 // Key fields used:
 //   isa            avx2 (ymm, 16 registers) or avx512 / avx512_vnni (zmm, 32 registers)
-//   b_type         QJ_F16 or QJ_BF16;  a_type QJ_F32 (the packed tile)
+//   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3 or QJ_MXFP8_E5M2;  a_type QJ_F32 (the packed tile)
 //   mr, nr         register tile (nr a multiple of the vector width)
 //   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)
 //   param[0]       K-interleaved accumulator sets (1, 2 or 4): unit u of every group of param[0]
@@ -16,6 +18,9 @@
 //   flags bit 0    direct A: `a` is the caller's fp32 A (row stride lda_bytes), read in place with
 //                  no packing (FBGEMM reads A the same way); needs every K unit complete (f16, or
 //                  even K for bf16), since nothing past column K - 1 of a row may be read
+//   flags bit 1    MXFP8 only: per-block accumulators (else decoded weights times their scales)
+// MXFP8: k_main counts blocks of 32 k (k_rem unused); the units of a block are interleaved over
+// the param[0] sets (which must divide 32).
 #pragma once
 #include <cstdint>
 
@@ -30,7 +35,7 @@ struct GemmFloatArgs {
   const uint8_t* b;          // first packed B panel (panels are contiguous)
   uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
   int64_t ldc;               // bytes between rows of C
-  int64_t k_main;            // K units / param[0]: iterations of the unrolled loop
+  int64_t k_main;            // K units / param[0]: iterations of the unrolled loop (MXFP8: K / 32)
   int64_t k_rem;             // K units % param[0]: single units after it (into set 0)
   int64_t n_panels;          // panels to compute
   int64_t last_is_tail;      // 1 if the last panel is the partial one (key.n_tail columns)

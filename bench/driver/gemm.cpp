@@ -78,8 +78,10 @@ const WeightKind kKinds[] = {
     // E2M3 is packed one code per byte (a dense 6-bit panel layout is not done yet): 8.25 bits.
     {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 6.25, false, PeerKind::kF32},
-    {"mxfp8_e4m3", QJ_MXFP8_E4M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
-    {"mxfp8_e5m2", QJ_MXFP8_E5M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
+    // MXFP8: fp32 A (not quantized) times codes decoded to fp32 in registers, fp32 FMAs: the FMA
+    // peak is the roof. One code byte per weight plus one E8M0 byte per 32: 8.25 bits.
+    {"mxfp8_e4m3", QJ_MXFP8_E4M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, true, PeerKind::kF32},
+    {"mxfp8_e5m2", QJ_MXFP8_E5M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, true, PeerKind::kF32},
     {"mxint8", QJ_MXINT8, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     // BDR (blocks of 16, 8-bit exponent + 8 microexponent bits inline): 9, 6 and 4 bits per value.
     {"mx9", QJ_BDR_MX9, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 9.0, false, PeerKind::kF32},

@@ -233,13 +233,13 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
 
 /* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 9) ---------------------------------
  * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 and QJ_MXINT8 (the element types whose per-block dot
- * product is exact in integers). Blocks of 32 run along K and carry one E8M0 scale each; k must be
- * a multiple of 32. desc->scales and desc->zero_points must be NULL; granularity and group_size
+ * product is exact in integers), and QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (fp32 path, below). Blocks of 32
+ * run along K and carry one E8M0 scale each; k must be a multiple of 32. desc->scales and desc->zero_points must be NULL; granularity and group_size
  * are ignored (the blocks are the groups).
  * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one SPLIT vector per output column n) and
  *  `data` points to a qj_mx_weights_data: the elements of column n start at
  *  (const uint8_t*)elems + n * ld (ld in BYTES, >= k/32 * block bytes: FP4 16, FP6 24 (4 codes
- *  LSB-first in 3 bytes), INT8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of
+ *  LSB-first in 3 bytes), INT8 and FP8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of
  *  column n is scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
  * qj_weights_quantize_pack: fp32 K x N or N x K (ld in floats) -> MX per column along K, FLOOR
  *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR). A
@@ -250,7 +250,15 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  sum of int8(A) x integer(weight) is exact in int32; it is scaled by A's scale and by the block
  *  scale in fp32 and accumulated in fp32 across blocks. MXFP4 runs at every tier; MXINT8 and
  *  MXFP6 E2M3 need AVX512-VNNI (E2M3 also AVX512-VBMI) and otherwise use the scalar reference
- *  (logged at QJ_VERBOSE=1). */
+ *  (logged at QJ_VERBOSE=1).
+ * GEMM with MXFP8 weights (E4M3, E5M2; MX.md section 9 decision 6, the fp32 path): like F16 / BF16
+ *  weights (see above): a_type QJ_F32 or QJ_BF16, NOT quantized; c_type QJ_F32 or QJ_BF16; bias,
+ *  ReLU, beta; a_scale, a_zero_point, c_scale, c_zero_point ignored. y = sum_k a * w + bias with
+ *  w = value(code) * 2^(b - 127) exactly (b = 0xFF, an E4M3 NaN code or an E5M2 NaN code make w
+ *  NaN, E5M2 Inf codes +-Inf), products and sums in fp32 in the kernel's order (the bound the tests
+ *  use is in test/gemm_mxfp8_test.cpp); a weight beyond the fp32 range (only from foreign scale
+ *  bytes) is +-Inf. The codes stay 8-bit in memory and are decoded in registers; JIT at AVX2 and
+ *  above, the scalar reference below. */
 typedef struct qj_mx_weights_data {
   const void* elems;       /**< SPLIT element bytes of column 0 (column n at + n * ld bytes) */
   const uint8_t* scales;   /**< E8M0 scale bytes, scales[n * scales_ld + j] */

@@ -150,14 +150,15 @@ bool fill_buffer(AlignedBuffer& b, size_t bytes) { return b.allocate(bytes, true
 
 namespace {
 
-// MXFP8 tiles of r rows: per-block accumulators (no multiply per weight vector, twice the
-// accumulator registers) or weight vectors multiplied by their block scales (codegen/gemm_float).
-bool fp8_block_accumulators(int r) {
-  static const int max_r = [] {
-    const char* e = std::getenv("QJ_FP8_BA_MAX_MR");
-    return e ? std::atoi(e) : 2;
+// MXFP8 kernels: per-block accumulators (no multiply per weight vector, twice the accumulator
+// registers) or weight vectors multiplied by their block scales (codegen/gemm_float).
+bool fp8_block_accumulators(qj_isa isa) {
+  static const int mode = [] {
+    const char* e = std::getenv("QJ_FP8_BA");
+    return e ? std::atoi(e) : -1;
   }();
-  return r <= max_r;
+  if (mode >= 0) return mode != 0;
+  return isa >= QJ_ISA_AVX512;
 }
 
 // Everything a plan needs beyond the integer path: F16 / BF16 weights with fp32 / bf16 A.
@@ -413,6 +414,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     // beyond that its rows are as many L2 streams as the tile has rows, and the FMA pipes starve
     // (measured: 64x512xK, K = 1024: 67% of the FMA peak direct, 92% packed).
     key.flags = float_direct_a(desc, *w) ? 1 : 0;
+    if (w->is_mx_fp8() && fp8_block_accumulators(p->isa)) key.flags |= 2;
     const int mr = std::max(1, gemm_float_max_mr(key, 14));
     p->blk = float_blocking(*w, mr);
     p->n_pad = w->n_panels * w->nr;
@@ -442,12 +444,8 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       while (sets < 4 && r * nrv * sets < 8) sets *= 2;
       key.mr = static_cast<uint8_t>(r);
       key.param[0] = static_cast<uint32_t>(sets);
-      if (w->is_mx_fp8()) key.flags = (key.flags & 1) | (fp8_block_accumulators(r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
-      if ((key.flags & 2) && gemm_float_max_mr(key, r) < r) {  // no room: scaled weights
-        key.flags &= 1;
-        sets = static_cast<int>(key.param[0]);
-      }
+
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);
       if (st != QJ_OK) {
