@@ -24,6 +24,7 @@
 // weight, a 0xFF scale or +Inf + -Inf in one column give NaN in every row; one signed Inf, Inf).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -343,8 +344,9 @@ std::string run_case(const Fp8Case& t) {
 
 const qj_dtype kTypes[] = {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2};
 
-// The register-tile height of the plan (the largest kernel gemm_float generates for the tier).
-int tile_mr(qj_isa isa, int64_t n) {
+// Register-tile heights the plan may use for the tier (the largest kernel gemm_float generates),
+// with scaled weights (flags 0) or per-block accumulators (flags 2).
+int tile_mr(qj_isa isa, int64_t n, int flags) {
   if (isa < QJ_ISA_AVX2) return 4;  // the scalar reference has no tile: any small M
   qj::KernelKey key = qj::KernelKey::zeroed();
   key.op = qj::KernelOp::kGemmFloat;
@@ -354,6 +356,7 @@ int tile_mr(qj_isa isa, int64_t n) {
   key.c_type = QJ_F32;
   key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, QJ_MXFP8_E4M3));
   key.param[0] = 1;
+  key.flags = static_cast<uint8_t>(flags);
   return qj::gemm_float_max_mr(key, 14);
 }
 
@@ -363,9 +366,15 @@ TEST(GemmMxFp8, ShapeSweep) {
     uint32_t seed = 1;
     for (qj_dtype wt : kTypes)
       for (int64_t n : {1, 15, 16, 17, 33}) {
-        const int mr = tile_mr(isa, n);
-        ASSERT_GE(mr, 2);
-        for (int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(mr - 1), int64_t(mr), int64_t(mr + 1), int64_t(97)})
+        // M in {1, 2, 3, MR - 1, MR, MR + 1, 97} for the MR of both ways of applying the scales.
+        std::vector<int64_t> ms = {1, 2, 3, 97};
+        for (int flags : {0, 2}) {
+          const int mr = tile_mr(isa, n, flags);
+          ASSERT_GE(mr, 2);
+          for (int64_t m : {mr - 1, mr, mr + 1})
+            if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
+        }
+        for (int64_t m : ms)
           for (int64_t k : {32, 64, 96, 512}) {
             Fp8Case t;
             t.w = wt;
@@ -548,6 +557,32 @@ TEST(GemmMxFp8, SerializeRepackThreads) {
       s.m = 3;
       EXPECT_EQ(run_case(s), "") << s.str();
     }
+  }
+}
+
+// K beyond the direct-A limit (fp32 A packed into tiles), and two threads splitting N (few rows)
+// or M (many rows): every partition gives the same bits as one thread.
+TEST(GemmMxFp8, LongKAndThreads) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 500;
+    for (qj_dtype wt : kTypes)
+      for (int64_t m : {1, 5, 40}) {
+        Fp8Case t;
+        t.w = wt;
+        t.m = m;
+        t.n = 100;
+        t.k = 1024;
+        t.seed = ++seed;
+        Weights W = make_weights(t);
+        GemmRun one = make_run(t), two = make_run(t);
+        ASSERT_EQ(run_api(t, W, &one), "") << t.str();
+        EXPECT_EQ(check(t, W, one), "") << t.str();
+        Fp8Case t2 = t;
+        t2.threads = 2;
+        ASSERT_EQ(run_api(t2, W, &two), "") << t2.str();
+        EXPECT_EQ(one.out, two.out) << "two threads changed the output: " << t2.str();
+      }
   }
 }
 
