@@ -38,6 +38,7 @@
 #include "src/core/kernel_key.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
+#include "src/ops/gemm.h"
 #include "src/ops/int_weights.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
@@ -360,10 +361,22 @@ int tile_mr(qj_isa isa, int64_t n, int flags) {
   return qj::gemm_float_max_mr(key, 14);
 }
 
+// Forces one way of applying the block scales for the plans of its lifetime (-1: the default).
+class Fp8Mode {
+ public:
+  explicit Fp8Mode(int mode) { qj::gemm_fp8_force_block_accumulators(mode); }
+  ~Fp8Mode() { qj::gemm_fp8_force_block_accumulators(-1); }
+};
+
+// Both ways of applying the scales (scaled weights, per-block accumulators) at every tier, and
+// the default choice.
 TEST(GemmMxFp8, ShapeSweep) {
+  for (int mode : {-1, 0, 1})
   for (qj_isa isa : qjt::supported_isas()) {
+    if (mode >= 0 && isa == QJ_ISA_SCALAR) continue;
+    Fp8Mode fm(mode);
     qjt::IsaCap cap(isa);
-    uint32_t seed = 1;
+    uint32_t seed = 1 + 1000 * static_cast<uint32_t>(mode + 1);
     for (qj_dtype wt : kTypes)
       for (int64_t n : {1, 15, 16, 17, 33}) {
         // M in {1, 2, 3, MR - 1, MR, MR + 1, 97} for the MR of both ways of applying the scales.
@@ -415,7 +428,10 @@ TEST(GemmMxFp8, ExhaustiveCodes) {
 
 // NaN / Inf codes, NaN scale blocks, scales 0x00 / 0x01, a zero block, +-max, subnormal columns.
 TEST(GemmMxFp8, SpecialCodesAndScales) {
+  for (int mode : {-1, 0, 1})
   for (qj_isa isa : qjt::supported_isas()) {
+    if (mode >= 0 && isa == QJ_ISA_SCALAR) continue;
+    Fp8Mode fm(mode);
     qjt::IsaCap cap(isa);
     for (qj_dtype wt : kTypes)
       for (int64_t m : {1, 2, 5, 14})

@@ -56,6 +56,11 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
 qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                    int32_t thread_id, int32_t num_threads);
 
+// MXFP8 kernels of plans created from now on: -1 the measured choice per tier (default), 0 decoded
+// weights times their block scales, 1 per-block accumulators (codegen/gemm_float.h flags bit 1).
+// For tests and experiments: both ways are exact to the same bound.
+void gemm_fp8_force_block_accumulators(int mode);
+
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
                              int kg);
