@@ -368,8 +368,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   if (p.fp8) {
     emit_fp8_main(a, p, advance_a, unit_a);
   } else {
-  zero_regs(a, s, p.acc, p.sets * n_acc);
-  {
+    zero_regs(a, s, p.acc, p.sets * n_acc);
     Label l_main = a.newLabel(), l_rem = a.newLabel(), l_rem_loop = a.newLabel(), l_done = a.newLabel();
     a.mov(r8, ARG(k_main));
     a.test(r8, r8);
@@ -393,8 +392,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       a.jnz(l_rem_loop);
     }
     a.bind(l_done);
-  }
-  sum_sets(a, p);
+    sum_sets(a, p);
   }
 
   // Output stage for this panel (the weight registers are free: epilogue scratch).
