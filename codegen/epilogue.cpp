@@ -159,17 +159,18 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     return;
   }
 
-  // u8 / s8 requantization.
+  // u8 / s8 requantization: clamp to the output range less the zero point (NaN becomes the low
+  // bound: vmaxps returns its second source), round half even, add the zero point. The value is
+  // then in range, so the narrowing store needs no saturation.
   op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
   op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
-  if (s.zmm)
-    a.vrndscaleps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
-  else
-    a.vroundps(A, A, 8);
-  a.vcvttps2dq(A, A);  // exact: A holds integers
+  if (s.zmm) {
+    a.rn_sae().vcvtps2dq(A, A);  // embedded round-to-nearest-even, whatever MXCSR says
+  } else {
+    a.vroundps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
+    a.vcvttps2dq(A, A);   // exact: A holds integers
+  }
   op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
-  op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
-  op_const(a, s, Inst::kIdVpminsd, A, r, offsetof(EpilogueConsts, q_hi), r.t0);
   if (s.zmm) {
     if (partial)
       a.k(k1).vpmovdb(ptr(r.c_row, c_off), A);

@@ -273,8 +273,10 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     k.q_lo = desc.c_type == QJ_U8 ? 0 : -128;
     k.q_hi = desc.c_type == QJ_U8 ? 255 : 127;
     if (desc.activation == QJ_ACT_RELU && desc.c_zero_point > k.q_lo) k.q_lo = desc.c_zero_point;
-    k.f_lo = -16777216.0f;
-    k.f_hi = 16777216.0f;
+    // The saturation bounds shifted by the zero point, as floats (exact: |value| <= 510): the
+    // kernel clamps before rounding, so round(clamp(y)) + zp needs no integer clamp afterwards.
+    k.f_lo = static_cast<float>(k.q_lo - k.c_zp);
+    k.f_hi = static_cast<float>(k.q_hi - k.c_zp);
     k.beta = desc.beta;
     k.zero = 0.0f;
     const int64_t n_tail = n % w->nr;
