@@ -175,7 +175,10 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   }
   Label l_group = a.newLabel();
   a.bind(l_group);
-  zero_regs(a, s, p.acc0, n_acc);
+  // The accumulators start from the A zero-point column correction of this group (col_corr):
+  // integer adds commute, and it saves an add per accumulator at the end of the group.
+  for (int i = 0; i < p.mr; ++i)
+    for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.acc0 + i * p.nrv + j, ptr(r13, r11, 0, j * s.bytes));
   if (p.dual) {
     zero_regs(a, s, p.acc1, n_acc);
     Label l_pairs = a.newLabel(), l_odd = a.newLabel(), l_done = a.newLabel();
@@ -208,17 +211,14 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.jnz(l_k);
   }
 
-  // Zero-point corrections of this group: acc += col_corr; acc -= row_sum * b_zp.
+  // B zero-point correction of this group: acc -= row_sum * b_zp.
   const Vec t = s.v(p.breg);  // B vectors are free now
-  for (int i = 0; i < p.mr; ++i) {
-    if (key.has_b_zp) a.vpbroadcastd(s.v(p.areg), dword_ptr(r12, i * 4));
+  for (int i = 0; key.has_b_zp && i < p.mr; ++i) {
+    a.vpbroadcastd(s.v(p.areg), dword_ptr(r12, i * 4));
     for (int j = 0; j < p.nrv; ++j) {
       Vec c = s.v(p.acc0 + i * p.nrv + j);
-      a.vpaddd(c, c, ptr(r13, r11, 0, j * s.bytes));
-      if (key.has_b_zp) {
-        a.vpmulld(t, s.v(p.areg), ptr(r14, r11, 0, j * s.bytes));
-        a.vpsubd(c, c, t);
-      }
+      a.vpmulld(t, s.v(p.areg), ptr(r14, r11, 0, j * s.bytes));
+      a.vpsubd(c, c, t);
     }
   }
   if (p.grouped) {
