@@ -22,6 +22,10 @@
 //   flags bit 4    (decoded, grouped) A quantized per (row, group): each group's sum is multiplied
 //                  by row_group_scale before the fold (has_row_scale is then 0)
 //   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3)
+//   flags bit 6    (s8, VNNI, u8 A in place) narrow N = 4 or 8 ("rows4"): one vpdpbusd covers 4
+//                  columns x 16 K of a row; n_panels iterations of mr rows per call, A rows
+//                  args.lda apart, B patterns and per-column arrays in the plan's expanded layout,
+//                  key.param[1] = K (see emit_s8_rows4 in gemm_int.cpp)
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
 //                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
 #pragma once
@@ -52,6 +56,7 @@ struct GemmIntArgs {
   const float* col_bias;     // [n_pad] output bias, at the first panel
   const float* row_scale;    // [mr] dynamic-quantization row scales
   const float* row_group_scale;  // [groups][mr] per (group, row) scales of A (decoded, flags bit 4)
+  int64_t lda;               // flags bit 6: bytes between rows of A (read in place)
 };
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);
