@@ -83,7 +83,10 @@ def main():
     groups = {}
     for v, peer in sorted(peers.items()):
         for k in sorted(set(ours) & set(peer), key=lambda k: tuple(str(x).zfill(8) for x in k)):
-            groups.setdefault(f"{group(k)} [FBGEMM via {v}]", []).append((k, peer[k]))
+            g = group(k)
+            if k[0] == "adagrad":  # FBGEMM updates per occurrence: say which mode quantjit ran
+                g += f" (quantjit {ours[k].get('update', 'coalesced')})"
+            groups.setdefault(f"{g} [FBGEMM via {v}]", []).append((k, peer[k]))
     if not groups:
         print("compare: no configuration present in both inputs", file=sys.stderr)
         return 1
