@@ -41,7 +41,8 @@ peer=$root/bench/peers/fbgemm_peer.py
 # cpuinfo, from Debian's libcpuinfo-dev); DT_RPATH so that fbgemm.so's own dependencies resolve.
 direct=$build/fbgemm_direct
 site=$("$py" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
-if [ ! -x "$direct" ] || [ "$root/bench/peers/fbgemm_direct.cpp" -nt "$direct" ]; then
+if [ ! -x "$direct" ] || [ "$root/bench/peers/fbgemm_direct.cpp" -nt "$direct" ] ||
+   ! readelf -d "$direct" 2>/dev/null | grep -qF "$site/fbgemm_gpu"; then  # new source or other venv
   g++ -O2 -std=c++20 -I"$root" -I"$root/bench" "$root/bench/peers/fbgemm_direct.cpp" -o "$direct" \
     "$site/fbgemm_gpu/fbgemm.so" -Wl,--disable-new-dtags -Wl,-rpath,"$site/fbgemm_gpu" \
     -Wl,-rpath,"$site/torch/lib" -L"$site/torch/lib" -lc10 -ltorch_cpu -lcpuinfo
