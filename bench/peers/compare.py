@@ -6,6 +6,9 @@
 #   net : FBGEMM's time minus overhead_ns (the same op's time on a trivially small case, timed
 #         the same way), an estimate of FBGEMM's kernel alone. overhead_ns also holds FBGEMM's
 #         own fixed per-call costs, so net flatters FBGEMM a little; the truth lies between.
+# Several runs of the same configuration (files from repeated runs) are combined per side with
+# --combine: min (default: the best of the runs' medians; on this shared machine a neighbour's
+# burst or a freshly allocated table can slow one whole sample set 2-3x), median, or last.
 # Usage: compare.py QUANTJIT.jsonl... --fbgemm FBGEMM.jsonl... [--target 1.2] [--markdown]
 # Standard library only (runs under any python3).
 import argparse
@@ -74,12 +77,28 @@ def main():
     ap.add_argument("--fbgemm", nargs="+", required=True)
     ap.add_argument("--target", type=float, default=1.2)
     ap.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    ap.add_argument("--combine", choices=["min", "median", "last"], default="min",
+                    help="how repeated runs of one configuration are combined (per side)")
     o = ap.parse_args()
-    ours = {key(r): r for r in load(o.quantjit) if r.get("peer") != "fbgemm" and "seconds" in r and key(r)}
-    peers = {}  # variant -> {key: record}
+    def combine(recs):
+        if o.combine == "last" or len(recs) == 1:
+            return recs[-1]
+        recs = sorted(recs, key=lambda r: r["seconds"])
+        pick = recs[0] if o.combine == "min" else recs[(len(recs) - 1) // 2]
+        return dict(pick, runs=len(recs))
+
+    runs = {}
+    for r in load(o.quantjit):
+        if r.get("peer") != "fbgemm" and "seconds" in r and key(r):
+            runs.setdefault(key(r), []).append(r)
+    ours = {k: combine(v) for k, v in runs.items()}
+    runs = {}  # (variant, key) -> records
     for r in load(o.fbgemm):
         if r.get("peer") == "fbgemm" and "seconds" in r and key(r):
-            peers.setdefault(variant(r), {})[key(r)] = r
+            runs.setdefault((variant(r), key(r)), []).append(r)
+    peers = {}  # variant -> {key: record}
+    for (v, k), recs in runs.items():
+        peers.setdefault(v, {})[k] = combine(recs)
     groups = {}
     for v, peer in sorted(peers.items()):
         for k in sorted(set(ours) & set(peer), key=lambda k: tuple(str(x).zfill(8) for x in k)):
