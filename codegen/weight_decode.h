@@ -51,6 +51,10 @@ struct DecoderInfo {
                                // decodes them (codegen/gemm_int) and the plan's column multiplier
                                // carries 2^-int_shift
   bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
+  bool int16 = false;          // int16 pairs (E3M2, BDR MX9 / MX6 / MX4; see emit_decode16):
+                               // output o holds, in the dword lane of column c, the signed int16
+                               // q(k0 + 2o, c), q(k0 + 2o + 1, c); A is packed as s16 pairs;
+                               // offset 0 (no row-sum correction). n_out = 4 per 8-K step.
 };
 
 // Constants live in the red zone of the (leaf) kernels, written once by the setup code:
@@ -73,5 +77,12 @@ void emit_decoder_setup(asmjit::x86::Assembler& a, const Simd& s, int b_type, co
 // (scaled: output o holds d_o << (scaled_shift * o); only when info.scaled_shift > 0).
 void emit_decode(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
                  const DecodeRegs& r, const int* out, bool scaled = false);
+
+// int16-pair decoders (info.int16): decodes pair row o (0..3) of the step bytes of one column
+// vector at `src` into vector register `out` (one call per output, so the kernel can consume each
+// decoded vector before the next is made: fewer live registers). Uses r.temps (n_temps) and the
+// mask register k2 (AVX-512 MX9).
+void emit_decode16(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
+                   int o, const DecodeRegs& r, int out);
 
 }  // namespace qj::cg
