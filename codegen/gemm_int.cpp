@@ -258,6 +258,12 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 // shifted back (vpsrad, exact) before it is added. The plan sets it only when a group's sum
 // cannot reach 2^31 / 16.
 // flags bit 4 (grouped, dynamic A per group): float(acc) *= row_group_scale[g][i] before the fold.
+// int16-pair decoders (dec.int16: E3M2, BDR): A is packed as s16 pairs (4 pair rows per 8-K step,
+// the same (o * mr + i) * 4 addressing with n_out = 4), each pair row o is decoded to s16 pairs and
+// multiplied at once: vpdpwssd acc, d, {1to16}[A pair] (VNNI), or vpbroadcastd + vpmaddwd + vpaddd
+// (exact: |a| <= 255, |q| <= 448). Packing A as s16 (rather than widening s8 in registers) keeps
+// the broadcast folded into the multiply: widening would add a vpmovsxbw and a broadcast per
+// row and pair row, 2 more uops per vpdpwssd at one column vector.
 
 struct DPlan {
   cg::Simd s;

@@ -24,6 +24,9 @@
 //   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3)
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
 //                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
+//   int16-pair b_types (MXFP6 E3M2; BDR MX9 / MX6 / MX4, blocks of 16 whose exponent byte is
+//                  decoded like E8M0): weights decoded to s16 pairs, A packed as s16 pairs (kg 2),
+//                  vpdpwssd (VNNI) or vpmaddwd + vpaddd; no offset, so no row sums
 #pragma once
 #include <cstdint>
 

@@ -82,7 +82,7 @@ DecoderInfo decoder_info(int b_type) {
       d.ok = true;
       d.int16 = true;
       d.k_per_step = 8;
-      d.bytes_per_col_step = b_type == QJ_BDR_MX9 ? 9 : 8;
+      d.bytes_per_col_step = b_type == QJ_BDR_MX9 ? 9 : (b_type == QJ_BDR_MX4 ? 4 : 8);
       d.n_out = 4;
       d.offset = 0;
       d.pair_exact = true;  // vpmaddwd is exact for any int16 pair
@@ -90,7 +90,8 @@ DecoderInfo decoder_info(int b_type) {
       // E3M2: zmm two 32-word tables (vpermi2w); ymm the +-2^max(e-1,0) and hidden-bit pshufb
       // tables and the 0x0f / 0x03 masks, 2 temps. MX9 ymm: the word bit selector, 1 temp.
       // The counts are the larger of the two widths' needs (the zmm tier has registers to spare).
-      d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 ? 1 : 0);
+      // MX4: the 0x000f and 8 words.
+      d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 ? 1 : (b_type == QJ_BDR_MX4 ? 2 : 0));
       d.n_temps = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX9 ? 1 : 0);
       break;
     default: break;
@@ -187,6 +188,10 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       }
       break;
     }
+    case QJ_BDR_MX4:
+      broadcast_dword(a, s, r.consts, 0x000f000fu, tmp);
+      broadcast_dword(a, s, r.consts + 1, 0x00080008u, tmp);
+      break;
     case QJ_BDR_MX9:
       if (!s.zmm) {  // words 1 << w: the bit of word w of a 16-bit mask
         uint8_t t[32];
@@ -226,8 +231,22 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
         a.vpmaddubsw(v, v, t);                    // exact: |16 v| <= 448
       }
       break;
-    case QJ_BDR_MX6:
-    case QJ_BDR_MX4: a.vpmovsxbw(v, codes); break;
+    case QJ_BDR_MX6: a.vpmovsxbw(v, codes); break;
+    case QJ_BDR_MX4: {
+      // Rows o and o + 2 share bytes: q + 8 in the low (o < 2) or high nibble.
+      Mem nib = src;
+      nib.addOffset((o % 2) * s.bytes / 2);
+      nib.setSize(s.bytes / 2);
+      a.vpmovzxbw(v, nib);
+      if (o < 2) {
+        if (s.zmm) a.vpandd(v, v, s.v(r.consts));
+        else a.vpand(v, v, s.v(r.consts));
+      } else {
+        a.vpsrlw(v, v, 4);  // zero-extended bytes: the high nibble, nothing above it
+      }
+      a.vpsubw(v, v, s.v(r.consts + 1));
+      break;
+    }
     case QJ_BDR_MX9: {
       Mem flags = src;  // 2 * lanes bits of pair row o after the 8 * lanes code bytes
       flags.addOffset(2 * s.bytes + o * s.bytes / 16);

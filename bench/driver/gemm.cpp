@@ -85,7 +85,7 @@ const WeightKind kKinds[] = {
     {"mxint8", QJ_MXINT8, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     {"mx9", QJ_BDR_MX9, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 9.5, false, PeerKind::kF32},
     {"mx6", QJ_BDR_MX6, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 8.5, false, PeerKind::kF32},
-    {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 8.5, false, PeerKind::kF32},
+    {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.5, false, PeerKind::kF32},
 };
 
 const WeightKind* find_kind(const std::string& name) {

@@ -33,7 +33,9 @@
 //                 `lanes` columns, for pair o = 0..3: lanes x 2 bytes (k0 + 2o, k0 + 2o + 1) of each
 //                 column (one vpmovzxbw / vpmovsxbw gives the int16 pairs of vpdpwssd / vpmaddwd);
 //                 MX9 then adds 4 masks of 2 * lanes bits (bit 2c + r: element doubled). Byte =
-//                 E3M2 code, MX6 / MX4 int8 q, MX9 int8 q or q / 2 (mx_col_step() = 8 or 9 bytes).
+//                 E3M2 code, MX6 int8 q, MX9 int8 q or q / 2 (mx_col_step() = 8 or 9 bytes).
+//                 MX4 (4 bytes): pair rows o and o + 2 share the lanes x 2 bytes of row o (o = 0,
+//                 1): low nibble q + 8 of row o, high nibble q + 8 of row o + 2 (q in [-6, 6]).
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -77,9 +79,10 @@ struct PackedWeights {
   bool is_mx16() const {
     return dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX9 || dtype == QJ_BDR_MX6 || dtype == QJ_BDR_MX4;
   }
-  // MX: packed bytes per column per 8-K step (FP4 4; E2M3 / INT8 / E3M2 / MX6 / MX4 8; MX9 9).
+  // MX: packed bytes per column per 8-K step (FP4 / MX4 4; E2M3 / INT8 / E3M2 / MX6 8; MX9 9).
   int32_t mx_col_step() const {
-    return layout == PackLayout::kMxNibble ? 4 : (dtype == QJ_BDR_MX9 ? 9 : 8);
+    if (layout == PackLayout::kMxNibble || dtype == QJ_BDR_MX4) return 4;
+    return dtype == QJ_BDR_MX9 ? 9 : 8;
   }
   // MX: bytes of the steps of one panel (the E8M0 scale bytes follow them).
   size_t mx_steps_bytes() const;

@@ -71,6 +71,7 @@ uint8_t e3m2_code(int32_t q) {
 struct StepPos {
   int64_t byte, flag_byte;
   int flag_bit;
+  int nibble;  // MX4: 0 low, 1 high
 };
 
 StepPos step_pos(const PackedWeights& w, int64_t c, int r) {
@@ -78,7 +79,13 @@ StepPos step_pos(const PackedWeights& w, int64_t c, int r) {
   const int64_t cs = w.mx_col_step();
   const int64_t base = (c / lanes) * cs * lanes, cl = c % lanes;
   StepPos p;
-  p.byte = base + (r / 2) * 2 * lanes + cl * 2 + r % 2;
+  p.nibble = 0;
+  if (w.dtype == QJ_BDR_MX4) {  // pair rows o and o + 2 share a byte
+    p.byte = base + ((r / 2) % 2) * 2 * lanes + cl * 2 + r % 2;
+    p.nibble = r / 4;
+  } else {
+    p.byte = base + (r / 2) * 2 * lanes + cl * 2 + r % 2;
+  }
   const int64_t bit = 2 * cl + r % 2;
   p.flag_byte = base + 8 * lanes + (r / 2) * (lanes / 4) + bit / 8;
   p.flag_bit = static_cast<int>(bit % 8);
@@ -121,6 +128,9 @@ qj_status pack_mx16(PackedWeights* w, qj_isa isa, const Q& q, const Scale& scale
             step[p0.flag_byte] |= static_cast<uint8_t>(1u << p0.flag_bit);
             step[p1.flag_byte] |= static_cast<uint8_t>(1u << p1.flag_bit);
           }
+        } else if (w->dtype == QJ_BDR_MX4) {
+          step[p0.byte] |= static_cast<uint8_t>((q0 + 8) << (4 * p0.nibble));
+          step[p1.byte] |= static_cast<uint8_t>((q1 + 8) << (4 * p1.nibble));
         } else {
           step[p0.byte] = static_cast<uint8_t>(static_cast<int8_t>(q0));
           step[p1.byte] = static_cast<uint8_t>(static_cast<int8_t>(q1));
@@ -146,6 +156,7 @@ int32_t mx16_q(const PackedWeights& w, int64_t kk, int64_t col) {
   const StepPos p = step_pos(w, c, static_cast<int>(kk % 8));
   const uint8_t b = step[p.byte];
   if (w.dtype == QJ_MXFP6_E3M2) return mx::e3m2_int_table()[b & 63];
+  if (w.dtype == QJ_BDR_MX4) return ((b >> (4 * p.nibble)) & 15) - 8;
   int32_t v = static_cast<int8_t>(b);
   if (w.dtype == QJ_BDR_MX9 && ((step[p.flag_byte] >> p.flag_bit) & 1)) v *= 2;
   return v;
