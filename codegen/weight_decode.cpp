@@ -84,14 +84,17 @@ DecoderInfo decoder_info(int b_type) {
       d.k_per_step = 8;
       d.bytes_per_col_step = b_type == QJ_BDR_MX9 ? 9 : (b_type == QJ_BDR_MX4 ? 4 : 8);
       d.n_out = 4;
-      d.offset = 0;
+      // MX4: the nibble u = q + 8 is used as is; the kernel's row-sum correction (-8 * sum of A per
+      // block, flags bit 2) removes the offset: one vpaddd per accumulator per block instead of a
+      // vpsubw per decoded vector (M = 1 issues one multiply per decoded vector).
+      d.offset = b_type == QJ_BDR_MX4 ? 8 : 0;
       d.pair_exact = true;  // vpmaddwd is exact for any int16 pair
       d.e8m0_scales = true;
       // E3M2: zmm two 32-word tables (vpermi2w); ymm the +-2^max(e-1,0) and hidden-bit pshufb
       // tables and the 0x0f / 0x03 masks, 2 temps. MX9 ymm: the word bit selector, 1 temp.
       // The counts are the larger of the two widths' needs (the zmm tier has registers to spare).
-      // MX4: the 0x000f and 8 words.
-      d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 ? 1 : (b_type == QJ_BDR_MX4 ? 2 : 0));
+      // MX4: the 0x000f words.
+      d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 || b_type == QJ_BDR_MX4 ? 1 : 0);
       d.n_temps = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX9 ? 1 : 0);
       break;
     default: break;
@@ -190,7 +193,6 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
     }
     case QJ_BDR_MX4:
       broadcast_dword(a, s, r.consts, 0x000f000fu, tmp);
-      broadcast_dword(a, s, r.consts + 1, 0x00080008u, tmp);
       break;
     case QJ_BDR_MX9:
       if (!s.zmm) {  // words 1 << w: the bit of word w of a 16-bit mask
@@ -233,7 +235,8 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
       break;
     case QJ_BDR_MX6: a.vpmovsxbw(v, codes); break;
     case QJ_BDR_MX4: {
-      // Rows o and o + 2 share bytes: q + 8 in the low (o < 2) or high nibble.
+      // Rows o and o + 2 share bytes: u = q + 8 in the low (o < 2) or high nibble; u is the
+      // decoded value (offset 8, removed by the kernel's row-sum correction).
       Mem nib = src;
       nib.addOffset((o % 2) * s.bytes / 2);
       nib.setSize(s.bytes / 2);
@@ -244,7 +247,6 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
       } else {
         a.vpsrlw(v, v, 4);  // zero-extended bytes: the high nibble, nothing above it
       }
-      a.vpsubw(v, v, s.v(r.consts + 1));
       break;
     }
     case QJ_BDR_MX9: {

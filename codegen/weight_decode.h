@@ -55,8 +55,8 @@ struct DecoderInfo {
   bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
   bool int16 = false;          // int16 pairs (E3M2, BDR MX9 / MX6 / MX4; see emit_decode16):
                                // output o holds, in the dword lane of column c, the signed int16
-                               // q(k0 + 2o, c), q(k0 + 2o + 1, c); A is packed as s16 pairs;
-                               // offset 0 (no row-sum correction). n_out = 4 per 8-K step.
+                               // q(k0 + 2o, c), q(k0 + 2o + 1, c) (+ offset: MX4 8, else 0);
+                               // A is packed as s16 pairs. n_out = 4 per 8-K step.
 };
 
 // Constants live in the red zone of the (leaf) kernels, written once by the setup code:

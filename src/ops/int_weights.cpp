@@ -98,6 +98,7 @@ int32_t PackedWeights::nibble_offset() const {
     case QJ_MXFP4_E2M1: return 12;
     case QJ_MXFP6_E2M3: return 60;
     case QJ_MXINT8: return 128;
+    case QJ_BDR_MX4: return 8;  // nibbles q + 8, decoded as is (row sums remove the 8)
     default: return 0;
   }
 }

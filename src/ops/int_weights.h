@@ -92,7 +92,8 @@ struct PackedWeights {
   int64_t group_steps() const { return kp / groups() / 8; }
   size_t group_block_bytes() const;
   size_t panel_bytes() const;
-  // Decoded byte = q + offset: S4 8, U4 0; MX: FP4 12 (q = 2v), E2M3 60 (q = 8v), INT8 128.
+  // Decoded byte = q + offset: S4 8, U4 0; MX: FP4 12 (q = 2v), E2M3 60 (q = 8v), INT8 128;
+  // int16-pair weights: MX4 8 (the nibble q + 8), E3M2 / MX9 / MX6 0.
   int32_t nibble_offset() const;
   int32_t q(int64_t kk, int64_t col) const;       // read back one quantized value (integer)
   uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)

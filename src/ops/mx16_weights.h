@@ -9,8 +9,8 @@
 // magnitude bits, so int_shift = m). The panels keep one BYTE per element, not int16 values:
 //  - E3M2: the 6-bit code (decoded by a 64-entry word table: vpermi2w / two vpshufb);
 //  - MX6: the int8 integer form q = +-M << (1 - mu) (|q| <= 30; decode = vpmovsxbw);
-//  - MX4: the same q (|q| <= 6) as a nibble q + 8 (decode = vpmovzxbw, a mask or a shift, a
-//    subtract), 4.5 bits per value with the exponent;
+//  - MX4: the same q (|q| <= 6) as a nibble q + 8 (decode = vpmovzxbw and a mask or a shift; the
+//    offset 8 is removed with A's row sums per block), 4.5 bits per value with the exponent;
 //  - MX9: int8 +-M' plus one "double" bit per element (q = 2 M' when set; a pair shares it), so
 //    9 bits per value + the 8-bit exponent per 16, i.e. the format's own size plus 1/2 bit.
 // Dense 6-bit packing (E3M2 / MX6 codes) would add a permute, a shift and a mask per decoded
