@@ -273,11 +273,16 @@ struct DPlan {
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a;
   int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
   int ndec;  // decoded-weight registers
+  int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
 };
 
 bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->s = cg::simd_for(key.isa);
   p->dec = cg::decoder_info(key.b_type);
+  if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
+    p->dec.n_consts = p->dec.zmm_consts;
+    p->dec.n_temps = 0;
+  }
   if (!p->dec.ok) {
     *why = "no decoder for this weight type";
     return false;
@@ -329,6 +334,10 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   int used = 0;
   p->acc0 = used, used += n_acc;
   p->acc1 = used, used += p->dual ? n_acc : 0;
+  // Few rows on the int16 path: one set per pair row (4 chains per accumulator; at M = 1 two sets
+  // left the loop bound by the vpdpwssd latency, not by the weight stream).
+  p->acc2 = -1;
+  if (p->dual && p->dec.int16) p->acc2 = used, used += 2 * n_acc;
   p->facc = used, used += p->grouped ? n_acc : 0;
   // int16 pairs: each decoded vector is consumed before the next pair row is decoded; two sets
   // alternate so a decode can overlap the previous multiplies.
@@ -412,6 +421,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.bind(l_group);
   zero_regs(a, s, p.acc0, n_acc);
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
+  if (p.acc2 >= 0) zero_regs(a, s, p.acc2, 2 * n_acc);
 
   Label l_k = a.newLabel();
   a.mov(r8, ARG(k_groups));
@@ -423,7 +433,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       const int d0 = p.dec0 + (o & 1) * p.nrv;
       for (int j = 0; j < p.nrv; ++j)
         cg::emit_decode16(a, s, key.b_type, ptr(rdx, j * col_bytes), o, dr, d0 + j);
-      const int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+      int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+      if (p.acc2 >= 0 && o >= 2) set = p.acc2 + (o - 2) * n_acc;
       for (int i = 0; i < p.mr; ++i) {
         const Mem ap = dword_ptr(rsi, (o * p.mr + i) * 4);
         if (p.vnni) {
@@ -478,6 +489,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.dec(r8);
     a.jnz(l_k);
   }
+  if (p.acc2 >= 0)
+    for (int r = 0; r < n_acc; ++r) {
+      a.vpaddd(s.v(p.acc2 + r), s.v(p.acc2 + r), s.v(p.acc2 + n_acc + r));
+      a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc2 + r));
+    }
   if (p.dual)
     for (int r = 0; r < n_acc; ++r) {
       if (p.scaled) a.vpsrad(s.v(p.acc1 + r), s.v(p.acc1 + r), p.dec.scaled_shift);

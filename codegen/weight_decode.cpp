@@ -92,10 +92,11 @@ DecoderInfo decoder_info(int b_type) {
       d.e8m0_scales = true;
       // E3M2: zmm two 32-word tables (vpermi2w); ymm the +-2^max(e-1,0) and hidden-bit pshufb
       // tables and the 0x0f / 0x03 masks, 2 temps. MX9 ymm: the word bit selector, 1 temp.
-      // The counts are the larger of the two widths' needs (the zmm tier has registers to spare).
+      // (zmm: E3M2 the two tables, MX4 the mask, no temps; see zmm_consts.)
       // MX4: the 0x000f words.
       d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 || b_type == QJ_BDR_MX4 ? 1 : 0);
       d.n_temps = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX9 ? 1 : 0);
+      d.zmm_consts = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX4 ? 1 : 0);
       break;
     default: break;
   }
@@ -235,17 +236,26 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
       break;
     case QJ_BDR_MX6: a.vpmovsxbw(v, codes); break;
     case QJ_BDR_MX4: {
-      // Rows o and o + 2 share bytes: u = q + 8 in the low (o < 2) or high nibble; u is the
-      // decoded value (offset 8, removed by the kernel's row-sum correction).
-      Mem nib = src;
-      nib.addOffset((o % 2) * s.bytes / 2);
-      nib.setSize(s.bytes / 2);
-      a.vpmovzxbw(v, nib);
-      if (o < 2) {
-        if (s.zmm) a.vpandd(v, v, s.v(r.consts));
-        else a.vpand(v, v, s.v(r.consts));
+      // One dword per column; the nibbles u = q + 8 of pair row o sit at bits 4o and 16 + 4o, so
+      // (dword >> 4o) & 0x000f000f is the s16 pair: one shift (with its load) and one and, no
+      // shuffle. u is the decoded value (offset 8, removed by the kernel's row-sum correction).
+      Mem d = src;
+      d.setSize(s.bytes);
+      if (s.zmm) {
+        if (o == 0) {
+          a.vpandd(v, s.v(r.consts), d);
+        } else {
+          a.vpsrld(v, d, 4 * o);
+          a.vpandd(v, v, s.v(r.consts));
+        }
       } else {
-        a.vpsrlw(v, v, 4);  // zero-extended bytes: the high nibble, nothing above it
+        if (o == 0) {
+          a.vpand(v, s.v(r.consts), d);
+        } else {
+          a.vmovdqu(v, d);
+          a.vpsrld(v, v, 4 * o);
+          a.vpand(v, v, s.v(r.consts));
+        }
       }
       break;
     }

@@ -53,6 +53,7 @@ struct DecoderInfo {
                                // decodes them (codegen/gemm_int) and the plan's column multiplier
                                // carries 2^-int_shift
   bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
+  int zmm_consts = 0;          // int16 decoders: constants (temps: none) with 512-bit vectors
   bool int16 = false;          // int16 pairs (E3M2, BDR MX9 / MX6 / MX4; see emit_decode16):
                                // output o holds, in the dword lane of column c, the signed int16
                                // q(k0 + 2o, c), q(k0 + 2o + 1, c) (+ offset: MX4 8, else 0);

@@ -34,8 +34,9 @@
 //                 column (one vpmovzxbw / vpmovsxbw gives the int16 pairs of vpdpwssd / vpmaddwd);
 //                 MX9 then adds 4 masks of 2 * lanes bits (bit 2c + r: element doubled). Byte =
 //                 E3M2 code, MX6 int8 q, MX9 int8 q or q / 2 (mx_col_step() = 8 or 9 bytes).
-//                 MX4 (4 bytes): pair rows o and o + 2 share the lanes x 2 bytes of row o (o = 0,
-//                 1): low nibble q + 8 of row o, high nibble q + 8 of row o + 2 (q in [-6, 6]).
+//                 MX4 (4 bytes): one dword per column (lanes dwords per column vector), nibble
+//                 u = q + 8 (q in [-6, 6]) of K = k0 + 2o + r at bits [16 r + 4 o, +4): pair row
+//                 o is (dword >> 4o) & 0x000f000f, no shuffle.
 #pragma once
 #include <quantjit/quantjit.h>
 

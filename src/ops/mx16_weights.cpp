@@ -80,9 +80,10 @@ StepPos step_pos(const PackedWeights& w, int64_t c, int r) {
   const int64_t base = (c / lanes) * cs * lanes, cl = c % lanes;
   StepPos p;
   p.nibble = 0;
-  if (w.dtype == QJ_BDR_MX4) {  // pair rows o and o + 2 share a byte
-    p.byte = base + ((r / 2) % 2) * 2 * lanes + cl * 2 + r % 2;
-    p.nibble = r / 4;
+  if (w.dtype == QJ_BDR_MX4) {  // dword per column: nibble of (o, e) at bit 16 e + 4 o
+    const int o = r / 2, e = r % 2;
+    p.byte = base + cl * 4 + 2 * e + o / 2;
+    p.nibble = o % 2;
   } else {
     p.byte = base + (r / 2) * 2 * lanes + cl * 2 + r % 2;
   }
