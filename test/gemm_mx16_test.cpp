@@ -18,6 +18,7 @@
 // ReLU is 1-Lipschitz and applied to both sides. A 0xFF scale byte / BDR exponent gives NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -198,6 +199,8 @@ std::string run_case(const Case& t) {
   gd.a_scale = t.a_scale;
   gd.a_zero_point = t.a_zp;
   gd.c_type = t.c_type;
+  gd.c_scale = 0.25f;
+  gd.c_zero_point = t.c_type == QJ_U8 ? 100 : -20;
   gd.bias = t.bias ? bias.data() : nullptr;
   gd.activation = t.relu ? QJ_ACT_RELU : QJ_ACT_NONE;
 
@@ -231,7 +234,8 @@ std::string run_case(const Case& t) {
   qj_weights_destroy(w);
   if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
   const int64_t ldc = t.n + t.ldc_pad;
-  const int eb = t.c_type == QJ_BF16 ? 2 : 4;
+  const bool req = t.c_type == QJ_U8 || t.c_type == QJ_S8;
+  const int eb = req ? 1 : (t.c_type == QJ_BF16 ? 2 : 4);
   std::vector<uint8_t> cbuf(t.m * ldc * eb, 0xEE);
   for (int th = 0; th < t.threads; ++th) {
     qj_partition part{th, t.threads};
@@ -252,7 +256,13 @@ std::string run_case(const Case& t) {
     for (int64_t c = 0; c < ldc; ++c) {
       const size_t idx = i * ldc + c;
       double got;
-      if (t.c_type == QJ_BF16) {
+      if (req) {
+        if (c >= t.n) {
+          if (cbuf[idx] != 0xEE) return "padding written at row " + std::to_string(i);
+          continue;
+        }
+        got = t.c_type == QJ_U8 ? cbuf[idx] : static_cast<int8_t>(cbuf[idx]);
+      } else if (t.c_type == QJ_BF16) {
         uint16_t h;
         std::memcpy(&h, &cbuf[idx * 2], 2);
         if (c >= t.n) {
@@ -272,6 +282,22 @@ std::string run_case(const Case& t) {
         got = v;
       }
       double want = y[i * t.n + c];
+      if (req) {
+        // q = saturate(rne(y / c_scale) + zp), ReLU clamps at zp (docs/kernel-contract.md). The
+        // plan folds 1 / c_scale into the fp32 multiplier and bias (2 more roundings of size u):
+        // |got - (Y / c_scale + zp)| <= 1/2 + (fp32 bound + 4 u (sum |T_g| + |bias|)) / c_scale,
+        // both sides clamped to the output range (clamping is 1-Lipschitz).
+        const double lo = t.relu ? std::max<double>(gd.c_zero_point, t.c_type == QJ_U8 ? 0 : -128)
+                                 : (t.c_type == QJ_U8 ? 0 : -128);
+        const double hi = t.c_type == QJ_U8 ? 255 : 127;
+        const double ws = std::min(hi, std::max(lo, want / gd.c_scale + gd.c_zero_point));
+        const double tol = 0.5 + (gamma * mag[i * t.n + c] + gsteps * std::ldexp(1.0, -149) +
+                                  4 * u * mag[i * t.n + c]) / gd.c_scale + 1e-9;
+        if (!(std::fabs(got - ws) <= tol))
+          return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) +
+                 " want " + std::to_string(ws) + " (tol " + std::to_string(tol) + ")";
+        continue;
+      }
       if (std::isnan(want)) {
         if (!std::isnan(got))
           return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) + " want NaN";
@@ -336,7 +362,7 @@ TEST(GemmMx16, IntegerA) {
           t.a_type = at;
           t.a_zp = at == QJ_U8 ? 131 : -7;
           t.relu = m == 5;
-          t.c_type = m == 14 ? QJ_BF16 : QJ_F32;
+          t.c_type = m == 14 ? QJ_BF16 : (m == 5 ? (at == QJ_U8 ? QJ_U8 : QJ_S8) : QJ_F32);
           t.seed = 50 + static_cast<uint32_t>(m) + (at == QJ_U8 ? 0 : 100);
           EXPECT_EQ(run_case(t), "") << t.str();
         }
