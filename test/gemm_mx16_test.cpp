@@ -113,6 +113,9 @@ std::string run_case(const Case& t) {
     std::vector<float> col(t.k);
     for (int64_t c = 0; c < t.n; ++c) {
       fill_column(t, rng, col.data());
+      if (t.specials && c == 1) col[3] = NAN;                 // NaN / Inf blocks: NaN scale
+      if (t.specials && c == 2) col[t.k - 1] = -INFINITY;
+      if (t.specials && c == 3) std::fill(col.begin(), col.begin() + 32, 0.0f);  // zero blocks
       for (int64_t j = 0; j < t.k; ++j) (t.layout == QJ_LAYOUT_KN ? wf[j * wld + c] : wf[c * wld + j]) = col[j];
       // The reference weights come from the public quantizer (the round trip under test).
       std::vector<uint8_t> el(blocks * bb);
@@ -403,6 +406,8 @@ TEST(GemmMx16, QuantizePackRoundTrip) {
           t.layout = l;
           t.mu_pairs = mu;
           t.seed = 100 + l + 2 * mu;
+          EXPECT_EQ(run_case(t), "") << t.str();
+          t.specials = 1;  // NaN / Inf / zero blocks in the fp32 weights
           EXPECT_EQ(run_case(t), "") << t.str();
         }
   }
