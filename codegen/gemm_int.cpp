@@ -390,6 +390,12 @@ bool emit_s8_rows4(const KernelKey& key, Assembler& a, std::string* why) {
 // shifted back (vpsrad, exact) before it is added. The plan sets it only when a group's sum
 // cannot reach 2^31 / 16.
 // flags bit 4 (grouped, dynamic A per group): float(acc) *= row_group_scale[g][i] before the fold.
+// int16-pair decoders (dec.int16: E3M2, BDR): A is packed as s16 pairs (4 pair rows per 8-K step,
+// the same (o * mr + i) * 4 addressing with n_out = 4), each pair row o is decoded to s16 pairs and
+// multiplied at once: vpdpwssd acc, d, {1to16}[A pair] (VNNI), or vpbroadcastd + vpmaddwd + vpaddd
+// (exact: |a| <= 255, |q| <= 448). Packing A as s16 (rather than widening s8 in registers) keeps
+// the broadcast folded into the multiply: widening would add a vpmovsxbw and a broadcast per
+// row and pair row, 2 more uops per vpdpwssd at one column vector.
 
 struct DPlan {
   cg::Simd s;
@@ -398,11 +404,17 @@ struct DPlan {
   int mr, nr, nrv;
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a;
   int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
+  int ndec;  // decoded-weight registers
+  int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
 };
 
 bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->s = cg::simd_for(key.isa);
   p->dec = cg::decoder_info(key.b_type);
+  if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
+    p->dec.n_consts = p->dec.zmm_consts;
+    p->dec.n_temps = 0;
+  }
   if (!p->dec.ok) {
     *why = "no decoder for this weight type";
     return false;
@@ -454,17 +466,28 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   int used = 0;
   p->acc0 = used, used += n_acc;
   p->acc1 = used, used += p->dual ? n_acc : 0;
+  // Few rows on the int16 path: one set per pair row, 4 independent vpdpwssd chains per output
+  // vector (a step issues 4 dependent updates otherwise; M = 1 MX4 measured 76-90 GOPS against
+  // 61-87 with two sets on the shared machine).
+  p->acc2 = -1;
+  if (p->dual && p->dec.int16) p->acc2 = used, used += 2 * n_acc;
   p->facc = used, used += p->grouped ? n_acc : 0;
-  p->dec0 = used, used += p->dec.n_out * p->nrv;
+  // int16 pairs: each decoded vector is consumed before the next pair row is decoded; two sets
+  // alternate so a decode can overlap the previous multiplies.
+  p->ndec = p->dec.int16 ? 2 * p->nrv : p->dec.n_out * p->nrv;
+  p->dec0 = used, used += p->ndec;
   p->cst = used, used += p->dec.n_consts + (p->scaled ? p->dec.scaled_consts : 0);
   p->dtmp = used, used += p->dec.n_temps;
   p->ones = p->abc = p->tmp = -1;
-  if (!p->vnni) {
+  if (!p->vnni && p->dec.int16) {  // vpbroadcastd A pair, vpmaddwd product
+    p->abc = used, used += 1;
+    p->tmp = used, used += 1;
+  } else if (!p->vnni) {
     p->ones = used, used += 1;
     p->abc = used, used += p->dec.n_out;
     p->tmp = used, used += 2;
   }
-  if (used > p->s.regs || p->dec.n_out * p->nrv < p->nrv + 1) {
+  if (used > p->s.regs || p->ndec < p->nrv + 1) {
     *why = "register tile too large for the ISA";
     return false;
   }
@@ -496,7 +519,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     for (int c = 0; c < 3; ++c)
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
   }
-  if (!p.vnni) {
+  if (!p.vnni && !p.dec.int16) {
     a.mov(eax, 0x00010001);  // s16 ones for vpmaddwd
     if (s.zmm) {
       a.vpbroadcastd(s.v(p.ones), eax);
@@ -531,11 +554,39 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.bind(l_group);
   zero_regs(a, s, p.acc0, n_acc);
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
+  if (p.acc2 >= 0) zero_regs(a, s, p.acc2, 2 * n_acc);
 
   Label l_k = a.newLabel();
   a.mov(r8, ARG(k_groups));
   a.bind(l_k);
-  {
+  if (p.dec.int16) {
+    // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
+    // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
+    for (int o = 0; o < n_out; ++o) {
+      const int d0 = p.dec0 + (o & 1) * p.nrv;
+      for (int j = 0; j < p.nrv; ++j)
+        cg::emit_decode16(a, s, key.b_type, ptr(rdx, j * col_bytes), o, dr, d0 + j);
+      int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+      if (p.acc2 >= 0 && o >= 2) set = p.acc2 + (o - 2) * n_acc;
+      for (int i = 0; i < p.mr; ++i) {
+        const Mem ap = dword_ptr(rsi, (o * p.mr + i) * 4);
+        if (p.vnni) {
+          for (int j = 0; j < p.nrv; ++j) a.vpdpwssd(s.v(set + i * p.nrv + j), s.v(d0 + j), ap._1to16());
+        } else {
+          a.vpbroadcastd(s.v(p.abc), ap);
+          for (int j = 0; j < p.nrv; ++j) {
+            Vec c = s.v(set + i * p.nrv + j);
+            a.vpmaddwd(s.v(p.tmp), s.v(d0 + j), s.v(p.abc));
+            a.vpaddd(c, c, s.v(p.tmp));
+          }
+        }
+      }
+    }
+    a.add(rsi, n_out * p.mr * 4);
+    a.add(rdx, step_bytes);
+    a.dec(r8);
+    a.jnz(l_k);
+  } else {
     int outs[8];
     for (int j = 0; j < p.nrv; ++j) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
@@ -571,6 +622,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.dec(r8);
     a.jnz(l_k);
   }
+  if (p.acc2 >= 0)
+    for (int r = 0; r < n_acc; ++r) {
+      a.vpaddd(s.v(p.acc2 + r), s.v(p.acc2 + r), s.v(p.acc2 + n_acc + r));
+      a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc2 + r));
+    }
   if (p.dual)
     for (int r = 0; r < n_acc; ++r) {
       if (p.scaled) a.vpsrad(s.v(p.acc1 + r), s.v(p.acc1 + r), p.dec.scaled_shift);
@@ -697,7 +753,7 @@ std::string name(const KernelKey& key) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
     std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
-                  dt(key.a_type), dt(key.b_type),
+                  dec.int16 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                   key.has_b_zp ? "_bzp" : "", (key.flags & 4) ? "_rc" : "", (key.flags & 2) ? "_cc" : "",

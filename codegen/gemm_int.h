@@ -28,6 +28,9 @@
 //                  key.param[1] = K (see emit_s8_rows4 in gemm_int.cpp)
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
 //                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
+//   int16-pair b_types (MXFP6 E3M2; BDR MX9 / MX6 / MX4, blocks of 16 whose exponent byte is
+//                  decoded like E8M0): weights decoded to s16 pairs, A packed as s16 pairs (kg 2),
+//                  vpdpwssd (VNNI) or vpmaddwd + vpaddd; row sums only for MX4 (offset 8)
 #pragma once
 #include <cstdint>
 

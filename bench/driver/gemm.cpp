@@ -77,14 +77,15 @@ const WeightKind kKinds[] = {
     {"mxfp4", QJ_MXFP4_E2M1, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 4.25, false, PeerKind::kF32},
     // E2M3 is packed one code per byte (a dense 6-bit panel layout is not done yet): 8.25 bits.
     {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
-    {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 6.25, false, PeerKind::kF32},
+    // E3M2 and BDR run as int16 pairs (src/ops/mx16_weights.h): one byte per value in the panels,
+    // plus the scale byte per block (BDR: the exponent; MX9 also one "double" bit per value).
+    {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     {"mxfp8_e4m3", QJ_MXFP8_E4M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     {"mxfp8_e5m2", QJ_MXFP8_E5M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     {"mxint8", QJ_MXINT8, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
-    // BDR (blocks of 16, 8-bit exponent + 8 microexponent bits inline): 9, 6 and 4 bits per value.
-    {"mx9", QJ_BDR_MX9, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 9.0, false, PeerKind::kF32},
-    {"mx6", QJ_BDR_MX6, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 6.0, false, PeerKind::kF32},
-    {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.0, false, PeerKind::kF32},
+    {"mx9", QJ_BDR_MX9, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 9.5, false, PeerKind::kF32},
+    {"mx6", QJ_BDR_MX6, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 8.5, false, PeerKind::kF32},
+    {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.5, false, PeerKind::kF32},
 };
 
 const WeightKind* find_kind(const std::string& name) {

@@ -231,30 +231,41 @@ QJ_API void qj_weights_destroy(qj_weights w);
  *  weight type (0 for every other way of making weights). */
 QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
 
-/* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 9) ---------------------------------
- * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 and QJ_MXINT8 (the element types whose per-block dot
- * product is exact in integers). Blocks of 32 run along K and carry one E8M0 scale each; k must be
- * a multiple of 32. desc->scales and desc->zero_points must be NULL; granularity and group_size
- * are ignored (the blocks are the groups).
- * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one SPLIT vector per output column n) and
- *  `data` points to a qj_mx_weights_data: the elements of column n start at
- *  (const uint8_t*)elems + n * ld (ld in BYTES, >= k/32 * block bytes: FP4 16, FP6 24 (4 codes
- *  LSB-first in 3 bytes), INT8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of
- *  column n is scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
+/* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 6, 9) ------------------------------
+ * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, QJ_MXFP6_E3M2 (the element types whose
+ * per-block dot product is exact in integers) and the BDR shared-microexponent types QJ_BDR_MX9,
+ * QJ_BDR_MX6, QJ_BDR_MX4. Blocks run along K: 32 values with one E8M0 scale each (OCP), or 16
+ * values with their shared exponent E and 8 pair microexponents inside the block (BDR); k must be
+ * a multiple of the block (32 / 16). desc->scales and desc->zero_points must be NULL; granularity
+ * and group_size are ignored (the blocks are the groups).
+ * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one vector per output column n) and `data`
+ *  points to a qj_mx_weights_data:
+ *  - OCP types: the elements of column n start at (const uint8_t*)elems + n * ld (ld in BYTES,
+ *    >= k/32 * block bytes: FP4 16, FP6 24 (4 codes LSB-first in 3 bytes), INT8 32;
+ *    qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of column n is
+ *    scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
+ *  - BDR types: column n's k/16 packed blocks (qj_mx_quantize's BDR layout: 18 / 12 / 8 bytes per
+ *    block) start at (const uint8_t*)elems + n * ld (ld in BYTES, >= k/16 * block bytes); scales
+ *    must be NULL (scales_ld is ignored). A block exponent of 0xFF makes the block NaN.
  * qj_weights_quantize_pack: fp32 K x N or N x K (ld in floats) -> MX per column along K, FLOOR
- *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR). A
- *  block holding NaN or Inf gets the NaN scale.
+ *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR; BDR:
+ *  qj_mx_quantize's BDR rule, MX.md section 6). A block holding NaN or Inf gets the NaN scale.
  * GEMM: a_type QJ_F32 / QJ_BF16 (quantized on the fly to int8; a_granularity QJ_GRAN_GROUP = per
- *  (row, 32-block), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR) or U8 / S8 with a_scale and
- *  a_zero_point; c_type QJ_F32 / QJ_BF16 (or U8 / S8 requantized), bias, ReLU, beta. Per block the
- *  sum of int8(A) x integer(weight) is exact in int32; it is scaled by A's scale and by the block
- *  scale in fp32 and accumulated in fp32 across blocks. MXFP4 runs at every tier; MXINT8 and
- *  MXFP6 E2M3 need AVX512-VNNI (E2M3 also AVX512-VBMI) and otherwise use the scalar reference
- *  (logged at QJ_VERBOSE=1). */
+ *  (row, block of 32 or 16), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR) or U8 / S8 with a_scale
+ *  and a_zero_point; c_type QJ_F32 / QJ_BF16 (or U8 / S8 requantized), bias, ReLU, beta. Per block
+ *  the sum of int8(A) x integer(weight) is exact in int32 (integer forms: FP4 2v, E2M3 8v, INT8 the
+ *  code, E3M2 16v in [-448, 448], BDR +-M * 2^(1 - mu)); it is scaled by A's scale and by the block
+ *  scale 2^(b - 127) (BDR: 2^(E - 127)) in fp32 and accumulated in fp32 across blocks; the type's
+ *  power of two (2^-shift) is applied with the output multiplier. E3M2 and BDR weights multiply as
+ *  int16 pairs (vpdpwssd with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). MXFP4, MXFP6 E3M2 and the
+ *  BDR types run JIT at every tier; MXINT8 and MXFP6 E2M3 need AVX512-VNNI (E2M3 also
+ *  AVX512-VBMI); otherwise the scalar reference runs (logged at QJ_VERBOSE=1). The fp32 block
+ *  partial sum * 2^(b - 127) overflows to +-Inf when it exceeds FLT_MAX (scale bytes near 0xFE);
+ *  blocks quantized from fp32 weights below 2^100 in magnitude never do. */
 typedef struct qj_mx_weights_data {
-  const void* elems;       /**< SPLIT element bytes of column 0 (column n at + n * ld bytes) */
-  const uint8_t* scales;   /**< E8M0 scale bytes, scales[n * scales_ld + j] */
-  int64_t scales_ld;       /**< >= k / 32 */
+  const void* elems;       /**< SPLIT element bytes (BDR: blocks) of column 0 (column n at + n * ld) */
+  const uint8_t* scales;   /**< E8M0 scale bytes, scales[n * scales_ld + j]; NULL for BDR */
+  int64_t scales_ld;       /**< >= k / 32 (ignored for BDR) */
 } qj_mx_weights_data;
 
 /* ------------------------------------------------------------------------------------------ */

@@ -262,7 +262,9 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   // Zero point of A as the kernel sees it.
   p->za = dynamic ? 0 : desc.a_zero_point;
   if (!decoded && w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
-  if (decoded && desc.a_type == QJ_U8) p->za -= 128;  // A is the signed operand: u8 - 128
+  // A is the signed operand: u8 - 128 in s8 quads; int16-pair weights (E3M2, BDR) take u8 A as
+  // is (s16 pairs hold 0..255), its zero point removed by the column corrections.
+  if (decoded && desc.a_type == QJ_U8 && !w->is_mx16()) p->za -= 128;
   // Decoded weights d = q + off are the unsigned operand; the constant part z0 of z = zb + off
   // (no per-column zero points) is removed with row sums pre-multiplied by -z0.
   const int32_t off = decoded ? w->nibble_offset() : 0;
@@ -285,7 +287,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.has_b_zp = w->zp_vec;
       if (w->is_mx() && cpu_features().avx512vbmi) probe.flags = 32;  // vpermb decoders
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
-      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp, 1);  // s8 A: kp bytes per row
+      // s8 A: kp bytes per row (s16 pairs for int16-pair weights: 2 kp)
+      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() ? 2 : 1), 1);
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
       p->blk.mc = std::min<int64_t>(mc, 4096);
       p->blk.nc_panels = std::min<int64_t>(
@@ -699,7 +702,9 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const bool decoded = p.kind == GemmKind::kDecoded;
   const int64_t groups = w.groups();
   // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
-  const int64_t kgroups = decoded ? w.kp / 4 : w.k_groups();
+  // int16-pair weights (kMx16) read A as s16 pairs: 4-byte groups of 2 K.
+  const bool a_pairs = decoded && w.is_mx16();
+  const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
   const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
@@ -713,9 +718,9 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 
   PackASpec spec{d.a_type, w.kg, w.k, w.kp, groups, !w.zero_points.empty()};
   if (decoded) {
-    spec.kg = 4;
+    spec.kg = a_pairs ? 2 : 4;
     spec.row_sums = p.row_sums;
-    spec.signed_quads = true;
+    spec.signed_quads = !a_pairs;
     spec.row_sum_mult = p.row_sum_mult;
     spec.group_quant = group_a;
   }
