@@ -257,6 +257,11 @@ typedef struct qj_mx_weights_data {
   int64_t scales_ld;       /**< >= k / 32 */
 } qj_mx_weights_data;
 
+/** MX ACTIVATIONS (A of a GEMM in an OCP MX type; see qj_gemm_desc): the same three fields, read
+ *  per ROW of A: row i's SPLIT element bytes start at (const uint8_t*)elems + i * lda (lda in
+ *  BYTES), the E8M0 byte of its block j is scales[i * scales_ld + j] (scales_ld >= k / 32). */
+typedef qj_mx_weights_data qj_mx_matrix;
+
 /* ------------------------------------------------------------------------------------------ */
 /* GEMM: C (M x N) = output_stage(A (M x K) * B (K x N))                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -276,6 +281,21 @@ typedef enum qj_activation {
  *   - QJ_F32 / QJ_BF16 with integer weights: quantized on the fly while A is packed, symmetric to
  *     [-127, 127] with scale amax/127 per row (a_granularity = QJ_GRAN_ROW) or per call
  *     (QJ_GRAN_TENSOR). a_scale / a_zero_point are ignored.
+ *   - MX activations (MX x MX, MX.md section 5): a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 or QJ_MXINT8.
+ *     The `a` argument of qj_gemm_run / qj_gemm_run_parallel then points to a qj_mx_matrix (row i
+ *     at elems + i * lda BYTES, the SPLIT layout of qj_mx_quantize; scales[i * scales_ld + j]);
+ *     k must be a multiple of 32 (whole blocks; no implied padding). a_scale, a_zero_point and
+ *     a_granularity are ignored. Weights: QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, or S4 / U4
+ *     quantized per group of exactly 32 (one A block per weight group); any other weights, and
+ *     the other MX A types (E3M2, FP8) are QJ_ERR_UNSUPPORTED naming the pair. Output F32 / BF16
+ *     (or U8 / S8 requantized), bias, ReLU, beta as for fp32 A. Per 32-block the sum of the
+ *     integer forms (FP4 2v, E2M3 8v, INT8 the code; -128 accepted) is exact in int32; then
+ *     facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in fp32, block by block
+ *     (both factors exact powers of two for MX weights, so only the fp32 accumulation rounds).
+ *     A 0xFF scale on either side makes the outputs it reaches NaN (before the activation: ReLU
+ *     maps NaN to 0, as for every A type). Runs in the JIT kernels wherever the weight type does
+ *     (MXFP4 weights at every tier; MXINT8 / MXFP6 E2M3 weights at AVX512-VNNI), else the scalar
+ *     reference (logged at QJ_VERBOSE=1).
  *  Output types:
  *   - QJ_S32: the exact integer sum  sum_k (a - za) * (b - zb)  (integer weights, non-group only).
  *   - QJ_F32 / QJ_BF16: y = a_scale * b_scale[n] * sum + bias[n], then activation.
@@ -286,7 +306,8 @@ typedef struct qj_gemm_desc {
   qj_dtype a_type;
   float a_scale;
   int32_t a_zero_point;
-  qj_granularity a_granularity;  /**< for dynamic (F32/BF16) A: QJ_GRAN_ROW or QJ_GRAN_TENSOR */
+  qj_granularity a_granularity;  /**< for dynamic (F32/BF16) A: QJ_GRAN_ROW or QJ_GRAN_TENSOR
+                                      (or QJ_GRAN_GROUP); ignored for MX A */
   qj_dtype c_type;
   float c_scale;
   int32_t c_zero_point;
@@ -298,8 +319,9 @@ typedef struct qj_gemm_desc {
 /** Create a plan for desc and weights b (the plan keeps its own reference to b: destroying b
  *  afterwards is allowed). Generates (or fetches from the cache) every kernel the plan needs. */
 QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_gemm_plan* out);
-/** Run the plan on M rows. lda, ldc in elements. part = NULL runs the whole problem on the calling
- *  thread. A plan may be run concurrently from many threads. */
+/** Run the plan on M rows. lda, ldc in elements (lda in bytes, and a a const qj_mx_matrix*, for
+ *  MX A). part = NULL runs the whole problem on the calling thread. A plan may be run
+ *  concurrently from many threads. */
 QJ_API qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
                              int64_t ldc, const qj_partition* part);
 /** Convenience: run over num_threads threads with the installed pool (qj_set_parallel_for). */
