@@ -500,6 +500,67 @@ TEST(GemmMxAct, OutputStageThreadsAndStrides) {
   }
 }
 
+TEST(GemmMxAct, RequantizedU8Output) {
+  // u8 C: q = sat(rne(y / c_scale) + zp). y is within the fp32 bound of the exact value, so q may
+  // differ from the exact rounding by one unit where y sits next to a .5 boundary, never more.
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype at : kIntTypes) {
+      Case t;
+      t.a = at;
+      t.m = 6;
+      t.n = 40;
+      t.k = 128;
+      t.scale_lo = 120;
+      t.scale_hi = 126;
+      std::mt19937 rng(77);
+      MxA A;
+      A.ref = {at, t.m, t.k, std::vector<uint8_t>(t.m * t.k), std::vector<uint8_t>(t.m * 4)};
+      const int abits = qj::mx::format(at)->bits;
+      for (auto& c : A.ref.codes) c = static_cast<uint8_t>(rng() % (1u << abits));
+      for (auto& x : A.ref.scales) x = static_cast<uint8_t>(120 + rng() % 7);
+      A.build(0, 0);
+      qj::ref::MxWeights rw{QJ_MXFP4_E2M1, t.k, t.n, std::vector<uint8_t>(t.n * t.k), std::vector<uint8_t>(t.n * 4)};
+      for (auto& c : rw.codes) c = static_cast<uint8_t>(rng() % 16);
+      for (auto& x : rw.scales) x = static_cast<uint8_t>(120 + rng() % 7);
+      std::vector<uint8_t> we(t.n * 64), ws(t.n * 4);
+      for (int64_t c = 0; c < t.n; ++c)
+        for (int b = 0; b < 4; ++b) {
+          qj::mx::pack_block(*qj::mx::format(QJ_MXFP4_E2M1), &rw.codes[c * t.k + b * 32], &we[c * 64 + b * 16]);
+          ws[c * 4 + b] = rw.scales[c * 4 + b];
+        }
+      qj_weights_desc wd{};
+      wd.dtype = QJ_MXFP4_E2M1;
+      wd.k = t.k;
+      wd.n = t.n;
+      wd.layout = QJ_LAYOUT_NK;
+      qj_mx_weights_data md{we.data(), ws.data(), 4};
+      qj_weights w = nullptr;
+      ASSERT_EQ(qj_weights_pack(&wd, &md, 64, &w), QJ_OK);
+      qj_gemm_desc gd{};
+      gd.a_type = at;
+      gd.c_type = QJ_U8;
+      gd.c_scale = 0.03f;
+      gd.c_zero_point = 100;
+      qj_gemm_plan p = nullptr;
+      ASSERT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_OK) << qj_last_error();
+      qj_weights_destroy(w);
+      std::vector<uint8_t> c(t.m * t.n, 0);
+      ASSERT_EQ(qj_gemm_run(p, t.m, &A.mat, A.lda, c.data(), t.n, nullptr), QJ_OK) << qj_last_error();
+      qj_gemm_plan_destroy(p);
+      std::vector<double> y, mag;
+      qj::ref::gemm_mx_mx(gd, A.ref, rw, &y, &mag);
+      int spread = 0;
+      for (int64_t i = 0; i < t.m * t.n; ++i) {
+        const double q = std::min(255.0, std::max(0.0, std::nearbyint(y[i] / 0.03) + 100));
+        EXPECT_LE(std::fabs(c[i] - q), 1.0) << qj_dtype_name(at) << " " << i << " y=" << y[i];
+        spread += c[i] != 100;
+      }
+      EXPECT_GT(spread, t.m * t.n / 2);  // the data spans the output range (not all zero point)
+    }
+  }
+}
+
 // ---- S4 / U4 weights quantized per group of 32 ----
 
 TEST(GemmMxAct, Int4WeightsGroup32) {
@@ -718,10 +779,12 @@ TEST(MxActDecode, Int16AndF32) {
   std::mt19937 rng(12);
   for (qj_dtype t : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP6_E3M2, QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_MXINT8}) {
     const qj::mx::ElemFormat& f = *qj::mx::format(t);
-    const int64_t nb = 3;
+    const int64_t nb = 5;
     std::vector<uint8_t> elems(nb * f.block_bytes), scales(nb);
     for (auto& e : elems) e = static_cast<uint8_t>(rng());
-    scales = {0x00, 0x85, 0xFF};
+    scales = {0x00, 0x85, 0xFF, 0x7F, 0xFE};
+   for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
     std::vector<int16_t> i16(nb * 32);
     const bool has16 = qj::mx_decode_int16(t, elems.data(), nb, i16.data());
     EXPECT_EQ(has16, f.int_shift >= 0) << qj_dtype_name(t);
@@ -741,6 +804,7 @@ TEST(MxActDecode, Int16AndF32) {
       else
         EXPECT_EQ(qj::f32_bits(deq[i]), qj::f32_bits(refdeq[i])) << qj_dtype_name(t) << " " << i;
     }
+   }
   }
   // E3M2's integer form spans [-448, 448].
   std::vector<uint8_t> codes(32), e(24);

@@ -177,6 +177,49 @@ QJ_VBMI void dec8_e2m3_vbmi(const uint8_t* e, int64_t nb, int8_t* d, int32_t* bs
   }
 }
 
+QJ_AVX2 inline __m256i bcast16_avx2(const int8_t* t) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
+// E3M2 16v (int16, |v| <= 448): low and high bytes of the magnitude's value by two 32-entry
+// vpshufb tables each, interleaved to int16 (the unpacks work per 128-bit lane, vperm2i128 puts
+// the four quarters back in order), then the sign.
+QJ_AVX2 void dec16_e3m2_avx2(const uint8_t* e, int64_t nb, int16_t* d) {
+  const int16_t* tab = mx::e3m2_int_table();
+  alignas(32) int8_t lo[32], hi[32];
+  for (int i = 0; i < 32; ++i) {
+    lo[i] = static_cast<int8_t>(tab[i] & 0xff);
+    hi[i] = static_cast<int8_t>(tab[i] >> 8);
+  }
+  const __m256i lo0 = bcast16_avx2(lo), lo1 = bcast16_avx2(lo + 16), hi0 = bcast16_avx2(hi),
+                hi1 = bcast16_avx2(hi + 16);
+  const __m256i m1f = _mm256_set1_epi8(0x1f), b4 = _mm256_set1_epi8(0x10), b5 = _mm256_set1_epi8(0x20);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i c = fp6_codes_avx2(e + b * 24);
+    const __m256i mag = _mm256_and_si256(c, m1f);
+    const __m256i sel = _mm256_cmpeq_epi8(_mm256_and_si256(mag, b4), b4);
+    const __m256i vl = _mm256_blendv_epi8(_mm256_shuffle_epi8(lo0, mag), _mm256_shuffle_epi8(lo1, mag), sel);
+    const __m256i vh = _mm256_blendv_epi8(_mm256_shuffle_epi8(hi0, mag), _mm256_shuffle_epi8(hi1, mag), sel);
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(c, b5), b5);
+    const __m256i ul = _mm256_unpacklo_epi8(vl, vh), uh = _mm256_unpackhi_epi8(vl, vh);
+    const __m256i nl = _mm256_unpacklo_epi8(neg, neg), nh = _mm256_unpackhi_epi8(neg, neg);
+    const __m256i v0 = _mm256_permute2x128_si256(ul, uh, 0x20), v1 = _mm256_permute2x128_si256(ul, uh, 0x31);
+    const __m256i n0 = _mm256_permute2x128_si256(nl, nh, 0x20), n1 = _mm256_permute2x128_si256(nl, nh, 0x31);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b * 32), _mm256_sub_epi16(_mm256_xor_si256(v0, n0), n0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b * 32 + 16), _mm256_sub_epi16(_mm256_xor_si256(v1, n1), n1));
+  }
+}
+
+// AVX-512BW: the signed 64-entry int16 table in two zmm, one vpermt2w per block.
+QJ_AVX512 void dec16_e3m2_avx512(const uint8_t* e, int64_t nb, int16_t* d) {
+  const int16_t* tab = mx::e3m2_int_table();
+  const __m512i t0 = _mm512_loadu_si512(tab), t1 = _mm512_loadu_si512(tab + 32);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512i idx = _mm512_cvtepu8_epi16(fp6_codes_avx2(e + b * 24));
+    _mm512_storeu_si512(d + b * 32, _mm512_permutex2var_epi16(t0, idx, t1));
+  }
+}
+
 using Dec8 = void (*)(const uint8_t*, int64_t, int8_t*, int32_t*);
 
 Dec8 dec8_for(qj_dtype t) {
@@ -208,6 +251,15 @@ bool mx_decode_int8(qj_dtype t, const uint8_t* elems, int64_t nb, int8_t* dst, i
 bool mx_decode_int16(qj_dtype t, const uint8_t* elems, int64_t nb, int16_t* dst) {
   const mx::ElemFormat* f = mx::format(t);
   if (!f || f->int_shift < 0) return false;  // FP8: no small integer form
+  const qj_isa isa = max_isa();
+  if (t == QJ_MXFP6_E3M2 && isa >= QJ_ISA_AVX512) {
+    dec16_e3m2_avx512(elems, nb, dst);
+    return true;
+  }
+  if (t == QJ_MXFP6_E3M2 && isa >= QJ_ISA_AVX2) {
+    dec16_e3m2_avx2(elems, nb, dst);
+    return true;
+  }
   uint8_t c[mx::kBlock];
   for (int64_t b = 0; b < nb; ++b) {
     mx::unpack_block(*f, elems + b * f->block_bytes, c);
@@ -223,13 +275,10 @@ void mx_decode_f32(qj_dtype t, const uint8_t* elems, const uint8_t* scales, int6
     mx_dequantize(t, elems, scales, nb * mx::kBlock, QJ_F32, dst);
     return;
   }
-  const mx::ElemFormat& f = *mx::format(t);
-  const float* tab = mx::value_table(t);
-  uint8_t c[mx::kBlock];
-  for (int64_t b = 0; b < nb; ++b) {
-    mx::unpack_block(f, elems + b * f.block_bytes, c);
-    for (int i = 0; i < mx::kBlock; ++i) dst[b * mx::kBlock + i] = tab[c[i] & ((1u << f.bits) - 1u)];
-  }
+  // The values alone are the dequantization with X = 1 (scale byte 0x7F): exact, vectorized.
+  static thread_local std::vector<uint8_t> ones;
+  if (ones.size() < static_cast<size_t>(nb)) ones.assign(static_cast<size_t>(nb), 0x7F);
+  mx_dequantize(t, elems, ones.data(), nb * mx::kBlock, QJ_F32, dst);
 }
 
 float mx_act_block_scale(qj_dtype t, uint8_t b) {
