@@ -245,7 +245,8 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR). A
  *  block holding NaN or Inf gets the NaN scale.
  * GEMM: a_type QJ_F32 / QJ_BF16 (quantized on the fly to int8; a_granularity QJ_GRAN_GROUP = per
- *  (row, 32-block), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR) or U8 / S8 with a_scale and
+ *  (row, 32-block), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR), an MX type (MX x MX: MXFP4,
+ *  MXFP6 E2M3 or MXINT8 activations in a qj_mx_matrix, see qj_gemm_desc) or U8 / S8 with a_scale and
  *  a_zero_point; c_type QJ_F32 / QJ_BF16 (or U8 / S8 requantized), bias, ReLU, beta. Per block the
  *  sum of int8(A) x integer(weight) is exact in int32; it is scaled by A's scale and by the block
  *  scale in fp32 and accumulated in fp32 across blocks. MXFP4 runs at every tier; MXINT8 and
@@ -286,8 +287,11 @@ typedef enum qj_activation {
  *     at elems + i * lda BYTES, the SPLIT layout of qj_mx_quantize; scales[i * scales_ld + j]);
  *     k must be a multiple of 32 (whole blocks; no implied padding). a_scale, a_zero_point and
  *     a_granularity are ignored. Weights: QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, or S4 / U4
- *     quantized per group of exactly 32 (one A block per weight group); any other weights, and
- *     the other MX A types (E3M2, FP8) are QJ_ERR_UNSUPPORTED naming the pair. Output F32 / BF16
+ *     quantized per group of exactly 32 (one A block per weight group); S8 weights, other S4 / U4
+ *     groupings, and the other MX A types (E3M2, FP8) with these weights are QJ_ERR_UNSUPPORTED
+ *     naming the pair. F16 / BF16 weights take EVERY OCP MX a_type (E3M2 and FP8 included): A is
+ *     dequantized exactly to fp32 (value * 2^(b - 127); 0xFF -> NaN) and the float GEMM's
+ *     definition applies. Output F32 / BF16
  *     (or U8 / S8 requantized), bias, ReLU, beta as for fp32 A. Per 32-block the sum of the
  *     integer forms (FP4 2v, E2M3 8v, INT8 the code; -128 accepted) is exact in int32; then
  *     facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in fp32, block by block

@@ -371,7 +371,7 @@ namespace {
 
 qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
   QJ_TRY(check_desc_enums(d));
-  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16 && !mx_act_type(d.a_type))  // MX: decoded to fp32
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d (%s): %s weights need QJ_F32 or QJ_BF16 A",
                 (int)d.a_type, qj_dtype_name(d.a_type), qj_dtype_name(wt));
   if (d.c_type != QJ_F32 && d.c_type != QJ_BF16)
@@ -493,8 +493,17 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
                     int32_t tid, int32_t nth) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
+  const bool mx_a = mx_act_type(d.a_type);  // MX A: dequantized exactly to fp32 while packed
   if (!p.jit) {
     if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (mx_a) {
+      std::vector<float> af(m * w.k);
+      mx_act_decode_rows_f32(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, af.data(), w.k);
+      qj_gemm_desc df = d;
+      df.a_type = QJ_F32;
+      ref::gemm_float(df, p.ref_fw, m, af.data(), w.k, c, ldc);
+      return QJ_OK;
+    }
     ref::gemm_float(d, p.ref_fw, m, a, lda, c, ldc);
     return QJ_OK;
   }
@@ -537,6 +546,11 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
     for (int64_t t = t0; t < t1 && !direct; ++t) {
       const int64_t row0 = tile_row0(t);
       const int rows = tile_rows(t);
+      if (mx_a) {
+        pack_a_float_tile_mx(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows, w.k, w.kp,
+                             reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
+        continue;
+      }
       pack_a_float_tile(d.a_type, static_cast<const uint8_t*>(a) + row0 * lda * a_esz, lda, rows, rows,
                         w.k, w.kp, reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
     }

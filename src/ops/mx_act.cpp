@@ -288,17 +288,23 @@ float mx_act_block_scale(qj_dtype t, uint8_t b) {
 
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
   const qj_dtype at = d.a_type;
+  // F16 / BF16 weights: any MX A, dequantized exactly to fp32 and run as fp32 A (the float GEMM).
+  if (w.dtype == QJ_F16 || w.dtype == QJ_BF16) return QJ_OK;
   if (!mx_act_int8_type(at))
     return fail(QJ_ERR_UNSUPPORTED,
-                "desc->a_type=%s with %s weights is not implemented: MX activations run in their int8 "
-                "integer form only (a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 or QJ_MXINT8)",
+                "desc->a_type=%s with %s weights is not implemented: with integer weights MX "
+                "activations run in their int8 integer form only (a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 "
+                "or QJ_MXINT8; every MX type runs with F16 / BF16 weights)",
                 qj_dtype_name(at), qj_dtype_name(w.dtype));
   const bool grouped32 = (w.dtype == QJ_S4 || w.dtype == QJ_U4) && w.gran == QJ_GRAN_GROUP && w.group_size == 32;
-  if (!w.is_mx() && !grouped32)
+  // Listed explicitly (not is_mx()): other MX weight types run in other kernels (int16, fp32)
+  // whose A operand this path does not produce.
+  const bool int8_mx_w = w.dtype == QJ_MXFP4_E2M1 || w.dtype == QJ_MXFP6_E2M3 || w.dtype == QJ_MXINT8;
+  if (!int8_mx_w && !grouped32)
     return fail(QJ_ERR_UNSUPPORTED,
-                "desc->a_type=%s with %s weights is not implemented: MX A needs MXFP4_E2M1, MXFP6_E2M3 or "
-                "MXINT8 weights, or S4 / U4 weights quantized per group of 32 (one A block scale per "
-                "weight group)",
+                "desc->a_type=%s with %s weights is not implemented: MX A needs MXFP4_E2M1, MXFP6_E2M3, "
+                "MXINT8, F16 or BF16 weights, or S4 / U4 weights quantized per group of 32 (one A "
+                "block scale per weight group)",
                 qj_dtype_name(at), qj_dtype_name(w.dtype));
   const int32_t ct = raw_enum(d.c_type);
   if (ct == QJ_S32)
@@ -364,6 +370,23 @@ void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t 
     for (int64_t j = 0; j < k; ++j) q[i * k + j] = row[j];
     for (int64_t g = 0; g < nb; ++g) scale[i * nb + g] = mx_act_block_scale(t, a.scales[i * a.scales_ld + g]);
   }
+}
+
+void mx_act_decode_rows_f32(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
+                            float* dst, int64_t ld) {
+  const int64_t nb = k / mx::kBlock;
+  for (int64_t i = 0; i < m; ++i)
+    mx_decode_f32(t, static_cast<const uint8_t*>(a.elems) + i * lda, a.scales + i * a.scales_ld, nb, dst + i * ld);
+}
+
+void pack_a_float_tile_mx(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
+                          int64_t k, int64_t kp, float* dst) {
+  static thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(mr) * k);
+  const qj_mx_matrix rows{static_cast<const uint8_t*>(a.elems) + row0 * lda, a.scales + row0 * a.scales_ld,
+                          a.scales_ld};
+  mx_act_decode_rows_f32(t, rows, lda, mr, k, buf.data(), k);
+  pack_a_float_tile(QJ_F32, buf.data(), k, mr, mr, k, kp, dst);
 }
 
 }  // namespace qj

@@ -42,7 +42,8 @@ void mx_decode_f32(qj_dtype t, const uint8_t* elems, const uint8_t* scales, int6
 // 2^-126), NaN for b = 0xFF. t must have an integer form.
 float mx_act_block_scale(qj_dtype t, uint8_t b);
 
-// Plan creation with MX A and weights w: QJ_ERR_UNSUPPORTED naming the pair it cannot run
+// Plan creation with MX A and weights w (MXFP4 / E2M3 / MXINT8 or S4 / U4 groups of 32 with the
+// int8 A types; F16 / BF16 with every MX type): QJ_ERR_UNSUPPORTED naming the pair it cannot run
 // (and QJ_ERR_INVALID_ARGUMENT for an output type that does not apply).
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w);
 // Run arguments with MX A (a points to a qj_mx_matrix, lda = element bytes between rows).
@@ -58,5 +59,13 @@ void pack_a_tile_mx(const PackASpec& spec, const qj_mx_matrix& a, int64_t lda, i
 // scalar fallback of the plan, src/ref/gemm_ref.h gemm_int_group_a).
 void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
                         int32_t* q, float* scale);
+
+// F16 / BF16 weights (the float GEMM): MX A dequantized exactly to fp32 (value * 2^(b - 127),
+// NaN for a 0xFF scale; +-Inf only where the product leaves the fp32 range), row i of the m x k
+// result at dst + i * ld; and the same for rows [row0, row0 + mr) packed as pack_a_float_tile.
+void mx_act_decode_rows_f32(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
+                            float* dst, int64_t ld);
+void pack_a_float_tile_mx(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
+                          int64_t k, int64_t kp, float* dst);
 
 }  // namespace qj
