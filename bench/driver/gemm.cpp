@@ -128,8 +128,9 @@ int usage() {
       "                  inline \"M,N,K[;M,N,K...]\"   (default gemms; files in bench/shapes/)\n"
       "  --weights W     %s (default s8)\n"
       "  --group G       K group of the weight scales for grouped types\n"
-      "  --a-type T      MX activations: mxfp4 | mxfp6_e2m3 | mxint8 (A quantized to it before\n"
-      "                  timing; needs MX or group-32 S4/U4 weights, k a multiple of 32)\n"
+      "  --a-type T      MX activations: mxfp4 | mxfp6_e2m3 | mxint8 (MX or group-32 S4/U4\n"
+      "                  weights), or also mxfp6_e3m2 | mxfp8_e4m3 | mxfp8_e5m2 (f16/bf16 weights);\n"
+      "                  the fp32 A quantized to it (FLOOR) before timing; k a multiple of 32\n"
       "  --threads N     threads (default 1); N > 1 uses qj_gemm_run_parallel\n"
       "  --format F      table | csv | json (JSON Lines, one object per shape)\n"
       "  --vs onednn     also run oneDNN matmul on the same data, same output stage\n"
@@ -156,7 +157,12 @@ bool parse_options(int argc, char** argv, Options* o) {
     } else if (a == "--a-type") {
       if (!(v = next())) return false;
       const std::string t = v;
-      o->a_mx = t == "mxfp4" ? QJ_MXFP4_E2M1 : t == "mxfp6_e2m3" ? QJ_MXFP6_E2M3 : t == "mxint8" ? QJ_MXINT8 : QJ_DT_UNDEFINED;
+      const struct { const char* name; qj_dtype t; } names[] = {
+          {"mxfp4", QJ_MXFP4_E2M1}, {"mxfp6_e2m3", QJ_MXFP6_E2M3}, {"mxint8", QJ_MXINT8},
+          {"mxfp6_e3m2", QJ_MXFP6_E3M2}, {"mxfp8_e4m3", QJ_MXFP8_E4M3}, {"mxfp8_e5m2", QJ_MXFP8_E5M2}};
+      o->a_mx = QJ_DT_UNDEFINED;
+      for (const auto& nm : names)
+        if (t == nm.name) o->a_mx = nm.t;
       if (o->a_mx == QJ_DT_UNDEFINED) return false;
     } else if (a == "--group") {
       if (!(v = next()) || std::atoll(v) <= 0) return false;
