@@ -295,7 +295,10 @@ typedef enum qj_activation {
  *     (or U8 / S8 requantized), bias, ReLU, beta as for fp32 A. Per 32-block the sum of the
  *     integer forms (FP4 2v, E2M3 8v, INT8 the code; -128 accepted) is exact in int32; then
  *     facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in fp32, block by block
- *     (both factors exact powers of two for MX weights, so only the fp32 accumulation rounds).
+ *     (both factors exact powers of two for MX weights, so only the fp32 accumulation rounds;
+ *     float(sum) * 2^(sA - 127 - shiftA) is formed first, so an A block with a scale byte so large
+ *     that it overflows fp32 (sA above ~235, values beyond ~2^108) gives +-Inf even where the
+ *     product with a tiny weight scale would be finite).
  *     A 0xFF scale on either side makes the outputs it reaches NaN (before the activation: ReLU
  *     maps NaN to 0, as for every A type). Runs in the JIT kernels wherever the weight type does
  *     (MXFP4 weights at every tier; MXINT8 / MXFP6 E2M3 weights at AVX512-VNNI), else the scalar
