@@ -772,6 +772,10 @@ TEST(GemmMxAct, Misuse) {
   qj_gemm_desc gd{};
   gd.a_type = QJ_MXFP4_E2M1;
   gd.c_type = QJ_F32;
+  // a_scale, a_zero_point and a_granularity are ignored for MX A (even out-of-range values).
+  gd.a_scale = NAN;
+  gd.a_zero_point = 1000;
+  std::memset(&gd.a_granularity, 0x4d, sizeof gd.a_granularity);
   qj_gemm_plan p = nullptr;
   ASSERT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_OK) << qj_last_error();
   std::vector<float> c(2 * 8, 42.0f);

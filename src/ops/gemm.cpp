@@ -103,14 +103,13 @@ qj_status check_desc(const qj_gemm_desc& d) {
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16",
                 (int)d.a_type);
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
-  if (mx_a) {
-  } else if (!dynamic) {
+  if (!dynamic && !mx_a) {
     if (!std::isfinite(d.a_scale) || !(d.a_scale > 0.0f))
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_scale=%g must be finite and > 0", (double)d.a_scale);
     int lo = d.a_type == QJ_U8 ? 0 : -128, hi = d.a_type == QJ_U8 ? 255 : 127;
     if (d.a_zero_point < lo || d.a_zero_point > hi)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_zero_point=%d is outside [%d, %d]", d.a_zero_point, lo, hi);
-  } else if (d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
+  } else if (dynamic && d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
              d.a_granularity != QJ_GRAN_GROUP) {
     return fail(QJ_ERR_INVALID_ARGUMENT,
                 "desc->a_granularity=%d must be QJ_GRAN_ROW, QJ_GRAN_TENSOR or QJ_GRAN_GROUP for %s A",
