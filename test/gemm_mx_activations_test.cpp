@@ -513,6 +513,11 @@ TEST(GemmMxAct, OutputStageThreadsAndStrides) {
       t.beta = 0.5f;
       t.threads = 1;
       EXPECT_EQ(run_case(t), "") << t.str();
+      // Few rows, two threads: the partition splits the N panels instead of the row tiles.
+      t.beta = 0.0f;
+      t.m = 3;
+      t.threads = 2;
+      EXPECT_EQ(run_case(t), "") << t.str();
     }
   }
 }
