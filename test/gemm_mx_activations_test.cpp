@@ -837,6 +837,19 @@ TEST(GemmMxAct, Misuse) {
   fd.k = 64;
   fd.n = 8;
   fd.layout = QJ_LAYOUT_KN;
+  // K not a multiple of 32 (F16 weights take any K, MX A does not).
+  {
+    std::vector<float> wk(40 * 8, 0.25f);
+    qj_weights_desc hd{};
+    hd.dtype = QJ_F16;
+    hd.k = 40;
+    hd.n = 8;
+    hd.layout = QJ_LAYOUT_KN;
+    ASSERT_EQ(qj_weights_quantize_pack(&hd, wk.data(), 8, &w), QJ_OK) << qj_last_error();
+    EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(qj_last_error()).find("k=40"), std::string::npos) << qj_last_error();
+    qj_weights_destroy(w);
+  }
   for (qj_dtype wt : {QJ_S8, QJ_S4}) {
     fd.dtype = wt;
     fd.granularity = wt == QJ_S4 ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL;

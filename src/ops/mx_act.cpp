@@ -288,6 +288,9 @@ float mx_act_block_scale(qj_dtype t, uint8_t b) {
 
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
   const qj_dtype at = d.a_type;
+  if (w.k % mx::kBlock != 0)
+    return fail(QJ_ERR_UNSUPPORTED, "k=%lld: %s A needs k to be a multiple of 32 (whole blocks; pad A "
+                "and the weights with zeros)", (long long)w.k, qj_dtype_name(at));
   // F16 / BF16 weights: any MX A, dequantized exactly to fp32 and run as fp32 A (the float GEMM).
   if (w.dtype == QJ_F16 || w.dtype == QJ_BF16) return QJ_OK;
   if (!mx_act_int8_type(at))
