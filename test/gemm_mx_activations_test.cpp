@@ -453,6 +453,11 @@ TEST(GemmMxAct, NanScalesZeroBlocksAndScaleExtremes) {
         t.nan_a = 3;
         t.nan_w = 3;
         EXPECT_EQ(run_case(t), "") << t.str();
+        t.c_type = QJ_BF16;  // NaN survives the bf16 rounding
+        t.bias = true;
+        EXPECT_EQ(run_case(t), "") << t.str();
+        t.c_type = QJ_F32;
+        t.bias = false;
         t.nan_a = t.nan_w = 0;
         t.zero_blocks = true;
         t.bias = true;
