@@ -10,6 +10,7 @@
 #include "src/core/status.h"
 #include "src/core/threading.h"
 #include "src/formats/half.h"
+#include "src/ops/mx_act.h"
 #include "src/ops/mx_weights.h"
 #include "src/ops/pack_a.h"
 
@@ -45,8 +46,8 @@ namespace {
 // through the C++ enum types (an out-of-range enum load is undefined behaviour).
 qj_status check_desc_enums(const qj_gemm_desc& d) {
   const int32_t at = raw_enum(d.a_type), ct = raw_enum(d.c_type), act = raw_enum(d.activation);
-  if (at != QJ_U8 && at != QJ_S8 && at != QJ_F32 && at != QJ_BF16)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16", at);
+  if (at != QJ_U8 && at != QJ_S8 && at != QJ_F32 && at != QJ_BF16 && !mx_act_type(at))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32, QJ_BF16 or an OCP MX type", at);
   if (ct != QJ_U8 && ct != QJ_S8 && ct != QJ_S32 && ct != QJ_F32 && ct != QJ_BF16)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=%d must be QJ_U8, QJ_S8, QJ_S32, QJ_F32 or QJ_BF16", ct);
   if (act != QJ_ACT_NONE && act != QJ_ACT_RELU)
@@ -97,17 +98,18 @@ qj_status plan_common(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeig
 
 qj_status check_desc(const qj_gemm_desc& d) {
   QJ_TRY(check_desc_enums(d));
-  if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+  const bool mx_a = mx_act_type(d.a_type);  // MX A: a_scale / zero point / granularity unused
+  if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16 && !mx_a)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16",
                 (int)d.a_type);
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
-  if (!dynamic) {
+  if (!dynamic && !mx_a) {
     if (!std::isfinite(d.a_scale) || !(d.a_scale > 0.0f))
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_scale=%g must be finite and > 0", (double)d.a_scale);
     int lo = d.a_type == QJ_U8 ? 0 : -128, hi = d.a_type == QJ_U8 ? 255 : 127;
     if (d.a_zero_point < lo || d.a_zero_point > hi)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_zero_point=%d is outside [%d, %d]", d.a_zero_point, lo, hi);
-  } else if (d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
+  } else if (dynamic && d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
              d.a_granularity != QJ_GRAN_GROUP) {
     return fail(QJ_ERR_INVALID_ARGUMENT,
                 "desc->a_granularity=%d must be QJ_GRAN_ROW, QJ_GRAN_TENSOR or QJ_GRAN_GROUP for %s A",
@@ -235,6 +237,13 @@ qj_status plan_rows4(KernelKey key, GemmPlan* p) {
 
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out) {
+  // MX A (src/ops/mx_act.h): decoded to int8 while packed, its block scales fed through the
+  // per-(row, group) A-scale path of group-quantized fp32 A.
+  const bool mx_a = mx_act_type(raw_enum(desc.a_type));
+  if (mx_a) {
+    QJ_TRY(check_desc_enums(desc));
+    QJ_TRY(check_mx_a_plan(desc, *w));
+  }
   if (w->is_float()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
   const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
@@ -247,7 +256,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (w->k > max_k)
     return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= %lld",
                 (long long)w->k, (long long)max_k);
-  const bool group_a = dynamic && desc.a_granularity == QJ_GRAN_GROUP;
+  const bool group_a = (dynamic && desc.a_granularity == QJ_GRAN_GROUP) || mx_a;
   if (group_a && w->gran != QJ_GRAN_GROUP)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_granularity=QJ_GRAN_GROUP needs weights quantized "
                 "per group (these are per %s)", w->gran == QJ_GRAN_TENSOR ? "tensor" : "channel");
@@ -260,7 +269,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   const int64_t n = w->n, groups = w->groups();
 
   // Zero point of A as the kernel sees it.
-  p->za = dynamic ? 0 : desc.a_zero_point;
+  p->za = dynamic || mx_a ? 0 : desc.a_zero_point;
   if (!decoded && w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
   // A is the signed operand: u8 - 128 in s8 quads; int16-pair weights (E3M2, BDR) take u8 A as
   // is (s16 pairs hold 0..255), its zero point removed by the column corrections.
@@ -317,7 +326,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         bz[g * p->n_pad + c] = static_cast<int32_t>(zb);
         gs[g * p->n_pad + c] = w->scale(g, c);
       }
-    const double a_scale = dynamic ? 1.0 : desc.a_scale;
+    const double a_scale = dynamic || mx_a ? 1.0 : desc.a_scale;
     // MX: the kernel folds 2^(b - 127) per block; the element type's 2^-int_shift is applied here.
     const double grp_mult = w->is_mx() ? std::ldexp(1.0, -mx_int_shift(w->dtype)) : 1.0;
     for (int64_t c = 0; c < n; ++c) {
@@ -424,7 +433,7 @@ namespace {
 
 qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
   QJ_TRY(check_desc_enums(d));
-  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16 && !mx_act_type(d.a_type))  // MX: decoded to fp32
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d (%s): %s weights need QJ_F32 or QJ_BF16 A",
                 (int)d.a_type, qj_dtype_name(d.a_type), qj_dtype_name(wt));
   if (d.c_type != QJ_F32 && d.c_type != QJ_BF16)
@@ -546,8 +555,17 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
                     int32_t tid, int32_t nth) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
+  const bool mx_a = mx_act_type(d.a_type);  // MX A: dequantized exactly to fp32 while packed
   if (!p.jit) {
     if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (mx_a) {
+      std::vector<float> af(m * w.k);
+      mx_act_decode_rows_f32(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, af.data(), w.k);
+      qj_gemm_desc df = d;
+      df.a_type = QJ_F32;
+      ref::gemm_float(df, p.ref_fw, m, af.data(), w.k, c, ldc);
+      return QJ_OK;
+    }
     ref::gemm_float(d, p.ref_fw, m, a, lda, c, ldc);
     return QJ_OK;
   }
@@ -590,6 +608,11 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
     for (int64_t t = t0; t < t1 && !direct; ++t) {
       const int64_t row0 = tile_row0(t);
       const int rows = tile_rows(t);
+      if (mx_a) {
+        pack_a_float_tile_mx(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows, w.k, w.kp,
+                             reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
+        continue;
+      }
       pack_a_float_tile(d.a_type, static_cast<const uint8_t*>(a) + row0 * lda * a_esz, lda, rows, rows,
                         w.k, w.kp, reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
     }
@@ -624,12 +647,15 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
+  const bool mx_a = mx_act_type(d.a_type);
   Scratch& s = scratch();
 
   // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
   // per-tensor scale) before anything is written, so non-finite input fails cleanly.
-  const bool group_a = dynamic && d.a_granularity == QJ_GRAN_GROUP;
-  if (group_a) {
+  const bool group_a = (dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx_a;
+  if (mx_a) {
+    // Block scales come with the data (no pass over A needed).
+  } else if (group_a) {
     s.amax.resize(m * w.groups());
     int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
     if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
@@ -646,6 +672,13 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 
   if (!p.jit) {
     if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (mx_a) {
+      std::vector<int32_t> qa(m * w.k);
+      std::vector<float> ags(m * w.groups());
+      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data());
+      ref::gemm_int_group_a(d, p.ref_w, m, qa.data(), ags.data(), c, ldc);
+      return QJ_OK;
+    }
     ref::gemm_int(d, p.ref_w, m, a, lda, c, ldc);
     return QJ_OK;
   }
@@ -747,6 +780,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       float* inv = s.inv.data() + slot * scale_slots;
       float* pre = s.pre.data() + slot * scale_slots;
       float* rsc = s.row_scale.data() + slot * mr;
+      if (mx_a) {  // decode, row sums and the per-(row, block) scales in one pass
+        pack_a_tile_mx(spec, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows,
+                       s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr,
+                       s.rg_scale.data() + slot * scale_slots);
+        continue;
+      }
       if (group_a) {
         float* rg = s.rg_scale.data() + slot * scale_slots;
         for (int64_t g = 0; g < groups; ++g)

@@ -2,6 +2,7 @@
 #include "src/ref/gemm_mx_ref.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "src/ref/gemm_ref.h"
@@ -68,6 +69,67 @@ bool gemm_mx(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a
       (*mag)[i * n + c] = abs + std::fabs(bias);
     }
   return true;
+}
+
+namespace {
+
+// Finest exponent of a type, negated: every value * 2^shift is an integer (< 2^32).
+int fine_shift(qj_dtype t) {
+  switch (t) {
+    case QJ_MXFP8_E4M3: return 9;    // min subnormal 2^-9
+    case QJ_MXFP8_E5M2: return 16;   // 2^-16
+    case QJ_MXFP6_E3M2: return 4;    // 2^-4
+    case QJ_MXFP6_E2M3: return 3;    // 2^-3
+    case QJ_MXFP4_E2M1: return 1;    // 2^-1
+    default: return 6;               // MXINT8: code * 2^-6
+  }
+}
+
+}  // namespace
+
+void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& w,
+                std::vector<double>* y, std::vector<double>* mag) {
+  const int64_t m = a.m, k = w.k, n = w.n, groups = k / 32;
+  const int sha = fine_shift(a.type), shb = fine_shift(w.type);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Values of every code of both sides (exact in double), and their integer forms.
+  std::vector<double> av(m * k), wv(n * k);
+  for (int64_t i = 0; i < m * k; ++i) av[i] = mx_elem_value(a.type, a.codes[i]);
+  for (int64_t i = 0; i < n * k; ++i) wv[i] = mx_elem_value(w.type, w.codes[i]);
+  y->assign(m * n, 0.0);
+  mag->assign(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < n; ++c) {
+      double acc = 0, abs = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        const uint8_t sa = a.scales[i * groups + g], sb = w.scales[c * groups + g];
+        double t;
+        if (sa == 0xFF || sb == 0xFF) {
+          t = nan;
+        } else {
+          __int128 s = 0;
+          double sd = 0;
+          bool finite = true;
+          for (int64_t j = g * 32; j < g * 32 + 32; ++j) {
+            const double x = av[i * k + j], v = wv[c * k + j];
+            sd += x * v;
+            if (!std::isfinite(x) || !std::isfinite(v)) {
+              finite = false;
+              continue;
+            }
+            s += static_cast<__int128>(static_cast<int64_t>(std::ldexp(x, sha))) *
+                 static_cast<int64_t>(std::ldexp(v, shb));
+          }
+          const int e = sa + sb - 254;
+          t = finite ? std::ldexp(static_cast<double>(s), e - sha - shb) : sd * std::ldexp(1.0, e);
+        }
+        acc += t;
+        abs += std::fabs(t);
+      }
+      const double bias = d.bias ? d.bias[c] : 0.0;
+      (*y)[i * n + c] = acc + bias;
+      (*mag)[i * n + c] = abs + std::fabs(bias);
+    }
 }
 
 }  // namespace qj::ref

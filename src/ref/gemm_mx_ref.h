@@ -32,4 +32,22 @@ int64_t mx_ref_block(qj_dtype t);
 bool gemm_mx(const qj_gemm_desc& d, const MxWeights& w, int64_t m, const void* a, int64_t lda,
              std::vector<double>* y, std::vector<double>* mag);
 
+// MX ACTIVATIONS (MX x MX, MX.md section 5): A as element codes (m x k, one per byte) and E8M0
+// scales (m x k/32), any OCP type on either side.
+struct MxActivations {
+  qj_dtype type = QJ_MXFP4_E2M1;
+  int64_t m = 0, k = 0;
+  std::vector<uint8_t> codes;   // m x k
+  std::vector<uint8_t> scales;  // m x k/32
+};
+
+// y[i*n + c] = sum_g T_g + bias[c],  T_g = 2^(sA(i,g) + sB(g,c) - 254) * S_g, where S_g is the
+// block's sum of element products computed EXACTLY (integer forms value * 2^shift, shift = the
+// type's finest exponent, multiplied and summed in __int128; only its conversion to double can
+// round, and only for E5M2 x E5M2 blocks needing more than 53 bits). A 0xFF scale on either side
+// makes T_g NaN; an FP8 NaN / Inf code makes the block an IEEE double sum (propagating NaN / Inf).
+// mag[i*n + c] = sum_g |T_g| + |bias[c]| (the scale of the fp32 rounding bound of the tests).
+void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& w,
+                std::vector<double>* y, std::vector<double>* mag);
+
 }  // namespace qj::ref
