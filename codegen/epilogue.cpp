@@ -54,7 +54,76 @@ void store_partial_xmm(Assembler& a, const Xmm& x, const Gp& base, int off, int 
   }
 }
 
+// Rows4 stores (see EpilogueRegs): A holds the final 32-bit values (fp32 or int32); `bytes` 4.
+// zmm: vpermd makes chunk i = row i, one 16-byte store per row. ymm: qword i = row i.
+void store_rows4_dwords(Assembler& a, const Simd& s, const EpilogueRegs& r, const Vec& A, int col_off) {
+  const Vec P = s.v(r.t1);
+  if (s.zmm)  // dword permutation: out[i * cpv + c] = in[c * 4 + i]
+    a.vmovdqu32(P, ptr(r.perm));
+  else
+    a.vmovdqu(P, ptr(r.perm));
+  a.vpermd(A, P, A);
+  const Xmm xa = xmm(A.id()), xt = xmm(r.t0);
+  if (s.zmm) {
+    a.vmovdqu(ptr(r.c_row, col_off), xa);
+    a.vextracti32x4(ptr(r.c_row, r.ldc1, 0, col_off), A, 1);
+    a.vextracti32x4(ptr(r.c_row, r.ldc1, 1, col_off), A, 2);
+    a.vextracti32x4(ptr(r.c_row, r.ldc3, 0, col_off), A, 3);
+  } else {
+    a.vextracti128(xt, A.as<Ymm>(), 1);
+    a.vmovq(ptr(r.c_row, col_off), xa);
+    a.vpextrq(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
+    a.vmovq(ptr(r.c_row, r.ldc1, 1, col_off), xt);
+    a.vpextrq(ptr(r.c_row, r.ldc3, 0, col_off), xt, 1);
+  }
+}
+
+// u8 / s8: the in-range int32 values narrowed to bytes (lane order), transposed by vpshufb so
+// that row i's bytes are contiguous, then one 4-byte (zmm) or 2-byte (ymm) store per row.
+void store_rows4_bytes(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
+                       const Vec& A, int col_off) {
+  const Xmm xa = xmm(A.id()), xt = xmm(r.t0);
+  if (s.zmm) {
+    a.vpmovdb(xa, A);
+  } else {
+    a.vextracti128(xt, A.as<Ymm>(), 1);
+    a.vpackssdw(xa, xa, xt);
+    if (key.c_type == QJ_U8)
+      a.vpackuswb(xa, xa, xa);
+    else
+      a.vpacksswb(xa, xa, xa);
+  }
+  a.vpshufb(xa, xa, ptr(r.perm, 64));
+  if (s.zmm) {
+    a.vmovd(ptr(r.c_row, col_off), xa);
+    a.vpextrd(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
+    a.vpextrd(ptr(r.c_row, r.ldc1, 1, col_off), xa, 2);
+    a.vpextrd(ptr(r.c_row, r.ldc3, 0, col_off), xa, 3);
+  } else {
+    a.vpextrw(ptr(r.c_row, col_off), xa, 0);
+    a.vpextrw(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
+    a.vpextrw(ptr(r.c_row, r.ldc1, 1, col_off), xa, 2);
+    a.vpextrw(ptr(r.c_row, r.ldc3, 0, col_off), xa, 3);
+  }
+}
+
 }  // namespace
+
+void emit_rows4_consts(Assembler& a, const Simd& s, const EpilogueRegs& r) {
+  // cpv columns per vector; element c * 4 + i (column c, row i) moves to i * cpv + c.
+  const int cpv = s.lanes32 / 4;
+  a.align(AlignMode::kData, 64);
+  a.bind(r.perm);
+  uint32_t d[16] = {};
+  uint8_t b[16] = {};
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < cpv; ++c) {
+      d[i * cpv + c] = static_cast<uint32_t>(c * 4 + i);
+      b[i * cpv + c] = static_cast<uint8_t>(c * 4 + i);
+    }
+  a.embed(d, sizeof d);  // [perm, perm + 64): dword permutation (vpermd)
+  a.embed(b, sizeof b);  // [perm + 64, perm + 80): byte shuffle (vpshufb)
+}
 
 void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
                      int acc, bool acc_is_float, int row, int j, int lanes) {
@@ -70,6 +139,12 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     a.kmovw(k1, r.tmp.r32());
   }
 
+  // Rows4 tiles: vector j covers columns [j * cpv, (j + 1) * cpv) of 4 rows (always whole).
+  const int rows4_off = j * (s.lanes32 / 4) * eb;
+  if (key.c_type == QJ_S32 && r.rows4) {
+    store_rows4_dwords(a, s, r, A, rows4_off);
+    return;
+  }
   if (key.c_type == QJ_S32) {
     if (!partial) {
       if (s.zmm)
@@ -103,6 +178,10 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
 
   if (key.c_type == QJ_F32 || key.c_type == QJ_BF16) {
     if (key.activation == QJ_ACT_RELU) op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, zero), r.t0);
+    if (key.c_type == QJ_F32 && r.rows4) {  // (no beta: the plan does not ask for it)
+      store_rows4_dwords(a, s, r, A, rows4_off);
+      return;
+    }
     if (key.c_type == QJ_F32) {
       if (key.has_beta) {
         if (!partial) {
@@ -159,17 +238,22 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     return;
   }
 
-  // u8 / s8 requantization.
+  // u8 / s8 requantization: clamp to the output range less the zero point (NaN becomes the low
+  // bound: vmaxps returns its second source), round half even, add the zero point. The value is
+  // then in range, so the narrowing store needs no saturation.
   op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
   op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
-  if (s.zmm)
-    a.vrndscaleps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
-  else
-    a.vroundps(A, A, 8);
-  a.vcvttps2dq(A, A);  // exact: A holds integers
+  if (s.zmm) {
+    a.rn_sae().vcvtps2dq(A, A);  // embedded round-to-nearest-even, whatever MXCSR says
+  } else {
+    a.vroundps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
+    a.vcvttps2dq(A, A);   // exact: A holds integers
+  }
   op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
-  op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
-  op_const(a, s, Inst::kIdVpminsd, A, r, offsetof(EpilogueConsts, q_hi), r.t0);
+  if (r.rows4) {
+    store_rows4_bytes(a, s, key, r, A, rows4_off);
+    return;
+  }
   if (s.zmm) {
     if (partial)
       a.k(k1).vpmovdb(ptr(r.c_row, c_off), A);

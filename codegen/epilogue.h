@@ -5,7 +5,9 @@
 // arithmetic of docs/kernel-contract.md and the store, in the generated code itself:
 //   f = float(acc) [* row_scale[row]]; y = fma(f, mult[col], bias[col]) or f * mult[col];
 //   float out: relu, beta, store (bf16 by round-to-nearest-even);
-//   u8/s8 out: clamp to +-2^24, round half even, + zero point, saturate (ReLU at the zero point);
+//   u8/s8 out: clamp to [q_lo - zp, q_hi - zp], round half even, + zero point (ReLU at the
+//   zero point folded into q_lo). Rounding is monotone and keeps the integer bounds, so this is
+//   exactly saturate(round(y) + zp) with one clamp fewer;
 //   s32 out: store acc as is.
 // Constants come from an EpilogueConsts block inside the kernel's argument struct.
 #pragma once
@@ -22,7 +24,7 @@ namespace qj::cg {
 struct EpilogueConsts {
   int32_t c_zp;        // output zero point (u8/s8)
   int32_t q_lo, q_hi;  // saturation bounds, ReLU folded into q_lo
-  float f_lo, f_hi;    // -2^24, 2^24
+  float f_lo, f_hi;    // q_lo - c_zp, q_hi - c_zp (the bounds before the zero point is added)
   float beta;          // C = y + beta * C (f32 output)
   float zero;          // 0.0f for ReLU
   int32_t pad;
@@ -38,7 +40,18 @@ struct EpilogueRegs {
   asmjit::x86::Gp row_scale;  // per-row fp32 scale of this tile (if key.has_row_scale)
   asmjit::x86::Gp tmp;        // scratch GPR
   int t0, t1;                 // scratch vector register indices
+  // Row-interleaved tiles (Rows4): each 128-bit chunk of a vector holds 4 rows of one column
+  // (lane = chunk * 4 + row), so a vector covers 4 rows x (lanes / 4) columns. The store then
+  // transposes: row i of the group goes to c_row + i * ldc (ldc1 = ldc, ldc3 = 3 * ldc), at
+  // column j * (lanes / 4). `perm` labels the constants emit_rows4_consts placed in the code.
+  // Float outputs without beta, s32, u8 and s8 only.
+  bool rows4 = false;
+  asmjit::x86::Gp ldc1, ldc3;
+  asmjit::Label perm;
 };
+
+// The transposition constants of Rows4 stores (bind r.perm to them), emitted after the code.
+void emit_rows4_consts(asmjit::x86::Assembler& a, const Simd& s, const EpilogueRegs& r);
 
 // Bytes per output element for key.c_type.
 int out_elem_bytes(const KernelKey& key);

@@ -175,7 +175,10 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   }
   Label l_group = a.newLabel();
   a.bind(l_group);
-  zero_regs(a, s, p.acc0, n_acc);
+  // The accumulators start from the A zero-point column correction of this group (col_corr):
+  // integer adds commute, and it saves an add per accumulator at the end of the group.
+  for (int i = 0; i < p.mr; ++i)
+    for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.acc0 + i * p.nrv + j, ptr(r13, r11, 0, j * s.bytes));
   if (p.dual) {
     zero_regs(a, s, p.acc1, n_acc);
     Label l_pairs = a.newLabel(), l_odd = a.newLabel(), l_done = a.newLabel();
@@ -208,17 +211,14 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.jnz(l_k);
   }
 
-  // Zero-point corrections of this group: acc += col_corr; acc -= row_sum * b_zp.
+  // B zero-point correction of this group: acc -= row_sum * b_zp.
   const Vec t = s.v(p.breg);  // B vectors are free now
-  for (int i = 0; i < p.mr; ++i) {
-    if (key.has_b_zp) a.vpbroadcastd(s.v(p.areg), dword_ptr(r12, i * 4));
+  for (int i = 0; key.has_b_zp && i < p.mr; ++i) {
+    a.vpbroadcastd(s.v(p.areg), dword_ptr(r12, i * 4));
     for (int j = 0; j < p.nrv; ++j) {
       Vec c = s.v(p.acc0 + i * p.nrv + j);
-      a.vpaddd(c, c, ptr(r13, r11, 0, j * s.bytes));
-      if (key.has_b_zp) {
-        a.vpmulld(t, s.v(p.areg), ptr(r14, r11, 0, j * s.bytes));
-        a.vpsubd(c, c, t);
-      }
+      a.vpmulld(t, s.v(p.areg), ptr(r14, r11, 0, j * s.bytes));
+      a.vpsubd(c, c, t);
     }
   }
   if (p.grouped) {
@@ -235,6 +235,138 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 
   emit_panel_output(a, s, key, p.mr, p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped, p.breg,
                     p.areg, l_panel);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Narrow N (flags bit 6, "rows4"; VNNI, u8 A read in place): with N = 4 or 8 a column-vectorized
+// tile wastes 3/4 or 1/2 of every vpdpbusd, and a row costs a whole epilogue vector. Here one
+// vpdpbusd does 4 columns x 16 K of one row: the row's next 16 bytes are copied to every 128-bit
+// chunk (vbroadcasti32x4, straight from A), and the plan's B patterns hold, in chunk c, dword d,
+// the 4 weights of column v * 4 + c at those 16 K (GemmPlan::rows4_b; vector v covers columns
+// 4v..4v+3). K runs in 16-byte chunks; when K is not a multiple of 16 the last chunk is the row's
+// final 16 bytes and its pattern is zero for the K the previous chunk covered (no read past a
+// row, every k counted once). Per 4 rows the 4 partial sums of each chunk are reduced with
+// unpacks into one vector whose lane c * 4 + i is (row i, column c): the epilogue's Rows4 layout.
+// key.param[1] = K; key.mr = rows per iteration (a multiple of 4); key.nr = N (4 or 8).
+// The kernel runs n_panels iterations (rows K apart in A by args.lda, C rows ldc apart).
+// Supported output stages: not grouped, no weight zero points, no row scale, no beta,
+// u8 / s8 / f32 / s32 output (the plan asks for nothing else).
+bool emit_s8_rows4(const KernelKey& key, Assembler& a, std::string* why) {
+  const cg::Simd s = cg::simd_for(key.isa);
+  const int k = static_cast<int>(key.param[1]);
+  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k < 16 || key.mr % 4 != 0 ||
+      key.mr == 0 || key.mr > 8 || (key.nr != 4 && key.nr != 8)) {
+    *why = "rows4 tiles need avx512_vnni, u8 A, k >= 16, mr 4 or 8 and nr 4 or 8";
+    return false;
+  }
+  if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta ||
+      key.n_tail || !(key.c_type == QJ_U8 || key.c_type == QJ_S8 || key.c_type == QJ_F32 || key.c_type == QJ_S32)) {
+    *why = "rows4 tiles: unsupported output stage";
+    return false;
+  }
+  const int nrv = key.nr / 4, ng = key.mr / 4;
+  const int n_full = k / 16;
+  const bool tail = k % 16 != 0;
+  // Registers: accumulators (row, v), B patterns of the chunk, two A copies, four temps.
+  auto acc = [&](int row, int v) { return row * nrv + v; };
+  const int n_acc = key.mr * nrv, breg = n_acc, areg = breg + nrv, treg = areg + 2;
+  if (treg + 4 > s.regs) {
+    *why = "register tile too large for the ISA";
+    return false;
+  }
+
+  cg::emit_save_callee_regs(a);
+  a.mov(rsi, ARG(a));
+  a.mov(rcx, ARG(c));
+  a.mov(r9, ARG(n_panels));  // iterations of key.mr rows
+  a.mov(r12, ARG(lda));
+  a.lea(r13, ptr(r12, r12, 1));
+  a.mov(r14, ARG(ldc));
+  a.lea(r15, ptr(r14, r14, 1));
+  a.mov(r11, ARG(col_mult));
+  a.mov(rbp, ARG(col_bias));
+
+  cg::EpilogueRegs er;
+  er.consts = rdi;
+  er.c_row = rbx;
+  er.mult = r11;
+  er.bias = rbp;
+  er.row_scale = rax;  // unused (no row scale)
+  er.tmp = rax;
+  er.t0 = treg;
+  er.t1 = treg + 1;
+  er.rows4 = true;
+  er.ldc1 = r14;
+  er.ldc3 = r15;
+  er.perm = a.newLabel();
+
+  // One 16-byte chunk of K: A of row (g, i) at [base_g + i * lda + a_off], B at [rdx].
+  const Gp base[2] = {rax, r10};
+  auto chunk = [&](int a_off) {
+    for (int v = 0; v < nrv; ++v) load_vec(a, s, breg + v, ptr(rdx, v * s.bytes));
+    for (int g = 0; g < ng; ++g)
+      for (int i = 0; i < 4; ++i) {
+        const Vec av = s.v(areg + (i & 1));
+        const Mem m = i == 0 ? ptr(base[g], a_off) : i == 3 ? ptr(base[g], r13, 0, a_off)
+                                                            : ptr(base[g], r12, i - 1, a_off);
+        a.vbroadcasti32x4(av, m);
+        for (int v = 0; v < nrv; ++v) a.emit(Inst::kIdVpdpbusd, s.v(acc(g * 4 + i, v)), av, s.v(breg + v));
+      }
+    a.add(rdx, nrv * s.bytes);
+  };
+
+  Label l_iter = a.newLabel();
+  a.bind(l_iter);
+  zero_regs(a, s, 0, n_acc);
+  a.mov(rdx, ARG(b));
+  a.mov(rax, rsi);
+  if (ng > 1) a.lea(r10, ptr(rsi, r12, 2));  // rows 4..7
+  if (n_full > 1) {
+    Label l_k = a.newLabel();
+    a.mov(r8, n_full);
+    a.bind(l_k);
+    chunk(0);
+    a.add(rax, 16);
+    if (ng > 1) a.add(r10, 16);
+    a.dec(r8);
+    a.jnz(l_k);
+  } else {
+    chunk(0);
+    a.add(rax, 16);
+    if (ng > 1) a.add(r10, 16);
+  }
+  if (tail) chunk(k % 16 - 16);  // the row's last 16 bytes (rax is 16 * n_full into it)
+
+  // Reduce, correct, store: per group of 4 rows and vector of 4 columns.
+  a.mov(rbx, rcx);
+  for (int g = 0; g < ng; ++g) {
+    for (int v = 0; v < nrv; ++v) {
+      const Vec a0 = s.v(acc(g * 4, v)), a1 = s.v(acc(g * 4 + 1, v)), a2 = s.v(acc(g * 4 + 2, v)),
+                a3 = s.v(acc(g * 4 + 3, v));
+      const Vec t0 = s.v(treg), t1 = s.v(treg + 1), t2 = s.v(treg + 2), t3 = s.v(treg + 3);
+      a.vpunpckldq(t0, a0, a1);  // chunk: [r0 d0, r1 d0, r0 d1, r1 d1]
+      a.vpunpckhdq(t1, a0, a1);  //        [r0 d2, r1 d2, r0 d3, r1 d3]
+      a.vpaddd(t0, t0, t1);
+      a.vpunpckldq(t2, a2, a3);
+      a.vpunpckhdq(t3, a2, a3);
+      a.vpaddd(t2, t2, t3);
+      a.vpunpcklqdq(t1, t0, t2);  // [r0, r1, r2, r3] (d0 + d2)
+      a.vpunpckhqdq(t3, t0, t2);  // [r0, r1, r2, r3] (d1 + d3)
+      a.vpaddd(a0, t1, t3);
+      a.mov(rax, ARG(col_corr));
+      a.vpaddd(a0, a0, ptr(rax, v * s.bytes));
+      cg::emit_output_vec(a, s, key, er, acc(g * 4, v), false, 0, v, s.lanes32);
+    }
+    a.lea(rbx, ptr(rbx, r14, 2));  // the next 4 rows of C
+  }
+  a.mov(rcx, rbx);
+  a.lea(rsi, ptr(rsi, r12, 2));  // the next 4 rows of A
+  if (ng > 1) a.lea(rsi, ptr(rsi, r12, 2));
+  a.dec(r9);
+  a.jnz(l_iter);
+  cg::emit_restore_and_return(a);
+  cg::emit_rows4_consts(a, s, er);
   return true;
 }
 
@@ -258,6 +390,12 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 // shifted back (vpsrad, exact) before it is added. The plan sets it only when a group's sum
 // cannot reach 2^31 / 16.
 // flags bit 4 (grouped, dynamic A per group): float(acc) *= row_group_scale[g][i] before the fold.
+// int16-pair decoders (dec.int16: E3M2, BDR): A is packed as s16 pairs (4 pair rows per 8-K step,
+// the same (o * mr + i) * 4 addressing with n_out = 4), each pair row o is decoded to s16 pairs and
+// multiplied at once: vpdpwssd acc, d, {1to16}[A pair] (VNNI), or vpbroadcastd + vpmaddwd + vpaddd
+// (exact: |a| <= 255, |q| <= 448). Packing A as s16 (rather than widening s8 in registers) keeps
+// the broadcast folded into the multiply: widening would add a vpmovsxbw and a broadcast per
+// row and pair row, 2 more uops per vpdpwssd at one column vector.
 
 struct DPlan {
   cg::Simd s;
@@ -266,11 +404,17 @@ struct DPlan {
   int mr, nr, nrv;
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a;
   int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
+  int ndec;  // decoded-weight registers
+  int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
 };
 
 bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->s = cg::simd_for(key.isa);
   p->dec = cg::decoder_info(key.b_type);
+  if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
+    p->dec.n_consts = p->dec.zmm_consts;
+    p->dec.n_temps = 0;
+  }
   if (!p->dec.ok) {
     *why = "no decoder for this weight type";
     return false;
@@ -322,17 +466,28 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   int used = 0;
   p->acc0 = used, used += n_acc;
   p->acc1 = used, used += p->dual ? n_acc : 0;
+  // Few rows on the int16 path: one set per pair row, 4 independent vpdpwssd chains per output
+  // vector (a step issues 4 dependent updates otherwise; M = 1 MX4 measured 76-90 GOPS against
+  // 61-87 with two sets on the shared machine).
+  p->acc2 = -1;
+  if (p->dual && p->dec.int16) p->acc2 = used, used += 2 * n_acc;
   p->facc = used, used += p->grouped ? n_acc : 0;
-  p->dec0 = used, used += p->dec.n_out * p->nrv;
+  // int16 pairs: each decoded vector is consumed before the next pair row is decoded; two sets
+  // alternate so a decode can overlap the previous multiplies.
+  p->ndec = p->dec.int16 ? 2 * p->nrv : p->dec.n_out * p->nrv;
+  p->dec0 = used, used += p->ndec;
   p->cst = used, used += p->dec.n_consts + (p->scaled ? p->dec.scaled_consts : 0);
   p->dtmp = used, used += p->dec.n_temps;
   p->ones = p->abc = p->tmp = -1;
-  if (!p->vnni) {
+  if (!p->vnni && p->dec.int16) {  // vpbroadcastd A pair, vpmaddwd product
+    p->abc = used, used += 1;
+    p->tmp = used, used += 1;
+  } else if (!p->vnni) {
     p->ones = used, used += 1;
     p->abc = used, used += p->dec.n_out;
     p->tmp = used, used += 2;
   }
-  if (used > p->s.regs || p->dec.n_out * p->nrv < p->nrv + 1) {
+  if (used > p->s.regs || p->ndec < p->nrv + 1) {
     *why = "register tile too large for the ISA";
     return false;
   }
@@ -364,7 +519,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     for (int c = 0; c < 3; ++c)
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
   }
-  if (!p.vnni) {
+  if (!p.vnni && !p.dec.int16) {
     a.mov(eax, 0x00010001);  // s16 ones for vpmaddwd
     if (s.zmm) {
       a.vpbroadcastd(s.v(p.ones), eax);
@@ -399,11 +554,39 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.bind(l_group);
   zero_regs(a, s, p.acc0, n_acc);
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
+  if (p.acc2 >= 0) zero_regs(a, s, p.acc2, 2 * n_acc);
 
   Label l_k = a.newLabel();
   a.mov(r8, ARG(k_groups));
   a.bind(l_k);
-  {
+  if (p.dec.int16) {
+    // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
+    // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
+    for (int o = 0; o < n_out; ++o) {
+      const int d0 = p.dec0 + (o & 1) * p.nrv;
+      for (int j = 0; j < p.nrv; ++j)
+        cg::emit_decode16(a, s, key.b_type, ptr(rdx, j * col_bytes), o, dr, d0 + j);
+      int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+      if (p.acc2 >= 0 && o >= 2) set = p.acc2 + (o - 2) * n_acc;
+      for (int i = 0; i < p.mr; ++i) {
+        const Mem ap = dword_ptr(rsi, (o * p.mr + i) * 4);
+        if (p.vnni) {
+          for (int j = 0; j < p.nrv; ++j) a.vpdpwssd(s.v(set + i * p.nrv + j), s.v(d0 + j), ap._1to16());
+        } else {
+          a.vpbroadcastd(s.v(p.abc), ap);
+          for (int j = 0; j < p.nrv; ++j) {
+            Vec c = s.v(set + i * p.nrv + j);
+            a.vpmaddwd(s.v(p.tmp), s.v(d0 + j), s.v(p.abc));
+            a.vpaddd(c, c, s.v(p.tmp));
+          }
+        }
+      }
+    }
+    a.add(rsi, n_out * p.mr * 4);
+    a.add(rdx, step_bytes);
+    a.dec(r8);
+    a.jnz(l_k);
+  } else {
     int outs[8];
     for (int j = 0; j < p.nrv; ++j) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
@@ -439,6 +622,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.dec(r8);
     a.jnz(l_k);
   }
+  if (p.acc2 >= 0)
+    for (int r = 0; r < n_acc; ++r) {
+      a.vpaddd(s.v(p.acc2 + r), s.v(p.acc2 + r), s.v(p.acc2 + n_acc + r));
+      a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc2 + r));
+    }
   if (p.dual)
     for (int r = 0; r < n_acc; ++r) {
       if (p.scaled) a.vpsrad(s.v(p.acc1 + r), s.v(p.acc1 + r), p.dec.scaled_shift);
@@ -552,7 +740,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 bool emit(const KernelKey& key, Assembler& a, std::string* why) {
-  if (key.b_type == QJ_S8) return emit_s8(key, a, why);
+  if (key.b_type == QJ_S8) return (key.flags & 64) ? emit_s8_rows4(key, a, why) : emit_s8(key, a, why);
   return emit_decoded(key, a, why);
 }
 
@@ -565,7 +753,7 @@ std::string name(const KernelKey& key) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
     std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
-                  dt(key.a_type), dt(key.b_type),
+                  dec.int16 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                   key.has_b_zp ? "_bzp" : "", (key.flags & 4) ? "_rc" : "", (key.flags & 2) ? "_cc" : "",
@@ -584,7 +772,7 @@ std::string name(const KernelKey& key) {
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",
                 key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                (key.flags & 1) ? "_dual" : "",
+                (key.flags & 64) ? "_rows4" : (key.flags & 1) ? "_dual" : "",
                 key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str() : "");
   return buf;
 }

@@ -22,8 +22,15 @@
 //   flags bit 4    (decoded, grouped) A quantized per (row, group): each group's sum is multiplied
 //                  by row_group_scale before the fold (has_row_scale is then 0)
 //   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3)
+//   flags bit 6    (s8, VNNI, u8 A in place) narrow N = 4 or 8 ("rows4"): one vpdpbusd covers 4
+//                  columns x 16 K of a row; n_panels iterations of mr rows per call, A rows
+//                  args.lda apart, B patterns and per-column arrays in the plan's expanded layout,
+//                  key.param[1] = K (see emit_s8_rows4 in gemm_int.cpp)
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
 //                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
+//   int16-pair b_types (MXFP6 E3M2; BDR MX9 / MX6 / MX4, blocks of 16 whose exponent byte is
+//                  decoded like E8M0): weights decoded to s16 pairs, A packed as s16 pairs (kg 2),
+//                  vpdpwssd (VNNI) or vpmaddwd + vpaddd; row sums only for MX4 (offset 8)
 #pragma once
 #include <cstdint>
 
@@ -52,6 +59,7 @@ struct GemmIntArgs {
   const float* col_bias;     // [n_pad] output bias, at the first panel
   const float* row_scale;    // [mr] dynamic-quantization row scales
   const float* row_group_scale;  // [groups][mr] per (group, row) scales of A (decoded, flags bit 4)
+  int64_t lda;               // flags bit 6: bytes between rows of A (read in place)
 };
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);

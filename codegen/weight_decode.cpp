@@ -74,6 +74,30 @@ DecoderInfo decoder_info(int b_type) {
       d.n_consts = 1;  // 0x80 bytes
       d.e8m0_scales = true;
       break;
+    case QJ_MXFP6_E3M2:
+    case QJ_BDR_MX9:
+    case QJ_BDR_MX6:
+    case QJ_BDR_MX4:
+      // int16 pairs from one byte per element (src/ops/mx16_weights.h, layout kMx16).
+      d.ok = true;
+      d.int16 = true;
+      d.k_per_step = 8;
+      d.bytes_per_col_step = b_type == QJ_BDR_MX9 ? 9 : (b_type == QJ_BDR_MX4 ? 4 : 8);
+      d.n_out = 4;
+      // MX4: the nibble u = q + 8 is used as is; the kernel's row-sum correction (-8 * sum of A per
+      // block, flags bit 2) removes the offset: one vpaddd per accumulator per block instead of a
+      // vpsubw per decoded vector (M = 1 issues one multiply per decoded vector).
+      d.offset = b_type == QJ_BDR_MX4 ? 8 : 0;
+      d.pair_exact = true;  // vpmaddwd is exact for any int16 pair
+      d.e8m0_scales = true;
+      // E3M2: zmm two 32-word tables (vpermi2w); ymm the +-2^max(e-1,0) and hidden-bit pshufb
+      // tables and the 0x0f / 0x03 masks, 2 temps. MX9 ymm: the word bit selector, 1 temp.
+      // (zmm: E3M2 the two tables, MX4 the mask, no temps; see zmm_consts.)
+      // MX4: the 0x000f words.
+      d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 || b_type == QJ_BDR_MX4 ? 1 : 0);
+      d.n_temps = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX9 ? 1 : 0);
+      d.zmm_consts = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX4 ? 1 : 0);
+      break;
     default: break;
   }
   return d;
@@ -141,6 +165,119 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       break;
     }
     case QJ_MXINT8: broadcast_dword(a, s, r.consts, 0x80808080u, tmp); break;
+    case QJ_MXFP6_E3M2: {
+      const int16_t* q = mx::e3m2_int_table();
+      if (s.zmm) {
+        // vpermi2w: index bit 5 (the sign) selects the second table (codes 32..63).
+        for (int h = 0; h < 2; ++h) {
+          uint8_t t[64];
+          std::memcpy(t, q + 32 * h, 64);
+          store_table(a, t, 64, tmp);
+          a.vmovdqu32(s.v(r.consts + h), zmmword_ptr(rsp, kRedZoneTable));
+        }
+      } else {
+        // idx = code >> 2 & 15 = sign:e. pow[idx] = +-2^max(e-1, 0) (signed byte), hid[idx] = 4
+        // for e >= 1 (hidden bit); value = vpmaddubsw(m | hid, pow) (see emit_decode16).
+        uint8_t t[32];
+        for (int i = 0; i < 16; ++i) {
+          const int e = i & 7, p = e ? 1 << (e - 1) : 1;
+          t[i] = static_cast<uint8_t>(static_cast<int8_t>(i & 8 ? -p : p));
+          t[16 + i] = static_cast<uint8_t>(e ? 4 : 0);
+        }
+        store_table(a, t, 32, tmp);
+        a.vbroadcasti128(s.v(r.consts), xmmword_ptr(rsp, kRedZoneTable));
+        a.vbroadcasti128(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable + 16));
+        broadcast_dword(a, s, r.consts + 2, 0x000f000fu, tmp);
+        broadcast_dword(a, s, r.consts + 3, 0x00030003u, tmp);
+      }
+      break;
+    }
+    case QJ_BDR_MX4:
+      broadcast_dword(a, s, r.consts, 0x000f000fu, tmp);
+      break;
+    case QJ_BDR_MX9:
+      if (!s.zmm) {  // words 1 << w: the bit of word w of a 16-bit mask
+        uint8_t t[32];
+        for (int w = 0; w < 16; ++w) {
+          const uint16_t b = static_cast<uint16_t>(1u << w);
+          std::memcpy(t + 2 * w, &b, 2);
+        }
+        store_table(a, t, 32, tmp);
+        a.vmovdqu(s.v(r.consts), ymmword_ptr(rsp, kRedZoneTable));
+      }
+      break;
+    default: break;
+  }
+}
+
+void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int o, const DecodeRegs& r,
+                   int out) {
+  const Vec v = s.v(out);
+  Mem codes = src;  // the 2 * lanes bytes of pair row o
+  codes.addOffset(o * s.bytes / 2);
+  codes.setSize(s.bytes / 2);
+  switch (b_type) {
+    case QJ_MXFP6_E3M2:
+      if (s.zmm) {
+        a.vpmovzxbw(v, codes);
+        a.vpermi2w(v, s.v(r.consts), s.v(r.consts + 1));
+      } else {
+        // 16 v = (m | hid) * +-2^max(e-1, 0): e = 0 gives m (subnormals), else (4 + m) 2^(e-1).
+        const Vec t = s.v(r.temps), h = s.v(r.temps + 1);
+        a.vpmovzxbw(v, codes);
+        a.vpsrlw(t, v, 2);
+        a.vpand(t, t, s.v(r.consts + 2));         // sign:e in the low byte, high byte 0
+        a.vpshufb(h, s.v(r.consts + 1), t);       // hid (high byte: hid[0] = 0)
+        a.vpshufb(t, s.v(r.consts), t);           // +-pow (high byte multiplies 0 below)
+        a.vpand(v, v, s.v(r.consts + 3));         // m
+        a.vpor(v, v, h);                          // m | hid, high byte 0
+        a.vpmaddubsw(v, v, t);                    // exact: |16 v| <= 448
+      }
+      break;
+    case QJ_BDR_MX6: a.vpmovsxbw(v, codes); break;
+    case QJ_BDR_MX4: {
+      // One dword per column; the nibbles u = q + 8 of pair row o sit at bits 4o and 16 + 4o, so
+      // (dword >> 4o) & 0x000f000f is the s16 pair: one shift (with its load) and one and, no
+      // shuffle. u is the decoded value (offset 8, removed by the kernel's row-sum correction).
+      Mem d = src;
+      d.setSize(s.bytes);
+      if (s.zmm) {
+        if (o == 0) {
+          a.vpandd(v, s.v(r.consts), d);
+        } else {
+          a.vpsrld(v, d, 4 * o);
+          a.vpandd(v, v, s.v(r.consts));
+        }
+      } else {
+        if (o == 0) {
+          a.vpand(v, s.v(r.consts), d);
+        } else {
+          a.vmovdqu(v, d);
+          a.vpsrld(v, v, 4 * o);
+          a.vpand(v, v, s.v(r.consts));
+        }
+      }
+      break;
+    }
+    case QJ_BDR_MX9: {
+      Mem flags = src;  // 2 * lanes bits of pair row o after the 8 * lanes code bytes
+      flags.addOffset(2 * s.bytes + o * s.bytes / 16);
+      a.vpmovsxbw(v, codes);
+      if (s.zmm) {
+        flags.setSize(4);
+        a.kmovd(k2, flags);
+        a.k(k2).vpaddw(v, v, v);
+      } else {
+        flags.setSize(2);
+        const Vec t = s.v(r.temps);
+        a.vpbroadcastw(t, flags);
+        a.vpand(t, t, s.v(r.consts));
+        a.vpcmpeqw(t, t, s.v(r.consts));          // 0xffff where the element is doubled
+        a.vpand(t, t, v);
+        a.vpaddw(v, v, t);
+      }
+      break;
+    }
     default: break;
   }
 }

@@ -1,6 +1,8 @@
 // Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int): S4 and U4,
 // and the integer-exact OCP MX element types MXFP4 (vpshufb LUT to 2v + 12), MXFP6 E2M3 (vpermb
-// 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128).
+// 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128); and the int16-pair decoders
+// (emit_decode16) of MXFP6 E3M2 (64-word table) and BDR MX9 / MX6 / MX4 (int8 sign extension, MX9
+// doubling per flag bit).
 //
 // The contract between a decoder and the kernel that calls it:
 //  - The packed panel is a sequence of *steps*. One step holds bytes_per_col_step bytes for each
@@ -51,6 +53,11 @@ struct DecoderInfo {
                                // decodes them (codegen/gemm_int) and the plan's column multiplier
                                // carries 2^-int_shift
   bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
+  int zmm_consts = 0;          // int16 decoders: constants (temps: none) with 512-bit vectors
+  bool int16 = false;          // int16 pairs (E3M2, BDR MX9 / MX6 / MX4; see emit_decode16):
+                               // output o holds, in the dword lane of column c, the signed int16
+                               // q(k0 + 2o, c), q(k0 + 2o + 1, c) (+ offset: MX4 8, else 0);
+                               // A is packed as s16 pairs. n_out = 4 per 8-K step.
 };
 
 // Constants live in the red zone of the (leaf) kernels, written once by the setup code:
@@ -73,5 +80,12 @@ void emit_decoder_setup(asmjit::x86::Assembler& a, const Simd& s, int b_type, co
 // (scaled: output o holds d_o << (scaled_shift * o); only when info.scaled_shift > 0).
 void emit_decode(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
                  const DecodeRegs& r, const int* out, bool scaled = false);
+
+// int16-pair decoders (info.int16): decodes pair row o (0..3) of the step bytes of one column
+// vector at `src` into vector register `out` (one call per output, so the kernel can consume each
+// decoded vector before the next is made: fewer live registers). Uses r.temps (n_temps) and the
+// mask register k2 (AVX-512 MX9).
+void emit_decode16(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
+                   int o, const DecodeRegs& r, int out);
 
 }  // namespace qj::cg

@@ -608,6 +608,35 @@ TEST_P(GemmInt8, U8AReadInPlace) {
   }
 }
 
+// N = 4 and 8 with u8 A on VNNI run the narrow-N kernel (codegen/gemm_int flags bit 6) for whole
+// groups of 8 rows and the ordinary kernels for the rows left over: K chunks of 16 with an
+// overlapping last chunk (K % 16 != 0), every output type, bias / ReLU, zero points, odd lda,
+// partitions. Other tiers and A types take the ordinary kernels on the same cases.
+TEST_P(GemmInt8, NarrowN) {
+  uint32_t seed = 2600;
+  for (int64_t k : {16, 20, 32, 36, 100, 288, 1500})
+    for (int64_t n : {4, 8})
+      for (int64_t m : {8, 9, 15, 16, 17, 40, 97}) {
+        if (k >= 1500 && m > 17) continue;
+        GemmCase c;
+        c.k = k;
+        c.n = n;
+        c.m = m;
+        c.a_type = (seed % 5 == 4) ? QJ_S8 : QJ_U8;
+        c.gran = (seed % 7 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
+        c.relu = seed % 3 == 1;
+        c.bias = seed % 4 != 2;
+        c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
+        c.lda_pad = seed % 2 ? 0 : 3;
+        c.ldc_pad = seed % 3 ? 0 : 5;
+        c.threads = m >= 16 ? 1 + static_cast<int>(seed % 3) : 1;
+        c.seed = ++seed;
+        EXPECT_CASE(with_out(c, kOutTypes[seed % 5]));
+        c.c_type = QJ_U8;  // the FBGEMM benchmark's output stage, every case
+        EXPECT_CASE(c);
+      }
+}
+
 // --- Weight layouts and odd leading dimensions ------------------------------------------------------
 TEST_P(GemmInt8, LayoutsAndLeadingDims) {
   uint32_t seed = 800;
@@ -905,6 +934,38 @@ int guarded_runs(qj_isa isa) {
             qj_gemm_plan_destroy(p);
             qj_weights_destroy(w);
           }
+  // Narrow N (u8 A in place, 16-byte K chunks ending at each row's last byte).
+  for (qj_dtype ct : {QJ_U8, QJ_S8, QJ_S32, QJ_F32})
+    for (int64_t k : {16, 20, 36, 100})
+      for (int64_t n : {4, 8})
+        for (int64_t m : {8, 9, 16}) {
+          const size_t csz = ct == QJ_U8 || ct == QJ_S8 ? 1 : 4;
+          std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 11);
+          std::vector<float> scales(n, 0.01f);
+          qj_weights_desc wd{};
+          wd.dtype = QJ_S8;
+          wd.k = k;
+          wd.n = n;
+          wd.granularity = QJ_GRAN_CHANNEL;
+          wd.scales = scales.data();
+          qj_weights w = nullptr;
+          if (qj_weights_pack(&wd, wq.data(), n, &w) != QJ_OK) return 100;
+          qj_gemm_desc d{};
+          d.a_type = QJ_U8;
+          d.a_scale = 0.1f;
+          d.a_zero_point = 7;
+          d.c_type = ct;
+          d.c_scale = 0.5f;
+          qj_gemm_plan p = nullptr;
+          if (qj_gemm_plan_create(&d, w, &p) != QJ_OK) return 101;
+          GuardedBuffer a(m * k), c(m * n * csz);
+          if (!a.data || !c.data) return 102;
+          std::vector<uint8_t> bytes = qjt::random_ints<uint8_t>(m * k, 0, 255, 9);
+          std::memcpy(a.data, bytes.data(), bytes.size());
+          if (qj_gemm_run(p, m, a.data, k, c.data, n, nullptr) != QJ_OK) bad++;
+          qj_gemm_plan_destroy(p);
+          qj_weights_destroy(w);
+        }
   return bad;
 }
 

@@ -212,6 +212,7 @@ struct Options {
   bool huge = true;
   bool limit = true;
   bool adagrad = false;
+  qj_update_mode update = QJ_UPDATE_COALESCED;  // --adagrad: --update coalesced|occurrence
   int64_t max_rows = 0;    // cap rows per table (0: the shape's)
   int64_t batch = 0;       // override the batch (bags); dlrm default 512
   int reps = 0;
@@ -235,6 +236,8 @@ int usage() {
                "  --max-rows N    cap rows per table (dlrm default 4000000, --adagrad 1000000)\n"
                "  --batch N       bags per call (dlrm default 512)\n"
                "  --adagrad       time qj_rowwise_adagrad_fused (fp32 / fp16 tables, deterministic)\n"
+               "  --update U      --adagrad update mode: coalesced (default) | occurrence (FBGEMM's\n"
+               "                  RowWiseSparseAdaGradFused order: one step per occurrence)\n"
                "  --no-limit      skip the random-gather limit measurement\n"
                "  --reps N        timed samples per case\n"
                "  --format F      table | csv | json (JSON Lines)\n");
@@ -317,6 +320,9 @@ bool parse(int argc, char** argv, Options* o) {
       o->batch = std::atoll(v.c_str());
     } else if (a == "--reps") {
       o->reps = std::atoi(v.c_str());
+    } else if (a == "--update") {
+      if (v != "coalesced" && v != "occurrence") return false;
+      o->update = v == "coalesced" ? QJ_UPDATE_COALESCED : QJ_UPDATE_PER_OCCURRENCE_RACY;
     } else {
       return false;
     }
@@ -668,7 +674,7 @@ int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep)
         d.offset_bits = 64;
         d.pooling = QJ_POOL_SUM;
         d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
-        d.mode = QJ_UPDATE_COALESCED;
+        d.mode = o.update;
         d.learning_rate = 1e-4f;  // tiny steps: repeated calls keep the table sane
         d.epsilon = 1e-8f;
         d.stochastic_rounding = t == QJ_F16;
@@ -687,6 +693,7 @@ int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep)
               .set("lookups", lk.n)
               .set("index_bits", ib)
               .set("mode", mode)
+              .set("update", o.update == QJ_UPDATE_COALESCED ? "coalesced" : "per-occurrence")
               .set("pages", o.huge ? "thp" : "4k")
               .set("seconds", sec, 9)
               .set("us_per_call", sec * 1e6, 2)
@@ -734,7 +741,7 @@ int cmd_embedding(int argc, char** argv) {
   if (o.adagrad && oo.max_rows == 0) oo.max_rows = 1000000;  // fp32 dim 1024 x 4M rows would be 16 GB
   Report rep(o.fmt);
   rep.declare({"op", "rows_fmt", "dim", "rows", "bags", "lookups", "index_bits", "prefetch", "hint", "weighted", "mode",
-               "pages", "thp_share", "seconds", "us_per_call", "ns_per_row", "rows_per_s", "gbps", "limit_ns_per_row",
+               "update", "pages", "thp_share", "seconds", "us_per_call", "ns_per_row", "rows_per_s", "gbps", "limit_ns_per_row",
                "limit_fraction", "layout_limit_ns", "layout_fraction", "fbgemm_ns_per_row", "vs_fbgemm", "kernel"});
   rep.hide(Format::kTable, {"seconds", "rows", "kernel", "pages", "bags", "rows_per_s", "gbps"});
   int rc = o.adagrad ? run_adagrad(oo, shapes, rep) : run_grid(oo, shapes, rep);

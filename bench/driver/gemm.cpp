@@ -77,16 +77,17 @@ const WeightKind kKinds[] = {
     {"mxfp4", QJ_MXFP4_E2M1, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 4.25, false, PeerKind::kF32},
     // E2M3 is packed one code per byte (a dense 6-bit panel layout is not done yet): 8.25 bits.
     {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
-    {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 6.25, false, PeerKind::kF32},
+    // E3M2 and BDR run as int16 pairs (src/ops/mx16_weights.h): one byte per value in the panels,
+    // plus the scale byte per block (BDR: the exponent; MX9 also one "double" bit per value).
+    {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     // MXFP8: fp32 A (not quantized) times codes decoded to fp32 in registers, fp32 FMAs: the FMA
     // peak is the roof. One code byte per weight plus one E8M0 byte per 32: 8.25 bits.
     {"mxfp8_e4m3", QJ_MXFP8_E4M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, true, PeerKind::kF32},
     {"mxfp8_e5m2", QJ_MXFP8_E5M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, true, PeerKind::kF32},
     {"mxint8", QJ_MXINT8, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
-    // BDR (blocks of 16, 8-bit exponent + 8 microexponent bits inline): 9, 6 and 4 bits per value.
-    {"mx9", QJ_BDR_MX9, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 9.0, false, PeerKind::kF32},
-    {"mx6", QJ_BDR_MX6, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 6.0, false, PeerKind::kF32},
-    {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.0, false, PeerKind::kF32},
+    {"mx9", QJ_BDR_MX9, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 9.5, false, PeerKind::kF32},
+    {"mx6", QJ_BDR_MX6, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 8.5, false, PeerKind::kF32},
+    {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.5, false, PeerKind::kF32},
 };
 
 const WeightKind* find_kind(const std::string& name) {
@@ -117,6 +118,7 @@ struct Options {
   int reps = 0;
   std::string plot;
   int isa = -1;  // -1: leave the cap alone
+  qj_dtype a_mx = QJ_DT_UNDEFINED;  // --a-type: MX activations (fp32 A quantized to it, FLOOR)
 };
 
 int usage() {
@@ -129,6 +131,9 @@ int usage() {
       "                  inline \"M,N,K[;M,N,K...]\"   (default gemms; files in bench/shapes/)\n"
       "  --weights W     %s (default s8)\n"
       "  --group G       K group of the weight scales for grouped types\n"
+      "  --a-type T      MX activations: mxfp4 | mxfp6_e2m3 | mxint8 (MX or group-32 S4/U4\n"
+      "                  weights), or also mxfp6_e3m2 | mxfp8_e4m3 | mxfp8_e5m2 (f16/bf16 weights);\n"
+      "                  the fp32 A quantized to it (FLOOR) before timing; k a multiple of 32\n"
       "  --threads N     threads (default 1); N > 1 uses qj_gemm_run_parallel\n"
       "  --format F      table | csv | json (JSON Lines, one object per shape)\n"
       "  --vs onednn     also run oneDNN matmul on the same data, same output stage\n"
@@ -152,6 +157,16 @@ bool parse_options(int argc, char** argv, Options* o) {
       o->shapes = v;
     } else if (a == "--weights") {
       if (!(v = next()) || !(o->kind = find_kind(v))) return false;
+    } else if (a == "--a-type") {
+      if (!(v = next())) return false;
+      const std::string t = v;
+      const struct { const char* name; qj_dtype t; } names[] = {
+          {"mxfp4", QJ_MXFP4_E2M1}, {"mxfp6_e2m3", QJ_MXFP6_E2M3}, {"mxint8", QJ_MXINT8},
+          {"mxfp6_e3m2", QJ_MXFP6_E3M2}, {"mxfp8_e4m3", QJ_MXFP8_E4M3}, {"mxfp8_e5m2", QJ_MXFP8_E5M2}};
+      o->a_mx = QJ_DT_UNDEFINED;
+      for (const auto& nm : names)
+        if (t == nm.name) o->a_mx = nm.t;
+      if (o->a_mx == QJ_DT_UNDEFINED) return false;
     } else if (a == "--group") {
       if (!(v = next()) || std::atoll(v) <= 0) return false;
       o->group = std::atoll(v);
@@ -386,7 +401,7 @@ bool prepare_ours(const Options& o, const WeightKind& kind, CaseData& d, Ours* q
     return false;
   }
   qj_gemm_desc gd{};
-  gd.a_type = kind.a;
+  gd.a_type = o.a_mx != QJ_DT_UNDEFINED ? o.a_mx : kind.a;
   gd.a_scale = d.a_scale;
   gd.a_zero_point = d.a_zp;
   gd.a_granularity = kind.a == QJ_F32 ? QJ_GRAN_ROW : QJ_GRAN_TENSOR;
@@ -471,7 +486,8 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   d.k = k;
   Record& rec = rep.add();
   rec.set("m", m).set("n", n).set("k", k);
-  rec.set("a_type", qj_dtype_name(kind.a)).set("w_type", qj_dtype_name(kind.w));
+  const qj_dtype a_type = o.a_mx != QJ_DT_UNDEFINED ? o.a_mx : kind.a;
+  rec.set("a_type", qj_dtype_name(a_type)).set("w_type", qj_dtype_name(kind.w));
   rec.set("c_type", qj_dtype_name(kind.c));
   rec.set("isa", qj_isa_name(qj_max_isa())).set("threads", o.threads);
   rec.set("mode", o.cold ? "cold" : "warm");
@@ -486,12 +502,28 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   std::string err;
   const void* a_ptr = kind.a == QJ_U8 ? static_cast<const void*>(d.a_u8.data())
                                       : static_cast<const void*>(d.a_f32.data());
+  int64_t lda = k;
+  // MX activations: the fp32 A quantized per row (SPLIT rows, untimed), passed as a qj_mx_matrix.
+  std::vector<uint8_t> mx_elems, mx_scales;
+  qj_mx_matrix mx_a{};
+  if (o.a_mx != QJ_DT_UNDEFINED) {
+    size_t eb = 0, sb = 0;
+    qj_mx_storage_size(QJ_MX_LAYOUT_SPLIT, o.a_mx, k, &eb, &sb);
+    mx_elems.resize(eb * m);
+    mx_scales.resize(sb * m);
+    for (int64_t i = 0; i < m; ++i)
+      qj_mx_quantize(o.a_mx, QJ_ROUND_FLOOR, d.a_f32.data() + i * k, k, mx_elems.data() + i * eb,
+                     mx_scales.data() + i * sb);
+    mx_a = qj_mx_matrix{mx_elems.data(), mx_scales.data(), static_cast<int64_t>(sb)};
+    a_ptr = &mx_a;
+    lda = static_cast<int64_t>(eb);
+  }
   void* c_ptr = kind.c == QJ_U8 ? static_cast<void*>(d.c_u8.data())
                                 : static_cast<void*>(d.c_f32.data());
   qj_status run_st = QJ_OK;
   auto ours = [&] {
-    qj_status s = o.threads == 1 ? qj_gemm_run(q.plan, m, a_ptr, k, c_ptr, n, nullptr)
-                                 : qj_gemm_run_parallel(q.plan, m, a_ptr, k, c_ptr, n, o.threads);
+    qj_status s = o.threads == 1 ? qj_gemm_run(q.plan, m, a_ptr, lda, c_ptr, n, nullptr)
+                                 : qj_gemm_run_parallel(q.plan, m, a_ptr, lda, c_ptr, n, o.threads);
     if (s != QJ_OK && run_st == QJ_OK) run_st = s;
   };
   res.ok = prepare_ours(o, kind, d, &q, &err);
@@ -693,7 +725,7 @@ int cmd_gemm(int argc, char** argv) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s weights, %s A, %s C, isa %s, %d thread(s), %s; measured peak %.1f %s per core",
-                kind.name, qj_dtype_name(kind.a), qj_dtype_name(kind.c), qj_isa_name(qj_max_isa()),
+                kind.name, qj_dtype_name(o.a_mx != QJ_DT_UNDEFINED ? o.a_mx : kind.a), qj_dtype_name(kind.c), qj_isa_name(qj_max_isa()),
                 o.threads, o.cold ? "cold (512 MiB flushed before each call)" : "warm", peak,
                 kind.float_peak ? "GFLOPS (fp32 FMA)" : "GOPS (vpdpbusd zmm)");
   rep.note(line);

@@ -231,26 +231,39 @@ QJ_API void qj_weights_destroy(qj_weights w);
  *  weight type (0 for every other way of making weights). */
 QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
 
-/* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 9) ---------------------------------
- * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 and QJ_MXINT8 (the element types whose per-block dot
- * product is exact in integers), and QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (fp32 path, below). Blocks of 32
- * run along K and carry one E8M0 scale each; k must be a multiple of 32. desc->scales and desc->zero_points must be NULL; granularity and group_size
- * are ignored (the blocks are the groups).
- * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one SPLIT vector per output column n) and
- *  `data` points to a qj_mx_weights_data: the elements of column n start at
- *  (const uint8_t*)elems + n * ld (ld in BYTES, >= k/32 * block bytes: FP4 16, FP6 24 (4 codes
- *  LSB-first in 3 bytes), INT8 and FP8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of
- *  column n is scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
+/* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 6, 9) ------------------------------
+ * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, QJ_MXFP6_E3M2 (the element types whose
+ * per-block dot product is exact in integers), the BDR shared-microexponent types QJ_BDR_MX9,
+ * QJ_BDR_MX6, QJ_BDR_MX4, and QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (the fp32 path, below). Blocks run
+ * along K: 32 values with one E8M0 scale each (OCP), or 16 values with their shared exponent E and
+ * 8 pair microexponents inside the block (BDR); k must be a multiple of the block (32 / 16). desc->scales and desc->zero_points must be NULL; granularity
+ * and group_size are ignored (the blocks are the groups).
+ * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one vector per output column n) and `data`
+ *  points to a qj_mx_weights_data:
+ *  - OCP types: the elements of column n start at (const uint8_t*)elems + n * ld (ld in BYTES,
+ *    >= k/32 * block bytes: FP4 16, FP6 24 (4 codes LSB-first in 3 bytes), INT8 and FP8 32;
+ *    qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of column n is
+ *    scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
+ *  - BDR types: column n's k/16 packed blocks (qj_mx_quantize's BDR layout: 18 / 12 / 8 bytes per
+ *    block) start at (const uint8_t*)elems + n * ld (ld in BYTES, >= k/16 * block bytes); scales
+ *    must be NULL (scales_ld is ignored). A block exponent of 0xFF makes the block NaN.
  * qj_weights_quantize_pack: fp32 K x N or N x K (ld in floats) -> MX per column along K, FLOOR
- *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR). A
- *  block holding NaN or Inf gets the NaN scale.
+ *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR; BDR:
+ *  qj_mx_quantize's BDR rule, MX.md section 6). A block holding NaN or Inf gets the NaN scale.
  * GEMM: a_type QJ_F32 / QJ_BF16 (quantized on the fly to int8; a_granularity QJ_GRAN_GROUP = per
- *  (row, 32-block), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR) or U8 / S8 with a_scale and
- *  a_zero_point; c_type QJ_F32 / QJ_BF16 (or U8 / S8 requantized), bias, ReLU, beta. Per block the
- *  sum of int8(A) x integer(weight) is exact in int32; it is scaled by A's scale and by the block
- *  scale in fp32 and accumulated in fp32 across blocks. MXFP4 runs at every tier; MXINT8 and
- *  MXFP6 E2M3 need AVX512-VNNI (E2M3 also AVX512-VBMI) and otherwise use the scalar reference
- *  (logged at QJ_VERBOSE=1).
+ *  (row, block of 32 or 16), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR), an MX type (MX x MX:
+ *  MXFP4, MXFP6 E2M3 or MXINT8 activations in a qj_mx_matrix with MXFP4, MXFP6 E2M3 or MXINT8
+ *  weights, see qj_gemm_desc) or U8 / S8 with a_scale and a_zero_point; c_type QJ_F32 / QJ_BF16
+ *  (or U8 / S8 requantized), bias, ReLU, beta. Per block the sum of int8(A) x integer(weight) is
+ *  exact in int32 (integer forms: FP4 2v, E2M3 8v, INT8 the code, E3M2 16v in [-448, 448], BDR
+ *  +-M * 2^(1 - mu)); it is scaled by A's scale and by the block scale 2^(b - 127) (BDR:
+ *  2^(E - 127)) in fp32 and accumulated in fp32 across blocks; the type's power of two (2^-shift)
+ *  is applied with the output multiplier. E3M2 and BDR weights multiply as int16 pairs (vpdpwssd
+ *  with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). MXFP4, MXFP6 E3M2 and the BDR types run JIT at
+ *  every tier; MXINT8 and MXFP6 E2M3 need AVX512-VNNI (E2M3 also AVX512-VBMI); otherwise the
+ *  scalar reference runs (logged at QJ_VERBOSE=1). The fp32 block partial sum * 2^(b - 127)
+ *  overflows to +-Inf when it exceeds FLT_MAX (scale bytes near 0xFE); blocks quantized from fp32
+ *  weights below 2^100 in magnitude never do.
  * GEMM with MXFP8 weights (E4M3, E5M2; MX.md section 9 decision 6, the fp32 path): like F16 / BF16
  *  weights (see above): a_type QJ_F32 or QJ_BF16, NOT quantized; c_type QJ_F32 or QJ_BF16; bias,
  *  ReLU, beta; a_scale, a_zero_point, c_scale, c_zero_point ignored. y = sum_k a * w + bias with
@@ -260,10 +273,15 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  bytes) is +-Inf. The codes stay 8-bit in memory and are decoded in registers; JIT at AVX2 and
  *  above, the scalar reference below. */
 typedef struct qj_mx_weights_data {
-  const void* elems;       /**< SPLIT element bytes of column 0 (column n at + n * ld bytes) */
-  const uint8_t* scales;   /**< E8M0 scale bytes, scales[n * scales_ld + j] */
-  int64_t scales_ld;       /**< >= k / 32 */
+  const void* elems;       /**< SPLIT element bytes (BDR: blocks) of column 0 (column n at + n * ld) */
+  const uint8_t* scales;   /**< E8M0 scale bytes, scales[n * scales_ld + j]; NULL for BDR */
+  int64_t scales_ld;       /**< >= k / 32 (ignored for BDR) */
 } qj_mx_weights_data;
+
+/** MX ACTIVATIONS (A of a GEMM in an OCP MX type; see qj_gemm_desc): the same three fields, read
+ *  per ROW of A: row i's SPLIT element bytes start at (const uint8_t*)elems + i * lda (lda in
+ *  BYTES), the E8M0 byte of its block j is scales[i * scales_ld + j] (scales_ld >= k / 32). */
+typedef qj_mx_weights_data qj_mx_matrix;
 
 /* ------------------------------------------------------------------------------------------ */
 /* GEMM: C (M x N) = output_stage(A (M x K) * B (K x N))                                       */
@@ -284,6 +302,27 @@ typedef enum qj_activation {
  *   - QJ_F32 / QJ_BF16 with integer weights: quantized on the fly while A is packed, symmetric to
  *     [-127, 127] with scale amax/127 per row (a_granularity = QJ_GRAN_ROW) or per call
  *     (QJ_GRAN_TENSOR). a_scale / a_zero_point are ignored.
+ *   - MX activations (MX x MX, MX.md section 5): a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 or QJ_MXINT8.
+ *     The `a` argument of qj_gemm_run / qj_gemm_run_parallel then points to a qj_mx_matrix (row i
+ *     at elems + i * lda BYTES, the SPLIT layout of qj_mx_quantize; scales[i * scales_ld + j]);
+ *     k must be a multiple of 32 (whole blocks; no implied padding). a_scale, a_zero_point and
+ *     a_granularity are ignored. Weights: QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, or S4 / U4
+ *     quantized per group of exactly 32 (one A block per weight group); S8 weights, other S4 / U4
+ *     groupings, and the other MX A types (E3M2, FP8) with these weights are QJ_ERR_UNSUPPORTED
+ *     naming the pair. F16 / BF16 weights take EVERY OCP MX a_type (E3M2 and FP8 included): A is
+ *     dequantized exactly to fp32 (value * 2^(b - 127); 0xFF -> NaN) and the float GEMM's
+ *     definition applies. Output F32 / BF16
+ *     (or U8 / S8 requantized), bias, ReLU, beta as for fp32 A. Per 32-block the sum of the
+ *     integer forms (FP4 2v, E2M3 8v, INT8 the code; -128 accepted) is exact in int32; then
+ *     facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in fp32, block by block
+ *     (both factors exact powers of two for MX weights, so only the fp32 accumulation rounds;
+ *     float(sum) * 2^(sA - 127 - shiftA) is formed first, so an A block with a scale byte so large
+ *     that it overflows fp32 (sA above ~235, values beyond ~2^108) gives +-Inf even where the
+ *     product with a tiny weight scale would be finite).
+ *     A 0xFF scale on either side makes the outputs it reaches NaN (before the activation: ReLU
+ *     maps NaN to 0, as for every A type). Runs in the JIT kernels wherever the weight type does
+ *     (MXFP4 weights at every tier; MXINT8 / MXFP6 E2M3 weights at AVX512-VNNI), else the scalar
+ *     reference (logged at QJ_VERBOSE=1).
  *  Output types:
  *   - QJ_S32: the exact integer sum  sum_k (a - za) * (b - zb)  (integer weights, non-group only).
  *   - QJ_F32 / QJ_BF16: y = a_scale * b_scale[n] * sum + bias[n], then activation.
@@ -294,7 +333,8 @@ typedef struct qj_gemm_desc {
   qj_dtype a_type;
   float a_scale;
   int32_t a_zero_point;
-  qj_granularity a_granularity;  /**< for dynamic (F32/BF16) A: QJ_GRAN_ROW or QJ_GRAN_TENSOR */
+  qj_granularity a_granularity;  /**< for dynamic (F32/BF16) A: QJ_GRAN_ROW or QJ_GRAN_TENSOR
+                                      (or QJ_GRAN_GROUP); ignored for MX A */
   qj_dtype c_type;
   float c_scale;
   int32_t c_zero_point;
@@ -306,8 +346,9 @@ typedef struct qj_gemm_desc {
 /** Create a plan for desc and weights b (the plan keeps its own reference to b: destroying b
  *  afterwards is allowed). Generates (or fetches from the cache) every kernel the plan needs. */
 QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_gemm_plan* out);
-/** Run the plan on M rows. lda, ldc in elements. part = NULL runs the whole problem on the calling
- *  thread. A plan may be run concurrently from many threads. */
+/** Run the plan on M rows. lda, ldc in elements (lda in bytes, and a a const qj_mx_matrix*, for
+ *  MX A). part = NULL runs the whole problem on the calling thread. A plan may be run
+ *  concurrently from many threads. */
 QJ_API qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
                              int64_t ldc, const qj_partition* part);
 /** Convenience: run over num_threads threads with the installed pool (qj_set_parallel_for). */

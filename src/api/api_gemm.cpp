@@ -10,6 +10,7 @@
 #include "src/core/threading.h"
 #include "src/ops/gemm.h"
 #include "src/ops/int_weights.h"
+#include "src/ops/mx_act.h"
 #include "src/ops/mx_weights.h"
 
 struct qj_weights_s {
@@ -161,7 +162,10 @@ static qj_status check_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda
   const qj::PackedWeights& w = *p->p->w;
   if (!a) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "a is NULL");
   if (!c) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "c is NULL");
-  if (lda < w.k)
+  const qj_dtype at = p->p->desc.a_type;
+  if (qj::mx_act_type(at)) {  // a is a qj_mx_matrix, lda in bytes
+    QJ_TRY(qj::check_mx_a_run(at, w.k, m, a, lda));
+  } else if (lda < w.k)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld is smaller than k=%lld", (long long)lda, (long long)w.k);
   if (ldc < w.n)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ldc=%lld is smaller than n=%lld", (long long)ldc, (long long)w.n);

@@ -11,6 +11,7 @@
 #include "src/core/status.h"
 #include "src/core/threading.h"
 #include "src/formats/half.h"
+#include "src/ops/mx_act.h"
 #include "src/ops/mx_weights.h"
 #include "src/ops/pack_a.h"
 
@@ -52,8 +53,8 @@ namespace {
 // through the C++ enum types (an out-of-range enum load is undefined behaviour).
 qj_status check_desc_enums(const qj_gemm_desc& d) {
   const int32_t at = raw_enum(d.a_type), ct = raw_enum(d.c_type), act = raw_enum(d.activation);
-  if (at != QJ_U8 && at != QJ_S8 && at != QJ_F32 && at != QJ_BF16)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16", at);
+  if (at != QJ_U8 && at != QJ_S8 && at != QJ_F32 && at != QJ_BF16 && !mx_act_type(at))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32, QJ_BF16 or an OCP MX type", at);
   if (ct != QJ_U8 && ct != QJ_S8 && ct != QJ_S32 && ct != QJ_F32 && ct != QJ_BF16)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=%d must be QJ_U8, QJ_S8, QJ_S32, QJ_F32 or QJ_BF16", ct);
   if (act != QJ_ACT_NONE && act != QJ_ACT_RELU)
@@ -104,17 +105,18 @@ qj_status plan_common(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeig
 
 qj_status check_desc(const qj_gemm_desc& d) {
   QJ_TRY(check_desc_enums(d));
-  if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+  const bool mx_a = mx_act_type(d.a_type);  // MX A: a_scale / zero point / granularity unused
+  if (d.a_type != QJ_U8 && d.a_type != QJ_S8 && d.a_type != QJ_F32 && d.a_type != QJ_BF16 && !mx_a)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d must be QJ_U8, QJ_S8, QJ_F32 or QJ_BF16",
                 (int)d.a_type);
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
-  if (!dynamic) {
+  if (!dynamic && !mx_a) {
     if (!std::isfinite(d.a_scale) || !(d.a_scale > 0.0f))
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_scale=%g must be finite and > 0", (double)d.a_scale);
     int lo = d.a_type == QJ_U8 ? 0 : -128, hi = d.a_type == QJ_U8 ? 255 : 127;
     if (d.a_zero_point < lo || d.a_zero_point > hi)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_zero_point=%d is outside [%d, %d]", d.a_zero_point, lo, hi);
-  } else if (d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
+  } else if (dynamic && d.a_granularity != QJ_GRAN_ROW && d.a_granularity != QJ_GRAN_TENSOR &&
              d.a_granularity != QJ_GRAN_GROUP) {
     return fail(QJ_ERR_INVALID_ARGUMENT,
                 "desc->a_granularity=%d must be QJ_GRAN_ROW, QJ_GRAN_TENSOR or QJ_GRAN_GROUP for %s A",
@@ -199,8 +201,68 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 
 }  // namespace
 
+// The narrow-N kernel (codegen/gemm_int flags bit 6) and its expanded operands: B patterns per
+// 16-byte K chunk (chunk t covers K [16t, 16t + 16); when K is not a multiple of 16 the last
+// chunk is K [K - 16, K) with zeros where the previous chunk already counted), and the column
+// arrays with lane c * 4 + i holding column v * 4 + c. `key` is the plan's s8 key.
+qj_status plan_rows4(KernelKey key, GemmPlan* p) {
+  const PackedWeights& w = *p->w;
+  const int n = static_cast<int>(w.n), nrv = n / 4;
+  const int64_t k = w.k, n_full = k / 16, chunks = n_full + (k % 16 != 0 ? 1 : 0);
+  if (!fill_buffer(p->rows4_b, static_cast<size_t>(chunks * nrv) * 64) ||
+      !fill_buffer(p->rows4_cols, static_cast<size_t>(3 * nrv) * 64))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's narrow-N operands");
+  const int8_t* panel = w.packed.data<int8_t>();  // N <= nr: one panel, [K / 4][nr][4]
+  int8_t* b = p->rows4_b.data<int8_t>();
+  for (int64_t t = 0; t < chunks; ++t) {
+    const int64_t off = t < n_full ? 16 * t : k - 16;
+    for (int v = 0; v < nrv; ++v)
+      for (int c = 0; c < 4; ++c)
+        for (int e = 0; e < 16; ++e) {
+          const int64_t kk = off + e;
+          const int col = v * 4 + c;
+          b[((t * nrv + v) * 16 + c * 4) * 4 + e] =
+              kk < 16 * t ? 0 : panel[(kk / 4) * w.nr * 4 + col * 4 + kk % 4];
+        }
+  }
+  int32_t* corr = p->rows4_cols.data<int32_t>();
+  float* mult = reinterpret_cast<float*>(corr + nrv * 16);
+  float* bias = mult + nrv * 16;
+  for (int v = 0; v < nrv; ++v)
+    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < 4; ++i) {
+        const int l = v * 16 + c * 4 + i;
+        corr[l] = p->col_corr.data<int32_t>()[v * 4 + c];
+        mult[l] = p->col_mult.data<float>()[v * 4 + c];
+        bias[l] = p->col_bias.data<float>()[v * 4 + c];
+      }
+  key.mr = 8;
+  key.nr = static_cast<uint16_t>(n);
+  key.flags = 64;
+  key.n_tail = 0;
+  key.param[0] = 0;
+  key.param[1] = static_cast<uint32_t>(k);
+  KernelRef ref;
+  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
+    // The ordinary kernels already cover every row; this only costs speed.
+    QJ_LOG(1, "gemm: narrow-N kernel declined (%s); using the column-vectorized kernels", last_error());
+    return QJ_OK;
+  }
+  p->gen_us += ref.gen_us();
+  p->rows4 = std::move(ref);
+  p->rows4_mr = 8;
+  return QJ_OK;
+}
+
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out) {
+  // MX A (src/ops/mx_act.h): decoded to int8 while packed, its block scales fed through the
+  // per-(row, group) A-scale path of group-quantized fp32 A.
+  const bool mx_a = mx_act_type(raw_enum(desc.a_type));
+  if (mx_a) {
+    QJ_TRY(check_desc_enums(desc));
+    QJ_TRY(check_mx_a_plan(desc, *w));
+  }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
   const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
@@ -213,7 +275,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (w->k > max_k)
     return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= %lld",
                 (long long)w->k, (long long)max_k);
-  const bool group_a = dynamic && desc.a_granularity == QJ_GRAN_GROUP;
+  const bool group_a = (dynamic && desc.a_granularity == QJ_GRAN_GROUP) || mx_a;
   if (group_a && w->gran != QJ_GRAN_GROUP)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_granularity=QJ_GRAN_GROUP needs weights quantized "
                 "per group (these are per %s)", w->gran == QJ_GRAN_TENSOR ? "tensor" : "channel");
@@ -226,9 +288,11 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   const int64_t n = w->n, groups = w->groups();
 
   // Zero point of A as the kernel sees it.
-  p->za = dynamic ? 0 : desc.a_zero_point;
+  p->za = dynamic || mx_a ? 0 : desc.a_zero_point;
   if (!decoded && w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
-  if (decoded && desc.a_type == QJ_U8) p->za -= 128;  // A is the signed operand: u8 - 128
+  // A is the signed operand: u8 - 128 in s8 quads; int16-pair weights (E3M2, BDR) take u8 A as
+  // is (s16 pairs hold 0..255), its zero point removed by the column corrections.
+  if (decoded && desc.a_type == QJ_U8 && !w->is_mx16()) p->za -= 128;
   // Decoded weights d = q + off are the unsigned operand; the constant part z0 of z = zb + off
   // (no per-column zero points) is removed with row sums pre-multiplied by -z0.
   const int32_t off = decoded ? w->nibble_offset() : 0;
@@ -251,7 +315,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.has_b_zp = w->zp_vec;
       if (w->is_mx() && cpu_features().avx512vbmi) probe.flags = 32;  // vpermb decoders
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
-      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp, 1);  // s8 A: kp bytes per row
+      // s8 A: kp bytes per row (s16 pairs for int16-pair weights: 2 kp)
+      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() ? 2 : 1), 1);
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
       p->blk.mc = std::min<int64_t>(mc, 4096);
       p->blk.nc_panels = std::min<int64_t>(
@@ -280,7 +345,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         bz[g * p->n_pad + c] = static_cast<int32_t>(zb);
         gs[g * p->n_pad + c] = w->scale(g, c);
       }
-    const double a_scale = dynamic ? 1.0 : desc.a_scale;
+    const double a_scale = dynamic || mx_a ? 1.0 : desc.a_scale;
     // MX: the kernel folds 2^(b - 127) per block; the element type's 2^-int_shift is applied here.
     const double grp_mult = w->is_mx() ? std::ldexp(1.0, -mx_int_shift(w->dtype)) : 1.0;
     for (int64_t c = 0; c < n; ++c) {
@@ -292,8 +357,10 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     k.q_lo = desc.c_type == QJ_U8 ? 0 : -128;
     k.q_hi = desc.c_type == QJ_U8 ? 255 : 127;
     if (desc.activation == QJ_ACT_RELU && desc.c_zero_point > k.q_lo) k.q_lo = desc.c_zero_point;
-    k.f_lo = -16777216.0f;
-    k.f_hi = 16777216.0f;
+    // The saturation bounds shifted by the zero point, as floats (exact: |value| <= 510): the
+    // kernel clamps before rounding, so round(clamp(y)) + zp needs no integer clamp afterwards.
+    k.f_lo = static_cast<float>(k.q_lo - k.c_zp);
+    k.f_hi = static_cast<float>(k.q_hi - k.c_zp);
     k.beta = desc.beta;
     k.zero = 0.0f;
     const int64_t n_tail = n % w->nr;
@@ -349,6 +416,11 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       p->kernels.push_back(std::move(ref));
     }
     p->jit = !p->kernels.empty();
+    if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 &&
+        (n == 4 || n == 8) && w->k >= 16 && w->layout == PackLayout::kQuad8 &&
+        w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
+        (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32))
+      QJ_TRY(plan_rows4(key, p.get()));
   } else {
     QJ_LOG(1, "gemm: isa cap is scalar: using the scalar reference");
   }
@@ -380,7 +452,7 @@ namespace {
 
 qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
   QJ_TRY(check_desc_enums(d));
-  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16)
+  if (d.a_type != QJ_F32 && d.a_type != QJ_BF16 && !mx_act_type(d.a_type))  // MX: decoded to fp32
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_type=%d (%s): %s weights need QJ_F32 or QJ_BF16 A",
                 (int)d.a_type, qj_dtype_name(d.a_type), qj_dtype_name(wt));
   if (d.c_type != QJ_F32 && d.c_type != QJ_BF16)
@@ -454,7 +526,6 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       key.param[0] = static_cast<uint32_t>(sets);
       if (w->is_mx_fp8()) key.flags = (key.flags & 1) | (fp8_block_accumulators(p->isa, r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
-
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);
       if (st != QJ_OK) {
@@ -508,8 +579,17 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
                     int32_t tid, int32_t nth) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
+  const bool mx_a = mx_act_type(d.a_type);  // MX A: dequantized exactly to fp32 while packed
   if (!p.jit) {
     if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (mx_a) {
+      std::vector<float> af(m * w.k);
+      mx_act_decode_rows_f32(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, af.data(), w.k);
+      qj_gemm_desc df = d;
+      df.a_type = QJ_F32;
+      ref::gemm_float(df, p.ref_fw, m, af.data(), w.k, c, ldc);
+      return QJ_OK;
+    }
     ref::gemm_float(d, p.ref_fw, m, a, lda, c, ldc);
     return QJ_OK;
   }
@@ -553,6 +633,11 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
     for (int64_t t = t0; t < t1 && !direct; ++t) {
       const int64_t row0 = tile_row0(t);
       const int rows = tile_rows(t);
+      if (mx_a) {
+        pack_a_float_tile_mx(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows, w.k, w.kp,
+                             reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
+        continue;
+      }
       pack_a_float_tile(d.a_type, static_cast<const uint8_t*>(a) + row0 * lda * a_esz, lda, rows, rows,
                         w.k, w.kp, reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
     }
@@ -587,12 +672,15 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
+  const bool mx_a = mx_act_type(d.a_type);
   Scratch& s = scratch();
 
   // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
   // per-tensor scale) before anything is written, so non-finite input fails cleanly.
-  const bool group_a = dynamic && d.a_granularity == QJ_GRAN_GROUP;
-  if (group_a) {
+  const bool group_a = (dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx_a;
+  if (mx_a) {
+    // Block scales come with the data (no pass over A needed).
+  } else if (group_a) {
     s.amax.resize(m * w.groups());
     int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
     if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
@@ -609,8 +697,42 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 
   if (!p.jit) {
     if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (mx_a) {
+      std::vector<int32_t> qa(m * w.k);
+      std::vector<float> ags(m * w.groups());
+      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data());
+      ref::gemm_int_group_a(d, p.ref_w, m, qa.data(), ags.data(), c, ldc);
+      return QJ_OK;
+    }
     ref::gemm_int(d, p.ref_w, m, a, lda, c, ldc);
     return QJ_OK;
+  }
+  const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
+  if (p.rows4_mr > 0 && m >= p.rows4_mr) {
+    // Narrow N: whole groups of rows4_mr rows in one call of the narrow-N kernel (split over the
+    // threads by groups), the rows left over by the ordinary kernels below (exact either way).
+    const int64_t iters = m / p.rows4_mr;
+    const Range r = nth > 1 ? split_range(iters, tid, nth) : Range{0, iters};
+    if (r.begin < r.end) {
+      GemmIntArgs args{};
+      args.consts = p.consts;
+      args.a = static_cast<const uint8_t*>(a) + r.begin * p.rows4_mr * lda;
+      args.lda = lda;
+      args.b = p.rows4_b.data<uint8_t>();
+      args.c = static_cast<uint8_t*>(c) + r.begin * p.rows4_mr * ldc * out_bytes;
+      args.ldc = ldc * out_bytes;
+      args.n_panels = r.end - r.begin;
+      const int nrv = static_cast<int>(w.n / 4);
+      args.col_corr = p.rows4_cols.data<int32_t>();
+      args.col_mult = reinterpret_cast<const float*>(args.col_corr + nrv * 16);
+      args.col_bias = args.col_mult + nrv * 16;
+      p.rows4.fn<GemmIntKernel>()(&args);
+    }
+    const int64_t m4 = iters * p.rows4_mr;
+    if (m4 == m) return QJ_OK;
+    a = static_cast<const uint8_t*>(a) + m4 * lda;
+    c = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
+    m -= m4;
   }
 
   const GemmBlocking& b = p.blk;
@@ -638,7 +760,9 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const bool decoded = p.kind == GemmKind::kDecoded;
   const int64_t groups = w.groups();
   // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
-  const int64_t kgroups = decoded ? w.kp / 4 : w.k_groups();
+  // int16-pair weights (kMx16) read A as s16 pairs: 4-byte groups of 2 K.
+  const bool a_pairs = decoded && w.is_mx16();
+  const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
   const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
@@ -652,13 +776,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 
   PackASpec spec{d.a_type, w.kg, w.k, w.kp, groups, !w.zero_points.empty()};
   if (decoded) {
-    spec.kg = 4;
+    spec.kg = a_pairs ? 2 : 4;
     spec.row_sums = p.row_sums;
-    spec.signed_quads = true;
+    spec.signed_quads = !a_pairs;
     spec.row_sum_mult = p.row_sum_mult;
     spec.group_quant = group_a;
   }
-  const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
   const int64_t n_tail = w.n % w.nr;
 
   // A one-row tile of u8 A in the VNNI layout is the row itself (K groups of 4 bytes), so it needs
@@ -682,6 +805,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       float* inv = s.inv.data() + slot * scale_slots;
       float* pre = s.pre.data() + slot * scale_slots;
       float* rsc = s.row_scale.data() + slot * mr;
+      if (mx_a) {  // decode, row sums and the per-(row, block) scales in one pass
+        pack_a_tile_mx(spec, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows,
+                       s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr,
+                       s.rg_scale.data() + slot * scale_slots);
+        continue;
+      }
       if (group_a) {
         float* rg = s.rg_scale.data() + slot * scale_slots;
         for (int64_t g = 0; g < groups; ++g)

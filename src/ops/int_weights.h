@@ -34,6 +34,16 @@
 //                 with one vector they are in column order (vpmovzxbw). An E4M3 block holding a
 //                 NaN code (S.1111.111) has its scale byte stored as 0xFF (equivalent: see
 //                 mx_weights.cpp).
+//   kMx16 (MXFP6 E3M2, BDR MX9 / MX6 / MX4) (src/ops/mx16_weights.h): the int16-pair kernels.
+//                 Blocks (32 / 16 K) = scale groups; panel = [steps][groups x nr scale bytes (E8M0
+//                 or the BDR exponent)][zero pad to 64 bytes]. Step = 8 K; per column vector of
+//                 `lanes` columns, for pair o = 0..3: lanes x 2 bytes (k0 + 2o, k0 + 2o + 1) of each
+//                 column (one vpmovzxbw / vpmovsxbw gives the int16 pairs of vpdpwssd / vpmaddwd);
+//                 MX9 then adds 4 masks of 2 * lanes bits (bit 2c + r: element doubled). Byte =
+//                 E3M2 code, MX6 int8 q, MX9 int8 q or q / 2 (mx_col_step() = 8 or 9 bytes).
+//                 MX4 (4 bytes): one dword per column (lanes dwords per column vector), nibble
+//                 u = q + 8 (q in [-6, 6]) of K = k0 + 2o + r at bits [16 r + 4 o, +4): pair row
+//                 o is (dword >> 4o) & 0x000f000f, no shuffle.
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -47,7 +57,7 @@ namespace qj {
 
 enum class PackLayout : int32_t {
   kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4, kMxNibble = 5, kMxByte = 6,
-  kMxFp8 = 12
+  kMx16 = 7, kMxFp8 = 12
 };
 
 struct PackedWeights {
@@ -70,7 +80,18 @@ struct PackedWeights {
   bool is_float() const { return dtype == QJ_F16 || dtype == QJ_BF16; }
   bool is_int4() const { return dtype == QJ_S4 || dtype == QJ_U4; }
   // Integer-exact MX weights (MXFP4, MXFP6 E2M3, MXINT8), decoded in the integer kernels.
-  bool is_mx() const { return dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8; }
+  bool is_mx() const {
+    return dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8 || is_mx16();
+  }
+  // MX weights on the int16 path (E3M2, BDR MX9 / MX6 / MX4; layout kMx16).
+  bool is_mx16() const {
+    return dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX9 || dtype == QJ_BDR_MX6 || dtype == QJ_BDR_MX4;
+  }
+  // MX: packed bytes per column per 8-K step (FP4 / MX4 4; E2M3 / INT8 / E3M2 / MX6 8; MX9 9).
+  int32_t mx_col_step() const {
+    if (layout == PackLayout::kMxNibble || dtype == QJ_BDR_MX4) return 4;
+    return dtype == QJ_BDR_MX9 ? 9 : 8;
+  }
   // MXFP8 weights (E4M3, E5M2): decoded to fp32 in the float kernels (layout kMxFp8).
   bool is_mx_fp8() const { return dtype == QJ_MXFP8_E4M3 || dtype == QJ_MXFP8_E5M2; }
   // MX: bytes of the steps of one panel (the E8M0 scale bytes follow them).
@@ -81,7 +102,8 @@ struct PackedWeights {
   int64_t group_steps() const { return kp / groups() / 8; }
   size_t group_block_bytes() const;
   size_t panel_bytes() const;
-  // Decoded byte = q + offset: S4 8, U4 0; MX: FP4 12 (q = 2v), E2M3 60 (q = 8v), INT8 128.
+  // Decoded byte = q + offset: S4 8, U4 0; MX: FP4 12 (q = 2v), E2M3 60 (q = 8v), INT8 128;
+  // int16-pair weights: MX4 8 (the nibble q + 8), E3M2 / MX9 / MX6 0.
   int32_t nibble_offset() const;
   int32_t q(int64_t kk, int64_t col) const;       // read back one quantized value (integer)
   uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)

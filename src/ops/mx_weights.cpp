@@ -15,11 +15,13 @@
 
 #include "src/core/status.h"
 #include "src/formats/mx.h"
+#include "src/ops/mx16_weights.h"
 
 namespace qj {
 
 bool mx_weights_type(qj_dtype t) {
-  return t == QJ_MXFP4_E2M1 || t == QJ_MXFP6_E2M3 || t == QJ_MXINT8 || mx_fp8_weights_type(t);
+  return t == QJ_MXFP4_E2M1 || t == QJ_MXFP6_E2M3 || t == QJ_MXINT8 || mx16_weights_type(t) ||
+         mx_fp8_weights_type(t);
 }
 
 bool mx_fp8_weights_type(qj_dtype t) { return t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
@@ -32,9 +34,10 @@ int32_t mx_int_value(qj_dtype t, uint8_t code) {
   }
 }
 
-int mx_int_shift(qj_dtype t) { return mx::format(t)->int_shift; }
+int mx_int_shift(qj_dtype t) { return mx16_weights_type(t) ? mx16_int_shift(t) : mx::format(t)->int_shift; }
 
 qj_status check_mx_weights_desc(const qj_weights_desc* d, bool quantized) {
+  if (mx16_weights_type(d->dtype)) return check_mx16_weights_desc(d, quantized);
   const qj_dtype t = d->dtype;
   if (d->k <= 0 || d->k > (int64_t(1) << 31))
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k=%lld must be in [1, 2^31]", (long long)d->k);
@@ -104,6 +107,7 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
 
 qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
                           std::shared_ptr<PackedWeights>* out) {
+  if (mx16_weights_type(d.dtype)) return pack_mx16_weights(d, data, ld, isa, out);
   const auto* md = static_cast<const qj_mx_weights_data*>(data);
   const mx::ElemFormat& f = *mx::format(d.dtype);
   const int64_t blocks = d.k / mx::kBlock;
@@ -129,6 +133,7 @@ qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld
 
 qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_t ld, qj_isa isa,
                               std::shared_ptr<PackedWeights>* out) {
+  if (mx16_weights_type(d.dtype)) return quantize_mx16_weights(d, src, ld, isa, out);
   const mx::ElemFormat& f = *mx::format(d.dtype);
   const int64_t k = d.k, n = d.n, blocks = k / mx::kBlock;
   // Codes one per byte (n x k) and scales (n x blocks): the transient form of the packer's input.
@@ -154,6 +159,7 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_
 }
 
 qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
+  if (src.is_mx16()) return repack_mx16_weights(src, isa, out);
   auto w = std::make_shared<PackedWeights>();
   w->dtype = src.dtype;
   w->k = src.k;

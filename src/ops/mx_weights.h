@@ -1,5 +1,6 @@
 // GEMM weights in OCP MX formats (MX.md sections 4, 5, 9): the integer-exact element types MXFP4,
-// MXFP6 E2M3 and MXINT8 packed into the same PackedWeights object as every other weight type
+// MXFP6 E2M3 and MXINT8 (E3M2 and BDR: the entry points below forward to src/ops/mx16_weights.h)
+// packed into the same PackedWeights object as every other weight type
 // (layouts kMxNibble / kMxByte, src/ops/int_weights.h), so they run through the same plan / run
 // path and the decoded-weight integer kernels (codegen/gemm_int + codegen/weight_decode).
 //

@@ -13,6 +13,7 @@
 
 #include "src/core/status.h"
 #include "src/ops/int_weights.h"
+#include "src/ops/mx16_weights.h"
 #include "src/ops/mx_weights.h"
 
 namespace qj {
@@ -120,7 +121,9 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   bool ok = (int_type || float_type) && h.k > 0 && h.n > 0 && h.k <= (int64_t(1) << 31) &&
             h.n <= (int64_t(1) << 31) && h.isa >= QJ_ISA_SCALAR && h.isa <= QJ_ISA_AVX512_VNNI &&
             (h.gran == QJ_GRAN_TENSOR || h.gran == QJ_GRAN_CHANNEL || h.gran == QJ_GRAN_GROUP);
-  if (ok && mx_type) ok = h.gran == QJ_GRAN_GROUP && h.group_size == 32 && h.k % 32 == 0 && h.n_zps == 0;
+  const int64_t mx_block = mx16_weights_type(dt) ? mx16_block(dt) : 32;
+  if (ok && mx_type)
+    ok = h.gran == QJ_GRAN_GROUP && h.group_size == mx_block && h.k % mx_block == 0 && h.n_zps == 0;
   else if (ok && h.gran == QJ_GRAN_GROUP)
     ok = int_type && h.group_size > 0 && h.group_size < h.k && h.k % h.group_size == 0 &&
          h.group_size % (dt == QJ_S8 ? 4 : 8) == 0;

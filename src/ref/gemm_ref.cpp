@@ -193,4 +193,23 @@ void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void*
   }
 }
 
+void gemm_int_group_a(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const int32_t* qa,
+                      const float* ags, void* c, int64_t ldc) {
+  const int64_t k = w.k, n = w.n, groups = w.groups(), gk = w.group_size;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t col = 0; col < n; ++col) {
+      float facc = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int64_t acc = 0;
+        for (int64_t j = g * gk; j < (g + 1) * gk; ++j)
+          acc += static_cast<int64_t>(qa[i * k + j]) * (w.q[j * n + col] - w.zp(g, col));
+        const float t = static_cast<float>(static_cast<int32_t>(acc)) * ags[i * groups + g];
+        facc = std::fma(t, w.scale(g, col), facc);
+      }
+      const float mlt = out_multiplier(d, 1.0, 1.0);
+      const float y = d.bias ? std::fma(facc, mlt, out_bias(d, col)) : facc * mlt;
+      store_output(d, y, c, ldc, i, col);
+    }
+}
+
 }  // namespace qj::ref

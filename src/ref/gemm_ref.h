@@ -42,6 +42,12 @@ bool dynamic_quantize_groups(const qj_gemm_desc& d, int64_t m, int64_t k, int64_
 void gemm_int(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const void* a, int64_t lda,
               void* c, int64_t ldc);
 
+// gemm_int for A given as integers qa[i * k + j] with one scale per (row, weight group),
+// ags[i * groups + g] (MX activations decoded to their integer form; grouped weights only):
+//   facc = fma(float(int32 group sum) * ags(i, g), w_scale(g, n), facc), then the output stage.
+void gemm_int_group_a(const qj_gemm_desc& d, const IntWeights& w, int64_t m, const int32_t* qa,
+                      const float* ags, void* c, int64_t ldc);
+
 // Output stage helpers shared by every reference GEMM (integer and float weights).
 // Column multiplier and bias as the plan precomputes them (double math, rounded to fp32 once).
 float out_multiplier(const qj_gemm_desc& d, double a_scale, double b_scale);

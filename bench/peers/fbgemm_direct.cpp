@@ -1,0 +1,553 @@
+// FBGEMM's embedding kernels called directly from C++, without Python: the no-overhead
+// complement of fbgemm_peer.py. It links against the fbgemm.so that PyPI's fbgemm-gpu-cpu ships
+// (FBGEMM itself, built by its maintainers) and calls its public generator functions, declared
+// below from their exported signatures (the mangled names carry the template arguments and
+// parameter types, so a wrong declaration fails to link). This reaches what torch's ops do not:
+// prefetch off, and RowWiseSparseAdaGradFused, and FP16 GEMM timed without Python (whose cold
+// cost after a 512 MiB flush is ~140 us per call). scripts/bench-fbgemm.sh builds and runs it.
+//
+// Data, modes and timing follow `quantjit-bench embedding` (bench/driver/embedding.cpp): the same
+// table bytes (xorshift fill, scale 0.01, bias -0.5) on 2 MiB-aligned THP memory, the same
+// lookups (batch 10, lengths 1 + x % (2 avg + 1), the same index and weight streams), warm /
+// cold (clflushopt of the touched rows and the index, offset, weight and output arrays before
+// each timed call) / fresh (new random indices per call), bench/driver/timing.h's medians.
+// Output: JSON Lines with quantjit-bench's field names plus peer "fbgemm", overhead_ns 0.
+//
+//   fbgemm_direct emb --rows fused8,fused4 --dims 32,64 --index 32,64 --weighted 0,1
+//                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N]
+//   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold [--max-rows N]
+//   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold     (FP16 GEMM, cblas_gemm_compute)
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "driver/timing.h"
+#include "src/formats/half.h"
+
+// ---- FBGEMM's public API, as exported by fbgemm_gpu/fbgemm.so (FBGEMM 1.9 era) -------------
+namespace fbgemm {
+struct float16 {
+  uint16_t x;
+};
+template <typename InType, typename IndexType, typename OffsetType, typename OutType>
+struct EmbeddingSpMDMKernelSignature {
+  // (output_size = bags, index_size, data_size = table rows, input, indices, offsets, weights, out)
+  using Type = std::function<bool(int64_t, int64_t, int64_t, const InType*, const IndexType*, const OffsetType*,
+                                  const float*, OutType*)>;
+};
+template <typename InType, typename IndexType, typename OffsetType, typename OutType, bool THREAD_LOCAL>
+typename EmbeddingSpMDMKernelSignature<InType, IndexType, OffsetType, OutType>::Type GenerateEmbeddingSpMDM(
+    int64_t block_size, bool has_weight, bool normalize_by_lengths, int prefetch, bool is_weight_positional,
+    bool use_offsets, bool is_bf16_out, bool is_bf16_in);
+template <typename IndexType, typename OffsetType, typename OutType>
+typename EmbeddingSpMDMKernelSignature<uint8_t, IndexType, OffsetType, OutType>::Type GenerateEmbeddingSpMDMNBit(
+    int bit_rate, int64_t block_size, bool has_weight, bool normalize_by_lengths, int prefetch,
+    bool is_weight_positional, bool use_offsets);
+template <typename IndexType, typename OffsetType, typename DataType>
+struct RowWiseSparseAdaGradFusedSignature {
+  // (output_size = bags, index_size, data_size = rows, w, g, h, indices, offsets, epsilon, lr)
+  using Type = std::function<bool(int64_t, int64_t, int64_t, DataType*, const float*, float*, const IndexType*,
+                                  const OffsetType*, float, float)>;
+};
+template <typename IndexType, typename OffsetType, typename DataType>
+typename RowWiseSparseAdaGradFusedSignature<IndexType, OffsetType, DataType>::Type GenerateRowWiseSparseAdaGradFused(
+    int block_size, int prefetch, bool use_offsets, bool use_stochastic_rounding, int grad_stride);
+// FP16 GEMM (fp32 A x fp16-packed B): these two come from torch's own FBGEMM copy (libtorch_cpu),
+// where fbgemm's float16 is uint16_t; fbgemm-gpu-cpu's fbgemm.so does not export them.
+enum class matrix_op_t { NoTranspose, Transpose };
+template <typename T>
+struct TypeConverter {};
+template <typename T, typename C>
+class PackedGemmMatrixB {
+ public:
+  // B is nrow x ncol (K x N), row-major when trans is NoTranspose; brow is the K block (512)
+  PackedGemmMatrixB(matrix_op_t trans, int nrow, int ncol, float alpha, const float* smat, int brow);
+
+ private:
+  alignas(64) unsigned char opaque_[1024];  // larger than the real object; never copied
+};
+template <typename T>
+void cblas_gemm_compute(matrix_op_t transa, int m, const float* A, const PackedGemmMatrixB<T, TypeConverter<T>>& Bp,
+                        float beta, float* C, int thread_id, int num_threads);
+}  // namespace fbgemm
+
+namespace {
+
+uint64_t xorshift(uint64_t& x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+uint16_t to_f16(float f) { return qj::f32_to_f16(f); }
+
+// qj_embedding_table_alloc's rule: 2 MiB-aligned anonymous memory, MADV_HUGEPAGE.
+struct Table {
+  uint8_t* p = nullptr;
+  size_t bytes = 0;
+  explicit Table(size_t b) : bytes(b) {
+    const size_t huge = size_t{2} << 20, len = (b + huge - 1) / huge * huge;
+    void* raw = mmap(nullptr, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return;
+    uintptr_t a = reinterpret_cast<uintptr_t>(raw), al = (a + huge - 1) / huge * huge, end = a + len + huge;
+    if (al > a) munmap(raw, al - a);
+    if (end > al + len) munmap(reinterpret_cast<void*>(al + len), end - (al + len));
+    p = reinterpret_cast<uint8_t*>(al);
+    madvise(p, len, MADV_HUGEPAGE);
+  }
+  ~Table() {
+    const size_t huge = size_t{2} << 20;
+    if (p) munmap(p, (bytes + huge - 1) / huge * huge);
+  }
+};
+
+double thp_share(const void* p, size_t bytes) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  char line[512];
+  bool in = false;
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    if (std::sscanf(line, "%lx-%lx ", &a, &b) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+      in = a < hi && b > lo;
+      continue;
+    }
+    double v;
+    if (in && std::sscanf(line, "AnonHugePages: %lf kB", &v) == 1) kb += v;
+  }
+  std::fclose(f);
+  return std::min(1.0, kb * 1024.0 / static_cast<double>(bytes));
+}
+
+int64_t row_bytes(const std::string& fmt, int64_t dim) {
+  if (fmt == "fused8") return dim + 8;
+  if (fmt == "fused4") return (dim + 1) / 2 + 4;
+  if (fmt == "f32") return dim * 4;
+  return dim * 2;  // f16
+}
+
+// quantjit-bench embedding's fill_table (fused and float rows).
+void fill_table(uint8_t* t, const std::string& fmt, int64_t dim, int64_t rows, uint64_t seed) {
+  const int64_t rb = row_bytes(fmt, dim);
+  uint64_t x = seed | 1;
+  uint64_t* w = reinterpret_cast<uint64_t*>(t);
+  const size_t words = static_cast<size_t>(rows * rb) / 8;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t r = xorshift(x);
+    if (fmt == "f32") r = (r & 0x807fffff807fffffull) | 0x3f8000003f800000ull;
+    else if (fmt == "f16") r = (r & 0x83ff83ff83ff83ffull) | 0x3c003c003c003c00ull;
+    w[i] = r;
+  }
+  if (fmt == "f32" || fmt == "f16") return;
+  const float s = 0.01f, b = -0.5f;
+  const uint16_t s16 = to_f16(s), b16 = to_f16(b);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = t + r * rb;
+    if (fmt == "fused8") {
+      std::memcpy(row + dim, &s, 4);
+      std::memcpy(row + dim + 4, &b, 4);
+    } else {
+      std::memcpy(row + rb - 4, &s16, 2);
+      std::memcpy(row + rb - 2, &b16, 2);
+    }
+  }
+}
+
+struct Lookups {
+  std::vector<int64_t> idx, offsets;
+  std::vector<float> weights;
+  int64_t n = 0;
+};
+
+// quantjit-bench embedding's make_lookups(bags, rows, avg, false, 1, seed).
+Lookups make_lookups(int64_t bags, int64_t rows, int64_t avg_len, uint64_t seed) {
+  Lookups l;
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  l.offsets.push_back(0);
+  for (int64_t b = 0; b < bags; ++b)
+    l.offsets.push_back(l.offsets.back() + 1 + static_cast<int64_t>(xorshift(x) % static_cast<uint64_t>(2 * avg_len + 1)));
+  l.n = l.offsets.back();
+  l.idx.resize(static_cast<size_t>(l.n));
+  for (auto& v : l.idx) v = static_cast<int64_t>(xorshift(x) % static_cast<uint64_t>(rows));
+  l.weights.resize(static_cast<size_t>(l.n));
+  for (auto& w : l.weights) w = 0.5f + static_cast<float>(xorshift(x) % 1000) / 1000.0f;
+  return l;
+}
+
+__attribute__((target("clflushopt"))) void flush_bytes(const void* p, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  for (size_t o = 0; o < n; o += 64) _mm_clflushopt(const_cast<uint8_t*>(b + o));
+  if (n) _mm_clflushopt(const_cast<uint8_t*>(b + n - 1));
+  _mm_mfence();
+}
+
+__attribute__((target("clflushopt"))) void flush_rows(uint8_t* t, int64_t rb, const std::vector<int64_t>& idx) {
+  for (int64_t r : idx) {
+    uint8_t* p = t + r * rb;
+    for (int64_t o = 0; o < rb; o += 64) _mm_clflushopt(p + o);
+    _mm_clflushopt(p + rb - 1);
+  }
+  _mm_mfence();
+}
+
+// As bench/driver/embedding.cpp's time_mode: warm through timing.h, else prepare + one call.
+double time_mode(const std::string& mode, const std::function<void()>& run, const std::function<void(int)>& prepare,
+                 int reps) {
+  if (mode == "warm") {
+    bench::TimingOptions t;
+    t.reps = reps;
+    return bench::time_median(run, t).median;
+  }
+  const int n = reps > 0 ? reps : 41;
+  std::vector<double> s;
+  for (int r = 0; r < n; ++r) {
+    prepare(r);
+    const double t0 = bench::now_seconds();
+    run();
+    s.push_back(bench::now_seconds() - t0);
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+uint64_t g_fresh = 0x5851f42d4c957f2dull;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  size_t a = 0;
+  while (true) {
+    size_t b = s.find(',', a);
+    v.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return v;
+}
+
+std::vector<int64_t> ints(const std::string& s) {
+  std::vector<int64_t> v;
+  for (const std::string& x : split(s)) v.push_back(std::atoll(x.c_str()));
+  return v;
+}
+
+struct Options {
+  std::string cmd;
+  std::vector<std::string> rows, modes = {"warm", "cold"};
+  std::vector<int64_t> dims = {32, 64, 128, 256, 512, 1024}, index = {64}, weighted = {0}, prefetch = {16};
+  int64_t max_rows = 0, bags = 10, shape_rows = 4000000, avg_len = 100;
+  std::string shapes;  // gemm
+  int reps = 0;
+};
+
+// Reference sum of one bag (fp64), for the one-time check.
+void ref_bag(const uint8_t* t, const std::string& fmt, int64_t dim, const int64_t* idx, int64_t len, const float* w,
+             std::vector<double>& out) {
+  const int64_t rb = row_bytes(fmt, dim);
+  std::fill(out.begin(), out.end(), 0.0);
+  for (int64_t i = 0; i < len; ++i) {
+    const uint8_t* row = t + idx[i] * rb;
+    float sc, bi;
+    if (fmt == "fused8") {
+      std::memcpy(&sc, row + dim, 4);
+      std::memcpy(&bi, row + dim + 4, 4);
+    } else {
+      uint16_t s16, b16;
+      std::memcpy(&s16, row + rb - 4, 2);
+      std::memcpy(&b16, row + rb - 2, 2);
+      sc = qj::f16_to_f32(s16);
+      bi = qj::f16_to_f32(b16);
+    }
+    for (int64_t j = 0; j < dim; ++j) {
+      const int q = fmt == "fused8" ? row[j] : (row[j / 2] >> (4 * (j & 1))) & 15;
+      out[j] += (w ? w[i] : 1.0) * (static_cast<double>(q) * sc + bi);
+    }
+  }
+}
+
+template <class Idx>
+void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t rows, uint8_t* table, double thp,
+                  Lookups& lk) {
+  const int64_t rb = row_bytes(fmt, dim);
+  std::vector<int64_t> cur = lk.idx;
+  std::vector<Idx> idx(cur.begin(), cur.end());
+  std::vector<float> out(static_cast<size_t>(o.bags * dim));
+  for (int64_t w : o.weighted) {
+    for (int64_t pf : o.prefetch) {
+      typename fbgemm::EmbeddingSpMDMKernelSignature<uint8_t, Idx, int64_t, float>::Type k =
+          fmt == "fused8"
+              ? fbgemm::GenerateEmbeddingSpMDM<uint8_t, Idx, int64_t, float, false>(dim, w != 0, false,
+                                                                                     static_cast<int>(pf), false, true,
+                                                                                     false, false)
+              : fbgemm::GenerateEmbeddingSpMDMNBit<Idx, int64_t, float>(4, dim, w != 0, false, static_cast<int>(pf),
+                                                                         false, true);
+      bool ok = true;
+      auto run = [&] {
+        ok &= k(o.bags, lk.n, rows, table, idx.data(), lk.offsets.data(), w ? lk.weights.data() : nullptr, out.data());
+      };
+      run();
+      // one-time check against a double-precision sum
+      double rel = 0, amax = 0;
+      std::vector<double> want(static_cast<size_t>(dim));
+      for (int64_t b = 0; b < o.bags; ++b) {
+        ref_bag(table, fmt, dim, cur.data() + lk.offsets[b], lk.offsets[b + 1] - lk.offsets[b],
+                w ? lk.weights.data() + lk.offsets[b] : nullptr, want);
+        for (int64_t j = 0; j < dim; ++j) {
+          amax = std::max(amax, std::fabs(want[j]));
+          rel = std::max(rel, std::fabs(want[j] - out[b * dim + j]));
+        }
+      }
+      rel /= std::max(amax, 1e-30);
+      for (const std::string& mode : o.modes) {
+        auto prep = [&](int) {
+          if (mode == "cold") {
+            flush_rows(table, rb, cur);
+            flush_bytes(idx.data(), idx.size() * sizeof(Idx));
+            flush_bytes(lk.offsets.data(), lk.offsets.size() * 8);
+            if (w) flush_bytes(lk.weights.data(), lk.weights.size() * 4);
+            flush_bytes(out.data(), out.size() * 4);
+          } else if (mode == "fresh") {
+            for (auto& v : idx) v = static_cast<Idx>(xorshift(g_fresh) % static_cast<uint64_t>(rows));
+          }
+        };
+        const double sec = time_mode(mode, run, prep, o.reps);
+        if (mode == "fresh") std::copy(cur.begin(), cur.end(), idx.begin());
+        std::printf(
+            "{\"op\": \"emb\", \"rows_fmt\": \"%s\", \"dim\": %lld, \"rows\": %lld, \"bags\": %lld, \"lookups\": %lld, "
+            "\"index_bits\": %d, \"prefetch\": \"%lld\", \"weighted\": %lld, \"mode\": \"%s\", \"pages\": \"thp\", "
+            "\"thp_share\": %.2f, \"seconds\": %.9g, \"us_per_call\": %.3f, \"ns_per_row\": %.3f, \"rows_per_s\": %.0f, "
+            "\"gbps\": %.3f, \"peer\": \"fbgemm\", \"overhead_ns\": 0, \"ref_rel_diff\": %.3g, \"ok\": %d, "
+            "\"kernel\": \"fbgemm::%s (direct, fbgemm-gpu-cpu fbgemm.so)\"}\n",
+            fmt.c_str(), (long long)dim, (long long)rows, (long long)o.bags, (long long)lk.n, (int)(8 * sizeof(Idx)),
+            (long long)pf, (long long)w, mode.c_str(), thp, sec, sec * 1e6, sec / lk.n * 1e9, lk.n / sec,
+            lk.n * static_cast<double>(rb) / sec * 1e-9, rel, ok ? 1 : 0,
+            fmt == "fused8" ? "GenerateEmbeddingSpMDM<uint8_t>" : "GenerateEmbeddingSpMDMNBit(4)");
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+int cmd_emb(const Options& o) {
+  for (const std::string& fmt : o.rows) {
+    if (fmt != "fused8" && fmt != "fused4") {
+      std::fprintf(stderr, "fbgemm_direct emb: rows %s not supported (fused8, fused4)\n", fmt.c_str());
+      return 2;
+    }
+    for (int64_t dim : o.dims) {
+      const int64_t rows = o.max_rows > 0 ? std::min(o.shape_rows, o.max_rows) : o.shape_rows;
+      const int64_t rb = row_bytes(fmt, dim);
+      Table tb(static_cast<size_t>(rows * rb));
+      if (!tb.p) {
+        std::fprintf(stderr, "fbgemm_direct: cannot allocate\n");
+        return 1;
+      }
+      fill_table(tb.p, fmt, dim, rows, 0x1234 + dim);
+      const double thp = thp_share(tb.p, tb.bytes);
+      Lookups lk = make_lookups(o.bags, rows, o.avg_len, 7 + dim);
+      for (int64_t ib : o.index) {
+        if (ib == 32) run_emb_case<int32_t>(o, fmt, dim, rows, tb.p, thp, lk);
+        else run_emb_case<int64_t>(o, fmt, dim, rows, tb.p, thp, lk);
+      }
+    }
+  }
+  return 0;
+}
+
+// RowWiseSparseAdaGradFused: per bag, the bag's gradient applied to every row it looked up, one
+// row-wise AdaGrad step per occurrence (FBGEMM has no coalesced variant; quantjit-bench's
+// default --update is coalesced, so compare against its per-occurrence mode).
+template <class Idx, class Data>
+void run_adagrad_case(const Options& o, const std::string& fmt, int64_t dim, int64_t rows, uint8_t* table,
+                      Lookups& lk) {
+  std::vector<Idx> idx(lk.idx.begin(), lk.idx.end());
+  std::vector<float> h(static_cast<size_t>(rows), 0.1f);
+  std::vector<float> g(static_cast<size_t>(o.bags * dim));
+  uint64_t x = 5;
+  for (auto& v : g) v = static_cast<float>(xorshift(x) % 2001) * 1e-6f - 1e-3f;
+  auto k = fbgemm::GenerateRowWiseSparseAdaGradFused<Idx, int64_t, Data>(static_cast<int>(dim), 16, true,
+                                                                     std::is_same_v<Data, fbgemm::float16>,
+                                                                     static_cast<int>(dim));
+  bool ok = true;
+  auto run = [&] {
+    ok &= k(o.bags, lk.n, rows, reinterpret_cast<Data*>(table), g.data(), h.data(), idx.data(), lk.offsets.data(), 1e-8f,
+            1e-4f);
+  };
+  const int64_t eb = sizeof(Data);
+  // One checked call (fp32 tables): FBGEMM's documented step per occurrence, bag by bag:
+  // h[r] += mean(g^2); w[r] += lr / (sqrt(h[r]) + eps) * g (its sign convention), in float.
+  double err = -1;
+  if constexpr (std::is_same_v<Data, float>) {
+    std::vector<int64_t> uniq(lk.idx);
+    std::sort(uniq.begin(), uniq.end());
+    uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+    std::vector<float> w0, h0;
+    for (int64_t r : uniq) {
+      const float* wr = reinterpret_cast<const float*>(table) + r * dim;
+      w0.insert(w0.end(), wr, wr + dim);
+      h0.push_back(h[static_cast<size_t>(r)]);
+    }
+    run();
+    auto slot = [&](int64_t r) { return std::lower_bound(uniq.begin(), uniq.end(), r) - uniq.begin(); };
+    for (int64_t b = 0; b < o.bags; ++b) {
+      const float* gb = g.data() + b * dim;
+      float sq = 0;
+      for (int64_t j = 0; j < dim; ++j) sq += gb[j] * gb[j];
+      for (int64_t i = lk.offsets[b]; i < lk.offsets[b + 1]; ++i) {
+        const int64_t u = slot(lk.idx[static_cast<size_t>(i)]);
+        h0[static_cast<size_t>(u)] += sq / static_cast<float>(dim);
+        const float step = 1e-4f / (std::sqrt(h0[static_cast<size_t>(u)]) + 1e-8f);
+        for (int64_t j = 0; j < dim; ++j) w0[static_cast<size_t>(u * dim + j)] += step * gb[j];
+      }
+    }
+    err = 0;
+    for (size_t u = 0; u < uniq.size(); ++u) {
+      const float* wr = reinterpret_cast<const float*>(table) + uniq[u] * dim;
+      err = std::max(err, static_cast<double>(std::fabs(h[static_cast<size_t>(uniq[u])] - h0[u]) / h0[u]));
+      for (int64_t j = 0; j < dim; ++j)
+        err = std::max(err, static_cast<double>(std::fabs(wr[j] - w0[u * dim + j]) / std::max(std::fabs(w0[u * dim + j]), 1e-6f)));
+    }
+  }
+  for (const std::string& mode : o.modes) {
+    const double sec = time_mode(mode, run, [&](int) { flush_rows(table, dim * eb, lk.idx); }, o.reps);
+    std::printf(
+        "{\"op\": \"adagrad\", \"rows_fmt\": \"%s\", \"dim\": %lld, \"rows\": %lld, \"bags\": %lld, \"lookups\": %lld, "
+        "\"index_bits\": %d, \"mode\": \"%s\", \"pages\": \"thp\", \"seconds\": %.9g, \"us_per_call\": %.3f, "
+        "\"ns_per_row\": %.3f, \"rows_per_s\": %.0f, \"peer\": \"fbgemm\", \"overhead_ns\": 0, \"ok\": %d, "
+        "\"update\": \"per-occurrence\", \"ref_rel_diff\": %.3g, \"kernel\": \"fbgemm::GenerateRowWiseSparseAdaGradFused (direct, 64-bit offsets, "
+        "prefetch 16)\"}\n",
+        fmt.c_str(), (long long)dim, (long long)rows, (long long)o.bags, (long long)lk.n, (int)(8 * sizeof(Idx)),
+        mode.c_str(), sec, sec * 1e6, sec / lk.n * 1e9, lk.n / sec, ok ? 1 : 0, err);
+    std::fflush(stdout);
+  }
+}
+
+int cmd_adagrad(const Options& o) {
+  for (const std::string& fmt : o.rows) {
+    if (fmt != "f32" && fmt != "f16") {
+      std::fprintf(stderr, "fbgemm_direct adagrad: rows %s not supported (f32, f16)\n", fmt.c_str());
+      return 2;
+    }
+    for (int64_t dim : o.dims) {
+      // quantjit-bench embedding --adagrad caps rows at 1,000,000 by default
+      const int64_t rows = std::min(o.shape_rows, o.max_rows > 0 ? o.max_rows : 1000000);
+      Table tb(static_cast<size_t>(rows * row_bytes(fmt, dim)));
+      if (!tb.p) return 1;
+      fill_table(tb.p, fmt, dim, rows, 99);
+      Lookups lk = make_lookups(o.bags, rows, o.avg_len, 3 + dim);
+      for (int64_t ib : o.index) {
+        if (fmt == "f32") {
+          if (ib == 32) run_adagrad_case<int32_t, float>(o, fmt, dim, rows, tb.p, lk);
+          else run_adagrad_case<int64_t, float>(o, fmt, dim, rows, tb.p, lk);
+        } else {
+          if (ib == 32) run_adagrad_case<int32_t, fbgemm::float16>(o, fmt, dim, rows, tb.p, lk);
+          else run_adagrad_case<int64_t, fbgemm::float16>(o, fmt, dim, rows, tb.p, lk);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+// FP16 GEMM over "M,N,K;..." shapes, as `quantjit-bench gemm --weights f16` (warm, or --cold:
+// 512 MiB read through the caches before each call, timing.h). C = A B with beta 0 (FBGEMM has
+// no bias; quantjit's f16 case adds one, fused).
+int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
+  std::vector<std::array<int64_t, 3>> list;
+  size_t a = 0;
+  while (a < shapes.size()) {
+    size_t b = shapes.find(';', a);
+    std::string one = shapes.substr(a, b == std::string::npos ? std::string::npos : b - a);
+    std::vector<int64_t> v = ints(one);
+    if (v.size() == 3) list.push_back({v[0], v[1], v[2]});
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  for (auto [m, n, k] : list) {
+    uint64_t x = static_cast<uint64_t>(m * 1000003 + n * 1009 + k) | 1;
+    auto uni = [&] { return static_cast<float>((xorshift(x) >> 40) * (2.0 / 16777216.0) - 1.0); };
+    std::vector<float> A(static_cast<size_t>(m * k)), B(static_cast<size_t>(k * n)), C(static_cast<size_t>(m * n));
+    for (auto& v : A) v = uni();
+    for (auto& v : B) v = uni();
+    auto* bp = new fbgemm::PackedGemmMatrixB<uint16_t, fbgemm::TypeConverter<uint16_t>>(
+        fbgemm::matrix_op_t::NoTranspose, static_cast<int>(k), static_cast<int>(n), 1.0f, B.data(), 512);
+    auto run = [&] {
+      fbgemm::cblas_gemm_compute<uint16_t>(fbgemm::matrix_op_t::NoTranspose, static_cast<int>(m), A.data(), *bp, 0.0f,
+                                           C.data(), 0, 1);
+    };
+    run();
+    // check: against fp64 products of fp16-rounded B
+    double amax = 0, dmax = 0;
+    for (int64_t i = 0; i < std::min<int64_t>(m, 8); ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p)
+          s += static_cast<double>(A[i * k + p]) * qj::f16_to_f32(qj::f32_to_f16(B[p * n + j]));
+        amax = std::max(amax, std::fabs(s));
+        dmax = std::max(dmax, std::fabs(s - C[i * n + j]));
+      }
+    bench::TimingOptions t;
+    t.cold = cold;
+    t.reps = o.reps;
+    const bench::Timing tm = bench::time_median(run, t);
+    std::printf(
+        "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"a_type\": \"f32\", \"w_type\": \"f16\", \"c_type\": \"f32\", "
+        "\"threads\": 1, \"mode\": \"%s\", \"seconds\": %.9g, \"gops\": %.2f, \"reps\": %d, \"peer\": \"fbgemm\", "
+        "\"overhead_ns\": 0, \"peer_rel_diff\": %.3g, \"kernel\": \"fbgemm::cblas_gemm_compute<float16> (direct, "
+        "torch's libtorch_cpu copy, beta 0, no bias)\"}\n",
+        (long long)m, (long long)n, (long long)k, cold ? "cold" : "warm", tm.median, 2.0 * m * n * k / tm.median * 1e-9,
+        tm.reps, dmax / std::max(amax, 1e-30));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: fbgemm_direct emb|adagrad [--rows LIST] [--dims LIST] [--index 32,64] [--weighted 0,1]\n"
+               "       [--prefetch 0,16] [--mode warm,cold,fresh] [--max-rows N] [--reps N]\n"
+               "       fbgemm_direct gemm --shapes \"M,N,K;...\" [--mode warm|cold] [--reps N]   (FP16 weights)\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  Options o;
+  o.cmd = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--rows") o.rows = split(v);
+    else if (a == "--dims") o.dims = ints(v);
+    else if (a == "--index") o.index = ints(v);
+    else if (a == "--weighted") o.weighted = ints(v);
+    else if (a == "--prefetch") o.prefetch = ints(v);
+    else if (a == "--mode") o.modes = split(v);
+    else if (a == "--max-rows") o.max_rows = std::atoll(v.c_str());
+    else if (a == "--reps") o.reps = std::atoi(v.c_str());
+    else if (a == "--shapes") o.shapes = v;
+    else return usage();
+  }
+  if (o.cmd == "gemm") return cmd_gemm(o, o.shapes, o.modes.size() == 1 && o.modes[0] == "cold");
+  if (o.cmd == "emb") {
+    if (o.rows.empty()) o.rows = {"fused8", "fused4"};
+    return cmd_emb(o);
+  }
+  if (o.cmd == "adagrad") {
+    if (o.rows.empty()) o.rows = {"f32", "f16"};
+    return cmd_adagrad(o);
+  }
+  return usage();
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# quantjit side by side with FBGEMM itself on this machine. FBGEMM is not in Debian; it comes
+# from PyPI (torch, whose quantized CPU ops call FBGEMM, and fbgemm-gpu-cpu) in a venv
+# (default /work/.venv-fbgemm, or $FBGEMM_VENV). PyPI's Linux torch wheel imports only with its
+# CUDA libraries present (a --no-deps install fails on libcufile.so.0), so the full wheel set
+# is installed: about 5.5 GB on disk, no GPU needed. Not part of CI.
+# Runs quantjit-bench, bench/peers/fbgemm_peer.py (FBGEMM through torch's ops, Python overhead
+# measured) and, for FP16 GEMM, the embedding kernels and RowWiseSparseAdaGradFused, bench/peers/
+# fbgemm_direct (FBGEMM called from C++, built here) one after the other on core 1,
+# then prints bench/peers/compare.py's table. Results stay in $OUT (default build/fbgemm-compare/).
+#   scripts/bench-fbgemm.sh [fp16] [int8] [emb] [emb-fresh] [adagrad]   (default: all but emb-fresh)
+# Environment: DIMS (default 32,64,128,256,512,1024), REPS (quantjit-bench/peer sample counts).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-$root/build}
+venv=${FBGEMM_VENV:-/work/.venv-fbgemm}
+out=${OUT:-$build/fbgemm-compare}
+dims=${DIMS:-32,64,128,256,512,1024}
+torch_ver=2.14.1   # fbgemm-gpu-cpu 1.9.x is built against torch 2.14
+fbgemm_ver=1.9.0
+what=("$@")
+[ ${#what[@]} -eq 0 ] && what=(fp16 int8 emb adagrad)
+
+# ---- FBGEMM venv ----
+py=$venv/bin/python
+if ! "$py" -c "import torch, fbgemm_gpu" >/dev/null 2>&1; then
+  echo "bench-fbgemm: installing torch $torch_ver + fbgemm-gpu-cpu $fbgemm_ver into $venv"
+  [ -x "$py" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "torch==$torch_ver" "fbgemm-gpu-cpu==$fbgemm_ver" numpy
+fi
+
+# ---- quantjit-bench (as scripts/bench.sh builds it) ----
+"$root/scripts/install-deps.sh"
+if [ ! -x "$build/bench/quantjit-bench" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" -j2 --target quantjit-bench
+fi
+qb=$build/bench/quantjit-bench
+peer=$root/bench/peers/fbgemm_peer.py
+# fbgemm_direct: links the wheel's fbgemm.so (which needs torch's libc10 / libtorch_cpu loaded and
+# cpuinfo, from Debian's libcpuinfo-dev); DT_RPATH so that fbgemm.so's own dependencies resolve.
+direct=$build/fbgemm_direct
+site=$("$py" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
+if [ ! -x "$direct" ] || [ "$root/bench/peers/fbgemm_direct.cpp" -nt "$direct" ] ||
+   ! readelf -d "$direct" 2>/dev/null | grep -qF "$site/fbgemm_gpu"; then  # new source or other venv
+  g++ -O2 -std=c++20 -I"$root" -I"$root/bench" "$root/bench/peers/fbgemm_direct.cpp" -o "$direct" \
+    "$site/fbgemm_gpu/fbgemm.so" -Wl,--disable-new-dtags -Wl,-rpath,"$site/fbgemm_gpu" \
+    -Wl,-rpath,"$site/torch/lib" -L"$site/torch/lib" -lc10 -ltorch_cpu -lcpuinfo
+fi
+pin=""
+command -v taskset >/dev/null && [ "$(nproc)" -gt 1 ] && pin="taskset -c 1"
+mkdir -p "$out"
+fp16_shapes=$(seq -s';' 1 119 | sed 's/\([0-9]*\)/\1,512,512/g')
+reps=()
+[ -n "${REPS:-}" ] && reps=(--reps "$REPS")
+
+for w in "${what[@]}"; do
+  case $w in
+    fp16)
+      for mode in warm cold; do
+        $pin "$qb" gemm --weights f16 --shapes "$fp16_shapes" --$mode --format json "${reps[@]}" 2>/dev/null > "$out/qj-fp16-$mode.jsonl"
+        flag=(); [ $mode = cold ] && flag=(--cold)
+        $pin "$py" "$peer" gemm --weights f16 --shapes "$fp16_shapes" "${flag[@]}" "${reps[@]}" > "$out/fb-fp16-$mode.jsonl"
+        $pin "$direct" gemm --shapes "$fp16_shapes" --mode $mode "${reps[@]}" > "$out/fb-fp16-$mode-direct.jsonl"
+      done ;;
+    int8)
+      for mode in warm cold; do
+        $pin "$qb" gemm --weights s8 --shapes fbgemm --$mode --format json "${reps[@]}" 2>/dev/null > "$out/qj-int8-$mode.jsonl"
+        flag=(); [ $mode = cold ] && flag=(--cold)
+        $pin "$py" "$peer" gemm --weights s8 --shapes fbgemm "${flag[@]}" "${reps[@]}" > "$out/fb-int8-$mode.jsonl"
+      done ;;
+    emb|emb-fresh)
+      modes=warm,cold; [ $w = emb-fresh ] && modes=fresh
+      for fmt in fused8 fused4; do
+        $pin "$qb" embedding --rows $fmt --dims "$dims" --index 32,64 --weighted 0,1 --mode $modes --no-limit \
+          --format json "${reps[@]}" 2>/dev/null > "$out/qj-$w-$fmt.jsonl"
+        $pin "$py" "$peer" embedding --rows $fmt --dims "$dims" --index 32,64 --weighted 0,1 --mode $modes \
+          "${reps[@]}" > "$out/fb-$w-$fmt.jsonl"
+        $pin "$direct" emb --rows $fmt --dims "$dims" --index 32,64 --weighted 0,1 --prefetch 0,16 --mode $modes \
+          "${reps[@]}" > "$out/fb-$w-$fmt-direct.jsonl"
+      done ;;
+    adagrad)
+      # FBGEMM updates once per occurrence; quantjit-bench's matching mode is --update occurrence
+      $pin "$qb" embedding --adagrad --rows f32,f16 --dims "$dims" --index 32,64 --mode warm,cold \
+        --update occurrence --format json "${reps[@]}" 2>/dev/null > "$out/qj-adagrad.jsonl"
+      $pin "$direct" adagrad --rows f32,f16 --dims "$dims" --index 32,64 --mode warm,cold \
+        "${reps[@]}" > "$out/fb-adagrad-direct.jsonl" ;;
+    *) echo "bench-fbgemm: unknown set '$w' (fp16 int8 emb emb-fresh adagrad)" >&2; exit 2 ;;
+  esac
+done
+python3 "$root/bench/peers/compare.py" "$out"/qj-*.jsonl --fbgemm "$out"/fb-*.jsonl
