@@ -233,14 +233,16 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
 
 /* ---- MX weights (OCP Microscaling; MX.md sections 4, 5, 9) ---------------------------------
  * Weight types QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 and QJ_MXINT8 (the element types whose per-block dot
- * product is exact in integers), and QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (fp32 path, below). Blocks of 32
- * run along K and carry one E8M0 scale each; k must be a multiple of 32. desc->scales and desc->zero_points must be NULL; granularity and group_size
- * are ignored (the blocks are the groups).
+ * product is exact in integers), and QJ_MXFP8_E4M3 / QJ_MXFP8_E5M2 (the fp32 path, below). Blocks
+ * of 32 run along K and carry one E8M0 scale each; k must be a multiple of 32. desc->scales and
+ * desc->zero_points must be NULL; granularity and group_size are ignored (the blocks are the
+ * groups).
  * qj_weights_pack: desc->layout must be QJ_LAYOUT_NK (one SPLIT vector per output column n) and
  *  `data` points to a qj_mx_weights_data: the elements of column n start at
  *  (const uint8_t*)elems + n * ld (ld in BYTES, >= k/32 * block bytes: FP4 16, FP6 24 (4 codes
- *  LSB-first in 3 bytes), INT8 and FP8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of block j of
- *  column n is scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the block NaN.
+ *  LSB-first in 3 bytes), INT8 and FP8 32; qj_mx_quantize's SPLIT layout), the E8M0 byte of
+ *  block j of column n is scales[n * scales_ld + j]; 0xFF (NaN) makes every product with the
+ *  block NaN.
  * qj_weights_quantize_pack: fp32 K x N or N x K (ld in floats) -> MX per column along K, FLOOR
  *  scale rule, round-to-nearest-even with saturation (qj_mx_quantize with QJ_ROUND_FLOOR). A
  *  block holding NaN or Inf gets the NaN scale.

@@ -454,7 +454,6 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       key.param[0] = static_cast<uint32_t>(sets);
       if (w->is_mx_fp8()) key.flags = (key.flags & 1) | (fp8_block_accumulators(p->isa, r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
-
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);
       if (st != QJ_OK) {
