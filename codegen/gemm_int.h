@@ -21,7 +21,10 @@
 //   flags bit 3    (decoded, VNNI dual) high nibbles decoded without a shift, scaled back per group
 //   flags bit 4    (decoded, grouped) A quantized per (row, group): each group's sum is multiplied
 //                  by row_group_scale before the fold (has_row_scale is then 0)
-//   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3)
+//   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3; MXFP4
+//                  on the VNNI tier)
+//   flags bit 6    (MX) no E8M0 byte of the weights is 0x00 or 0xFF: block scales decode by a
+//                  shift alone (the plan scans the bytes)
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
 //                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
 #pragma once

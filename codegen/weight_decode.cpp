@@ -23,7 +23,7 @@ namespace qj::cg {
 using namespace asmjit;
 using namespace asmjit::x86;
 
-DecoderInfo decoder_info(int b_type) {
+DecoderInfo decoder_info(int b_type, bool vbmi) {
   DecoderInfo d;
   switch (b_type) {
     case QJ_S4:
@@ -47,7 +47,7 @@ DecoderInfo decoder_info(int b_type) {
       d.n_out = 2;
       d.offset = 12;
       d.pair_exact = true;  // d <= 24: two vpmaddubsw pairs per s16 lane stay below 2^15
-      d.n_consts = 2;       // 0x0f bytes, the LUT in every 128-bit lane
+      d.n_consts = vbmi ? 1 : 2;  // vbmi: the 64-entry table; else 0x0f bytes, the LUT per 128 bits
       d.e8m0_scales = true;
       break;
     case QJ_MXFP6_E2M3:
@@ -121,10 +121,15 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       break;
     }
     case QJ_MXFP4_E2M1: {
-      broadcast_dword(a, s, r.consts, 0x0f0f0f0fu, tmp);
-      uint8_t lut[16];
+      uint8_t lut[64];
       const int8_t* q = mx::fp4_int_table();
-      for (int i = 0; i < 16; ++i) lut[i] = static_cast<uint8_t>(q[i] + 12);
+      for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i % 16] + 12);
+      if (r.vbmi) {  // vpermb reads index bits 0..5: the 16 codes repeated 4 times
+        store_table(a, lut, 64, tmp);
+        a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));
+        break;
+      }
+      broadcast_dword(a, s, r.consts, 0x0f0f0f0fu, tmp);
       store_table(a, lut, 16, tmp);
       if (s.zmm)
         a.vbroadcasti32x4(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable));
@@ -173,6 +178,18 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
       break;
     }
     case QJ_MXFP4_E2M1: {
+      if (r.vbmi) {
+        // vpermb ignores index bits 6..7: the low nibble indexes straight from the packed byte
+        // (bits 4..5 of the high nibble select a copy of the table) and the shifted word gives
+        // the high nibble (bits 4..5 from the next byte, likewise harmless). One shift and two
+        // vpermb per 64 bytes (3 shuffle-pipe uops), no vpand.
+        const Vec lo = s.v(out[0]), hi = s.v(out[1]), lut = s.v(r.consts);
+        a.vmovdqu32(lo, src);
+        a.vpsrlw(hi, lo, 4);
+        a.vpermb(lo, lo, lut);
+        a.vpermb(hi, hi, lut);
+        break;
+      }
       const Vec lo = s.v(out[0]), hi = s.v(out[1]), mask = s.v(r.consts), lut = s.v(r.consts + 1);
       if (s.zmm) {
         a.vmovdqu32(lo, src);

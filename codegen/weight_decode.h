@@ -57,11 +57,14 @@ struct DecoderInfo {
 // [rsp - 128, rsp - 64) tables for the decoders; the kernels' own constants above them.
 constexpr int kRedZoneTable = -128;
 
-DecoderInfo decoder_info(int b_type);
+// vbmi: the kernel may use AVX512-VBMI (zmm kernels on a CPU that has it): decoders that have a
+// vpermb form use it (MXFP4: fewer uops, one constant register instead of two).
+DecoderInfo decoder_info(int b_type, bool vbmi = false);
 
 struct DecodeRegs {
   int consts = 0;  // first of n_consts constant registers
   int temps = 0;   // first of n_temps scratch registers
+  bool vbmi = false;  // as passed to decoder_info (zmm only)
 };
 
 // Loads the decoder's constants (once per kernel; n_consts, plus scaled_consts when `scaled`).

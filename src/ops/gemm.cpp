@@ -41,6 +41,23 @@ GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64
 
 namespace {
 
+// True when no live E8M0 byte of MX weights is 0x00 or 0xFF (bytes of the padding columns are
+// never stored to C, whatever they decode to).
+bool mx_scales_plain(const PackedWeights& w) {
+  const uint8_t* base = w.packed.data<uint8_t>() + w.mx_steps_bytes();
+  const int64_t groups = w.groups();
+  for (int64_t p = 0; p < w.n_panels; ++p) {
+    const int64_t live = std::min<int64_t>(w.nr, w.n - p * w.nr);
+    const uint8_t* sc = base + p * w.panel_bytes();
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t c = 0; c < live; ++c) {
+        const uint8_t b = sc[g * w.nr + c];
+        if (b == 0x00 || b == 0xFF) return false;
+      }
+  }
+  return true;
+}
+
 // The desc's enum fields hold caller values: compare them as integers before anything reads them
 // through the C++ enum types (an out-of-range enum load is undefined behaviour).
 qj_status check_desc_enums(const qj_gemm_desc& d) {
@@ -301,6 +318,9 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     p->direct_a = !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k % 4 == 0 &&
                   w->zero_points.empty() && static_cast<int64_t>(p->blk.mr) * w->k <= 16384;
     if (p->direct_a) key.param[0] = static_cast<uint32_t>(w->k);
+    // MX: without 0x00 / 0xFF scale bytes (2^-127 and NaN) the kernels decode 2^(b - 127) with
+    // one shift (key flags bit 6).
+    const bool mx_plain_scales = w->is_mx() && mx_scales_plain(*w);
     qj_cache_stats_t before;
     cache_stats(&before);
     for (int r = 1; r <= p->blk.mr; ++r) {
@@ -318,6 +338,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (!w->zp_vec && z0 != 0) key.flags |= 4;
         if (group_a) key.flags |= 16;
         if (w->is_mx() && cpu_features().avx512vbmi) key.flags |= 32;
+        if (w->is_mx() && mx_plain_scales) key.flags |= 64;
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
