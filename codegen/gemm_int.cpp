@@ -412,14 +412,13 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   }
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
 
-  Label l_k = a.newLabel();
-  a.mov(r8, ARG(k_groups));
-  a.bind(l_k);
-  {
+  // One K step at byte offsets u * (A quads of a step) and u * step_bytes.
+  auto emit_step = [&](int u) {
+    const int a_off = u * n_out * p.mr * 4, b_off = u * step_bytes;
     int outs[8];
     for (int j = 0; j < p.nrv; ++j) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
-      cg::emit_decode(a, s, key.b_type, ptr(rdx, j * col_bytes), dr, outs, p.scaled);
+      cg::emit_decode(a, s, key.b_type, ptr(rdx, b_off + j * col_bytes), dr, outs, p.scaled);
     }
     if (p.vnni) {
       // Quad o of every row before quad o + 1: dependent updates of one accumulator are spread.
@@ -428,12 +427,13 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
           for (int j = 0; j < p.nrv; ++j) {
             const int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
             a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
-                       dword_ptr(rsi, (o * p.mr + i) * 4)._1to16());
+                       dword_ptr(rsi, a_off + (o * p.mr + i) * 4)._1to16());
           }
     } else {
       const Vec t0 = s.v(p.tmp), t1 = s.v(p.tmp + 1);
       for (int i = 0; i < p.mr; ++i) {
-        for (int o = 0; o < n_out; ++o) a.vpbroadcastd(s.v(p.abc + o), dword_ptr(rsi, (o * p.mr + i) * 4));
+        for (int o = 0; o < n_out; ++o)
+          a.vpbroadcastd(s.v(p.abc + o), dword_ptr(rsi, a_off + (o * p.mr + i) * 4));
         for (int j = 0; j < p.nrv; ++j) {
           a.vpmaddubsw(t0, s.v(p.dec0 + j), s.v(p.abc));
           for (int o = 1; o < n_out; ++o) {
@@ -446,6 +446,18 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
         }
       }
     }
+  };
+  if (mx) {
+    // MX blocks are 32 K: a fixed count of steps per group, unrolled (no K loop).
+    const int steps = 32 / p.dec.k_per_step;
+    for (int u = 0; u < steps; ++u) emit_step(u);
+    a.add(rsi, steps * n_out * p.mr * 4);
+    a.add(rdx, steps * step_bytes);
+  } else {
+    Label l_k = a.newLabel();
+    a.mov(r8, ARG(k_groups));
+    a.bind(l_k);
+    emit_step(0);
     a.add(rsi, n_out * p.mr * 4);
     a.add(rdx, step_bytes);
     a.dec(r8);
