@@ -1,5 +1,5 @@
 // Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int): S4 and U4,
-// and the integer-exact OCP MX element types MXFP4 (vpshufb LUT to 2v + 12), MXFP6 E2M3 (vpermb
+// and the integer-exact OCP MX element types MXFP4 (vpshufb or, with VBMI, vpermb LUT to 2v + 12), MXFP6 E2M3 (vpermb
 // 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128).
 //
 // The contract between a decoder and the kernel that calls it:
