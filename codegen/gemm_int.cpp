@@ -585,7 +585,7 @@ std::string name(const KernelKey& key) {
   if (key.b_type != QJ_S8) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s",
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
                   dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -595,7 +595,7 @@ std::string name(const KernelKey& key) {
                   key.mr, key.nr, dec.k_per_step,
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
-                  (key.flags & 64) ? "_e8plain" : "");
+                  (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "");
     return buf;
   }
   std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s",

@@ -24,6 +24,7 @@
 
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
+#include "src/ops/gemm.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
 #include "test/test_util.h"
@@ -298,6 +299,32 @@ TEST(GemmMx, SpecialScaleOnlyInTailColumn) {
           t.bias = false;
           t.tail_special = special;
           t.seed = 250 + static_cast<uint32_t>(m) + 10 * special;
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
+  }
+}
+
+// On the VNNI tier without VBMI (e.g. Cascade Lake) MXFP4 decodes with vpshufb + vpand ahead of
+// vpdpbusd (with VBMI, vpermb); E2M3 needs VBMI and runs the reference. Tails in M and N.
+TEST(GemmMx, VnniWithoutVbmi) {
+  struct Hide {
+    Hide() { qj::gemm_hide_vbmi_for_tests(true); }
+    ~Hide() { qj::gemm_hide_vbmi_for_tests(false); }
+  } hide;
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX512_VNNI) continue;
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 400;
+    for (qj_dtype wt : kTypes)
+      for (int64_t m : {1, 2, 7, 13})
+        for (int64_t n : {9, 33, 70}) {
+          MxCase t;
+          t.w = wt;
+          t.m = m;
+          t.n = n;
+          t.k = 96;
+          t.seed = seed++;
+          t.specials = seed % 3 == 0;
           EXPECT_EQ(run_case(t), "") << t.str();
         }
   }

@@ -1,6 +1,7 @@
 #include "src/ops/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,10 @@ GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64
 }
 
 namespace {
+
+std::atomic<bool> g_hide_vbmi{false};
+
+bool has_vbmi() { return cpu_features().avx512vbmi && !g_hide_vbmi.load(std::memory_order_relaxed); }
 
 // True when no live E8M0 byte of MX weights is 0x00 or 0xFF (bytes of the padding columns are
 // never stored to C, whatever they decode to).
@@ -196,6 +201,8 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 
 }  // namespace
 
+void gemm_hide_vbmi_for_tests(bool hide) { g_hide_vbmi.store(hide, std::memory_order_relaxed); }
+
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out) {
   if (w->is_float()) return float_plan_create(desc, std::move(w), out);
@@ -246,7 +253,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.nr = static_cast<uint16_t>(w->nr);
       probe.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
       probe.has_b_zp = w->zp_vec;
-      if (w->is_mx() && cpu_features().avx512vbmi) probe.flags = 32;  // vpermb decoders
+      if (w->is_mx() && has_vbmi()) probe.flags = 32;  // vpermb decoders
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
       int64_t mc = (256 << 10) / std::max<int64_t>(w->kp, 1);  // s8 A: kp bytes per row
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
@@ -336,7 +343,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (p->za != 0) key.flags |= 2;
         if (!w->zp_vec && z0 != 0) key.flags |= 4;
         if (group_a) key.flags |= 16;
-        if (w->is_mx() && cpu_features().avx512vbmi) key.flags |= 32;
+        if (w->is_mx() && has_vbmi()) key.flags |= 32;
         if (w->is_mx() && mx_plain_scales) key.flags |= 64;
       }
       KernelRef ref;
