@@ -42,7 +42,8 @@ struct GemmIntArgs {
   uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
   int64_t ldc;               // bytes between rows of C
   int64_t k_groups;          // 4-byte K groups per scale group (all of K when not grouped);
-                             // decoded weights: K steps per scale group
+                             // decoded weights: K steps per scale group (MX: always 4, the
+                             // kernels unroll them)
   int64_t groups;            // scale groups (1 when not grouped)
   int64_t n_panels;          // panels to compute
   int64_t last_is_tail;      // 1 if the last panel is the partial one (key.n_tail columns)
