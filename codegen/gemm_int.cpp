@@ -402,7 +402,7 @@ struct DPlan {
   cg::DecoderInfo dec;
   bool vnni;
   int mr, nr, nrv;
-  bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a;
+  bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0;
   int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
   int ndec;  // decoded-weight registers
   int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
@@ -410,7 +410,10 @@ struct DPlan {
 
 bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->s = cg::simd_for(key.isa);
-  p->dec = cg::decoder_info(key.b_type);
+  // vpermb decoders on zmm kernels of the VNNI tier when the CPU has VBMI (the AVX-512 tier keeps
+  // the vpshufb forms, as on the CPUs it stands for).
+  p->vbmi = p->s.zmm && key.isa >= QJ_ISA_AVX512_VNNI && (key.flags & 32) != 0;
+  p->dec = cg::decoder_info(key.b_type, p->vbmi);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
     p->dec.n_temps = 0;
@@ -450,6 +453,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->zp_vec = key.has_b_zp != 0;
   p->scaled = (key.flags & 8) != 0;
   p->group_a = (key.flags & 16) != 0;
+  p->plain_e8m0 = (key.flags & 64) != 0;
   if (p->group_a && (!p->grouped || key.has_row_scale)) {
     *why = "per-group A scales need grouped weights and no row scale";
     return false;
@@ -507,6 +511,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   cg::DecodeRegs dr;
   dr.consts = p.cst;
   dr.temps = p.dtmp;
+  dr.vbmi = p.vbmi;
 
   cg::emit_save_callee_regs(a);
   cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
@@ -552,45 +557,49 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   }
   Label l_group = a.newLabel();
   a.bind(l_group);
-  zero_regs(a, s, p.acc0, n_acc);
+  if (p.row_corr) {
+    // The row correction starts the sum (a broadcast load, no vector-pipe uop; int32 addition
+    // is exact in any order).
+    for (int i = 0; i < p.mr; ++i)
+      for (int j = 0; j < p.nrv; ++j) a.vpbroadcastd(s.v(p.acc0 + i * p.nrv + j), dword_ptr(r12, i * 4));
+  } else {
+    zero_regs(a, s, p.acc0, n_acc);
+  }
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
   if (p.acc2 >= 0) zero_regs(a, s, p.acc2, 2 * n_acc);
 
-  Label l_k = a.newLabel();
-  a.mov(r8, ARG(k_groups));
-  a.bind(l_k);
-  if (p.dec.int16) {
-    // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
-    // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
-    for (int o = 0; o < n_out; ++o) {
-      const int d0 = p.dec0 + (o & 1) * p.nrv;
-      for (int j = 0; j < p.nrv; ++j)
-        cg::emit_decode16(a, s, key.b_type, ptr(rdx, j * col_bytes), o, dr, d0 + j);
-      int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
-      if (p.acc2 >= 0 && o >= 2) set = p.acc2 + (o - 2) * n_acc;
-      for (int i = 0; i < p.mr; ++i) {
-        const Mem ap = dword_ptr(rsi, (o * p.mr + i) * 4);
-        if (p.vnni) {
-          for (int j = 0; j < p.nrv; ++j) a.vpdpwssd(s.v(set + i * p.nrv + j), s.v(d0 + j), ap._1to16());
-        } else {
-          a.vpbroadcastd(s.v(p.abc), ap);
-          for (int j = 0; j < p.nrv; ++j) {
-            Vec c = s.v(set + i * p.nrv + j);
-            a.vpmaddwd(s.v(p.tmp), s.v(d0 + j), s.v(p.abc));
-            a.vpaddd(c, c, s.v(p.tmp));
+  // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
+  auto emit_step = [&](int u) {
+    const int a_off = u * n_out * p.mr * 4, b_off = u * step_bytes;
+    if (p.dec.int16) {
+      // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
+      // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
+      for (int o = 0; o < n_out; ++o) {
+        const int d0 = p.dec0 + (o & 1) * p.nrv;
+        for (int j = 0; j < p.nrv; ++j)
+          cg::emit_decode16(a, s, key.b_type, ptr(rdx, b_off + j * col_bytes), o, dr, d0 + j);
+        int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+        if (p.acc2 >= 0 && o >= 2) set = p.acc2 + (o - 2) * n_acc;
+        for (int i = 0; i < p.mr; ++i) {
+          const Mem ap = dword_ptr(rsi, a_off + (o * p.mr + i) * 4);
+          if (p.vnni) {
+            for (int j = 0; j < p.nrv; ++j) a.vpdpwssd(s.v(set + i * p.nrv + j), s.v(d0 + j), ap._1to16());
+          } else {
+            a.vpbroadcastd(s.v(p.abc), ap);
+            for (int j = 0; j < p.nrv; ++j) {
+              Vec c = s.v(set + i * p.nrv + j);
+              a.vpmaddwd(s.v(p.tmp), s.v(d0 + j), s.v(p.abc));
+              a.vpaddd(c, c, s.v(p.tmp));
+            }
           }
         }
       }
+      return;
     }
-    a.add(rsi, n_out * p.mr * 4);
-    a.add(rdx, step_bytes);
-    a.dec(r8);
-    a.jnz(l_k);
-  } else {
     int outs[8];
     for (int j = 0; j < p.nrv; ++j) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
-      cg::emit_decode(a, s, key.b_type, ptr(rdx, j * col_bytes), dr, outs, p.scaled);
+      cg::emit_decode(a, s, key.b_type, ptr(rdx, b_off + j * col_bytes), dr, outs, p.scaled);
     }
     if (p.vnni) {
       // Quad o of every row before quad o + 1: dependent updates of one accumulator are spread.
@@ -599,12 +608,13 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
           for (int j = 0; j < p.nrv; ++j) {
             const int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
             a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
-                       dword_ptr(rsi, (o * p.mr + i) * 4)._1to16());
+                       dword_ptr(rsi, a_off + (o * p.mr + i) * 4)._1to16());
           }
     } else {
       const Vec t0 = s.v(p.tmp), t1 = s.v(p.tmp + 1);
       for (int i = 0; i < p.mr; ++i) {
-        for (int o = 0; o < n_out; ++o) a.vpbroadcastd(s.v(p.abc + o), dword_ptr(rsi, (o * p.mr + i) * 4));
+        for (int o = 0; o < n_out; ++o)
+          a.vpbroadcastd(s.v(p.abc + o), dword_ptr(rsi, a_off + (o * p.mr + i) * 4));
         for (int j = 0; j < p.nrv; ++j) {
           a.vpmaddubsw(t0, s.v(p.dec0 + j), s.v(p.abc));
           for (int o = 1; o < n_out; ++o) {
@@ -617,6 +627,19 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
         }
       }
     }
+  };
+  if (mx && !p.dec.int16) {
+    // OCP MX blocks are 32 K: a fixed count of steps per group, unrolled (no K loop). (The int16
+    // types, E3M2 and the 16-K BDR blocks, keep the loop.)
+    const int steps = 32 / p.dec.k_per_step;
+    for (int u = 0; u < steps; ++u) emit_step(u);
+    a.add(rsi, steps * n_out * p.mr * 4);
+    a.add(rdx, steps * step_bytes);
+  } else {
+    Label l_k = a.newLabel();
+    a.mov(r8, ARG(k_groups));
+    a.bind(l_k);
+    emit_step(0);
     a.add(rsi, n_out * p.mr * 4);
     a.add(rdx, step_bytes);
     a.dec(r8);
@@ -633,18 +656,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
     }
 
-  // Exact int32 corrections of this group (decoded registers are free now).
-  const int bc_tmp = p.vnni ? p.dec0 : p.abc;  // AVX2 broadcast target
-  if (p.row_corr)
-    for (int i = 0; i < p.mr; ++i)
-      for (int j = 0; j < p.nrv; ++j) {
-        if (!s.zmm && j == 0) a.vpbroadcastd(s.v(bc_tmp), dword_ptr(r12, i * 4));
-        Vec c = s.v(p.acc0 + i * p.nrv + j);
-        if (s.zmm)
-          a.vpaddd(c, c, dword_ptr(r12, i * 4)._1to16());
-        else
-          a.vpaddd(c, c, s.v(bc_tmp));
-      }
+  // Exact int32 corrections of this group (decoded registers are free now; the row correction
+  // was the sums' starting value).
   if (p.zp_vec) {
     const int zoff = p.grouped ? p.nr * 4 : 0;
     for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.dec0 + j, ptr(rdx, zoff + j * s.bytes));
@@ -670,10 +683,17 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   if (mx) {
     // Block scales 2^(b - 127) from the E8M0 bytes, exactly: bits = b << 23, and for b = 0
     // (2^-127, subnormal) and b = 0xff (NaN) OR in 0x400000: special <=> ((b + 1) & 0xfe) == 0.
+    // flags bit 6: the plan saw no such byte in these weights: the shift alone.
     const Vec t = s.v(p.dec0 + p.nrv);
     for (int j = 0; j < p.nrv; ++j) {
       const Vec sc = s.v(p.dec0 + j);
-      if (s.zmm) {
+      if (p.plain_e8m0) {
+        if (s.zmm)
+          a.vpmovzxbd(sc, xmmword_ptr(r15, j * s.lanes32));
+        else
+          a.vpmovzxbd(sc, qword_ptr(r15, j * s.lanes32));
+        a.vpslld(sc, sc, 23);
+      } else if (s.zmm) {
         a.vpmovzxbd(sc, xmmword_ptr(r15, j * s.lanes32));
         a.vpaddd(t, sc, dword_ptr(rsp, mx_c1)._1to16());
         a.vptestnmd(k1, t, dword_ptr(rsp, mx_cfe)._1to16());
@@ -752,7 +772,7 @@ std::string name(const KernelKey& key) {
   if (key.b_type != QJ_S8) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s",
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
                   dec.int16 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -761,7 +781,8 @@ std::string name(const KernelKey& key) {
                   key.has_row_scale ? "_dyn" : (key.flags & 16) ? "_dyng" : "", key.has_beta ? "_beta" : "", isa_suffix(key.isa),
                   key.mr, key.nr, dec.k_per_step,
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                  (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "");
+                  (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
+                  (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "");
     return buf;
   }
   std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s",

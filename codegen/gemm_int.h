@@ -21,8 +21,11 @@
 //   flags bit 3    (decoded, VNNI dual) high nibbles decoded without a shift, scaled back per group
 //   flags bit 4    (decoded, grouped) A quantized per (row, group): each group's sum is multiplied
 //                  by row_group_scale before the fold (has_row_scale is then 0)
-//   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3)
-//   flags bit 6    (s8, VNNI, u8 A in place) narrow N = 4 or 8 ("rows4"): one vpdpbusd covers 4
+//   flags bit 5    (decoded) the CPU has AVX512-VBMI (vpermb decoders, e.g. MXFP6 E2M3; MXFP4
+//                  on the VNNI tier)
+//   flags bit 6    (decoded MX) no E8M0 byte of the weights is 0x00 or 0xFF: block scales decode
+//                  by a shift alone (the plan scans the bytes; OCP MX int8 types only).
+//                  (s8, VNNI, u8 A in place) narrow N = 4 or 8 ("rows4"): one vpdpbusd covers 4
 //                  columns x 16 K of a row; n_panels iterations of mr rows per call, A rows
 //                  args.lda apart, B patterns and per-column arrays in the plan's expanded layout,
 //                  key.param[1] = K (see emit_s8_rows4 in gemm_int.cpp)
@@ -46,7 +49,8 @@ struct GemmIntArgs {
   uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
   int64_t ldc;               // bytes between rows of C
   int64_t k_groups;          // 4-byte K groups per scale group (all of K when not grouped);
-                             // decoded weights: K steps per scale group
+                             // decoded weights: K steps per scale group (MX: always 4, the
+                             // kernels unroll them)
   int64_t groups;            // scale groups (1 when not grouped)
   int64_t n_panels;          // panels to compute
   int64_t last_is_tail;      // 1 if the last panel is the partial one (key.n_tail columns)

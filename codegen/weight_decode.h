@@ -1,8 +1,8 @@
 // Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int): S4 and U4,
-// and the integer-exact OCP MX element types MXFP4 (vpshufb LUT to 2v + 12), MXFP6 E2M3 (vpermb
-// 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128); and the int16-pair decoders
-// (emit_decode16) of MXFP6 E3M2 (64-word table) and BDR MX9 / MX6 / MX4 (int8 sign extension, MX9
-// doubling per flag bit).
+// and the integer-exact OCP MX element types MXFP4 (vpshufb or, with VBMI, vpermb LUT to 2v + 12),
+// MXFP6 E2M3 (vpermb 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128); and the
+// int16-pair decoders (emit_decode16) of MXFP6 E3M2 (64-word table) and BDR MX9 / MX6 / MX4 (int8
+// sign extension, MX9 doubling per flag bit).
 //
 // The contract between a decoder and the kernel that calls it:
 //  - The packed panel is a sequence of *steps*. One step holds bytes_per_col_step bytes for each
@@ -64,11 +64,14 @@ struct DecoderInfo {
 // [rsp - 128, rsp - 64) tables for the decoders; the kernels' own constants above them.
 constexpr int kRedZoneTable = -128;
 
-DecoderInfo decoder_info(int b_type);
+// vbmi: the kernel may use AVX512-VBMI (zmm kernels on a CPU that has it): decoders that have a
+// vpermb form use it (MXFP4: fewer uops, one constant register instead of two).
+DecoderInfo decoder_info(int b_type, bool vbmi = false);
 
 struct DecodeRegs {
   int consts = 0;  // first of n_consts constant registers
   int temps = 0;   // first of n_temps scratch registers
+  bool vbmi = false;  // as passed to decoder_info (zmm only)
 };
 
 // Loads the decoder's constants (once per kernel; n_consts, plus scaled_consts when `scaled`).

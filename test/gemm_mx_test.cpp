@@ -24,6 +24,7 @@
 
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
+#include "src/ops/gemm.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
 #include "test/test_util.h"
@@ -40,6 +41,7 @@ struct MxCase {
   bool quantize = false;    // qj_weights_quantize_pack of fp32 (else qj_weights_pack of codes)
   qj_layout layout = QJ_LAYOUT_KN;  // quantize_pack only
   int specials = 0;         // scale bytes 0x00 / 0xFF and extreme codes planted
+  int tail_special = 0;     // only the last column: 1 every block 0x00, 2 its last block 0xFF
   int64_t lda_pad = 0, ldc_pad = 0;
   int threads = 1;
   int pack_isa = -1;        // pack under this cap (the plan repacks)
@@ -49,7 +51,7 @@ struct MxCase {
     std::ostringstream o;
     o << qj_dtype_name(w) << " m=" << m << " n=" << n << " k=" << k << " a=" << qj_dtype_name(a_type)
       << " c=" << qj_dtype_name(c_type) << " a_gran=" << a_gran << " bias=" << bias << " relu=" << relu
-      << " quantize=" << quantize << " layout=" << layout << " specials=" << specials
+      << " quantize=" << quantize << " layout=" << layout << " specials=" << specials << " tail_special=" << tail_special
       << " threads=" << threads << " pack_isa=" << pack_isa << " ser=" << serialize
       << " seed=" << seed << " isa=" << qj_isa_name(qj_max_isa());
     return o.str();
@@ -91,6 +93,9 @@ std::string run_case(const MxCase& t) {
       if (t.n > 2) rw.scales[(t.n / 2) * blocks] = 254 - f.emax - 20;
       for (int64_t j = 0; j < t.k; j += 5) rw.codes[j] = t.w == QJ_MXINT8 ? 0x80 : static_cast<uint8_t>(cmax - 1);
     }
+    if (t.tail_special == 1)
+      for (int64_t b = 0; b < blocks; ++b) rw.scales[(t.n - 1) * blocks + b] = 0x00;
+    if (t.tail_special == 2) rw.scales[t.n * blocks - 1] = 0xFF;
   }
   // SPLIT element bytes per column (NK) for qj_weights_pack.
   const int64_t eld = blocks * f.block_bytes + 5;
@@ -272,6 +277,56 @@ TEST(GemmMx, SpecialScalesAndCodes) {
         t.seed = 200 + static_cast<uint32_t>(m);
         EXPECT_EQ(run_case(t), "") << t.str();
       }
+  }
+}
+
+// The kernels decode scale bytes with a shift alone when the plan finds no 0x00 / 0xFF byte in
+// the weights; a special byte only in the last column (in the partial last panel at every tier:
+// n = 35 is 32 + 3 columns on zmm, 32 + 3 on ymm) must still be seen. Without a bias, a column
+// of 0x00 scales gives outputs near 2^-127 * sum (far above the bound's subnormal slack), which
+// the shift alone would turn into exact zeros; 0xFF must give NaN, not an infinity.
+TEST(GemmMx, SpecialScaleOnlyInTailColumn) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype wt : kTypes)
+      for (int special : {1, 2})
+        for (int64_t m : {1, 5}) {
+          MxCase t;
+          t.w = wt;
+          t.m = m;
+          t.n = 35;
+          t.k = 64;
+          t.bias = false;
+          t.tail_special = special;
+          t.seed = 250 + static_cast<uint32_t>(m) + 10 * special;
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
+  }
+}
+
+// On the VNNI tier without VBMI (e.g. Cascade Lake) MXFP4 decodes with vpshufb + vpand ahead of
+// vpdpbusd (with VBMI, vpermb); E2M3 needs VBMI and runs the reference. Tails in M and N.
+TEST(GemmMx, VnniWithoutVbmi) {
+  struct Hide {
+    Hide() { qj::gemm_hide_vbmi_for_tests(true); }
+    ~Hide() { qj::gemm_hide_vbmi_for_tests(false); }
+  } hide;
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX512_VNNI) continue;
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 400;
+    for (qj_dtype wt : kTypes)
+      for (int64_t m : {1, 2, 7, 13})
+        for (int64_t n : {9, 33, 70}) {
+          MxCase t;
+          t.w = wt;
+          t.m = m;
+          t.n = n;
+          t.k = 96;
+          t.seed = seed++;
+          t.specials = seed % 3 == 0;
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
   }
 }
 

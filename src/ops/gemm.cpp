@@ -49,6 +49,26 @@ GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64
 
 namespace {
 
+std::atomic<bool> g_hide_vbmi{false};
+
+bool has_vbmi() { return cpu_features().avx512vbmi && !g_hide_vbmi.load(std::memory_order_relaxed); }
+
+// True when no live E8M0 byte of MX weights is 0x00 or 0xFF (bytes of the padding columns are
+// never stored to C, whatever they decode to).
+bool mx_scales_plain(const PackedWeights& w) {
+  const uint8_t* base = w.packed.data<uint8_t>() + w.mx_steps_bytes();
+  const int64_t groups = w.groups();
+  for (int64_t p = 0; p < w.n_panels; ++p) {
+    const int64_t live = std::min<int64_t>(w.nr, w.n - p * w.nr);
+    const uint8_t* sc = base + p * w.panel_bytes();
+    int special = 0;  // no early exit inside a panel: the loop vectorizes
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t c = 0; c < live; ++c) special |= static_cast<uint8_t>(sc[g * w.nr + c] + 1) <= 1;
+    if (special) return false;
+  }
+  return true;
+}
+
 // The desc's enum fields hold caller values: compare them as integers before anything reads them
 // through the C++ enum types (an out-of-range enum load is undefined behaviour).
 qj_status check_desc_enums(const qj_gemm_desc& d) {
@@ -254,6 +274,8 @@ qj_status plan_rows4(KernelKey key, GemmPlan* p) {
   return QJ_OK;
 }
 
+void gemm_hide_vbmi_for_tests(bool hide) { g_hide_vbmi.store(hide, std::memory_order_relaxed); }
+
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out) {
   // MX A (src/ops/mx_act.h): decoded to int8 while packed, its block scales fed through the
@@ -313,7 +335,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.nr = static_cast<uint16_t>(w->nr);
       probe.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
       probe.has_b_zp = w->zp_vec;
-      if (w->is_mx() && cpu_features().avx512vbmi) probe.flags = 32;  // vpermb decoders
+      if (w->is_mx() && has_vbmi()) probe.flags = 32;  // vpermb decoders
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
       // s8 A: kp bytes per row (s16 pairs for int16-pair weights: 2 kp)
       int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() ? 2 : 1), 1);
@@ -387,6 +409,10 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     p->direct_a = !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k % 4 == 0 &&
                   w->zero_points.empty() && static_cast<int64_t>(p->blk.mr) * w->k <= 16384;
     if (p->direct_a) key.param[0] = static_cast<uint32_t>(w->k);
+    // MX: without 0x00 / 0xFF scale bytes (2^-127 and NaN) the kernels decode 2^(b - 127) with
+    // one shift (key flags bit 6).
+    // (OCP int8 MX layouts only: the int16 types keep the full E8M0 decode.)
+    const bool mx_plain_scales = w->is_mx() && !w->is_mx16() && mx_scales_plain(*w);
     qj_cache_stats_t before;
     cache_stats(&before);
     for (int r = 1; r <= p->blk.mr; ++r) {
@@ -403,7 +429,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (p->za != 0) key.flags |= 2;
         if (!w->zp_vec && z0 != 0) key.flags |= 4;
         if (group_a) key.flags |= 16;
-        if (w->is_mx() && cpu_features().avx512vbmi) key.flags |= 32;
+        if (w->is_mx() && has_vbmi()) key.flags |= 32;
+        if (w->is_mx() && mx_plain_scales) key.flags |= 64;
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);

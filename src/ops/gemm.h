@@ -59,6 +59,10 @@ struct GemmPlan {
 
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                            std::unique_ptr<GemmPlan>* out);
+// Tests only: plans created while set act as if the CPU had no AVX512-VBMI (the VNNI tier then
+// runs the vpshufb decoders, as on CPUs with VNNI and without VBMI).
+void gemm_hide_vbmi_for_tests(bool hide);
+
 qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                    int32_t thread_id, int32_t num_threads);
 
