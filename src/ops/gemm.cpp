@@ -700,7 +700,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     if (mx_a) {
       std::vector<int32_t> qa(m * w.k);
       std::vector<float> ags(m * w.groups());
-      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data());
+      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data(),
+                         w.groups());
       ref::gemm_int_group_a(d, p.ref_w, m, qa.data(), ags.data(), c, ldc);
       return QJ_OK;
     }

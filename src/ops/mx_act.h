@@ -52,13 +52,16 @@ qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_
 // Packs rows [row0, row0 + mr) of MX A as s8 quads for the decoded-weight kernels (spec.kg == 4,
 // signed_quads): dst as pack_a_tile, row_sum[g * mr + i] = row_sum_mult * block sum when
 // spec.row_sums, a_scale[g * mr + i] = mx_act_block_scale of the row's block g (g < spec.groups;
-// the weight groups are the 32-blocks).
+// the weight groups are the 32-blocks). spec.kg == 2: s16 pairs for the int16-pair weights (E3M2,
+// BDR), any type with an integer form (E3M2 too), per weight group of k / spec.groups (BDR 16:
+// A block g / 2).
 void pack_a_tile_mx(const PackASpec& spec, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
                     uint8_t* dst, int32_t* row_sum, float* a_scale);
-// Rows [0, m) of MX A as integers q[i * k + j] and block factors scale[i * (k / 32) + g] (the
-// scalar fallback of the plan, src/ref/gemm_ref.h gemm_int_group_a).
+// Rows [0, m) of MX A as integers q[i * k + j] and block factors scale[i * groups + g] per weight
+// group (groups = k / 32 when 0; k / 16 for BDR weights: A block g / 2) (the scalar fallback of
+// the plan, src/ref/gemm_ref.h gemm_int_group_a). Every type with an integer form (E3M2 too).
 void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
-                        int32_t* q, float* scale);
+                        int32_t* q, float* scale, int64_t groups = 0);
 
 // F16 / BF16 weights (the float GEMM): MX A dequantized exactly to fp32 (value * 2^(b - 127),
 // NaN for a 0xFF scale; +-Inf only where the product leaves the fp32 range), row i of the m x k

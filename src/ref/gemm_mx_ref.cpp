@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "src/formats/half.h"
+#include "src/formats/mx_bdr.h"
 #include "src/ref/gemm_ref.h"
 #include "src/ref/mx_ref.h"
 
@@ -124,8 +125,50 @@ int fine_shift(qj_dtype t) {
 void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& w,
                 std::vector<double>* y, std::vector<double>* mag) {
   const int64_t m = a.m, k = w.k, n = w.n, groups = k / 32;
-  const int sha = fine_shift(a.type), shb = fine_shift(w.type);
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (const bdr::BdrFormat* bf = bdr::format(w.type)) {
+    // BDR weights: blocks of 16 (A block g / 2), element +-M * 2^(1 - mu) * 2^(E - 127 - m).
+    const int sha = fine_shift(a.type);
+    const int64_t gb = k / bdr::kBlock;
+    y->assign(m * n, 0.0);
+    mag->assign(m * n, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < n; ++c) {
+        double acc = 0, abs = 0;
+        for (int64_t g = 0; g < gb; ++g) {
+          bdr::Fields f;
+          bdr::unpack(*bf, &w.bdr[(c * gb + g) * bf->block_bytes], &f);
+          const uint8_t sa = a.scales[i * groups + g / 2];
+          double t;
+          if (sa == 0xFF || f.e == 0xFF) {
+            t = nan;
+          } else {
+            __int128 s = 0;
+            double sd = 0;
+            bool finite = true;
+            for (int j = 0; j < bdr::kBlock; ++j) {
+              const double x = mx_elem_value(a.type, a.codes[i * k + g * bdr::kBlock + j]);
+              const int64_t q = static_cast<int64_t>(bdr::int_value(*bf, f.code[j])) << (1 - ((f.mu >> (j / 2)) & 1));
+              sd += x * static_cast<double>(q);
+              if (!std::isfinite(x)) {
+                finite = false;
+                continue;
+              }
+              s += static_cast<__int128>(static_cast<int64_t>(std::ldexp(x, sha))) * q;
+            }
+            const int e = sa + f.e - 254 - bf->m;
+            t = finite ? std::ldexp(static_cast<double>(s), e - sha) : sd * std::ldexp(1.0, e);
+          }
+          acc += t;
+          abs += std::fabs(t);
+        }
+        const double bias = d.bias ? d.bias[c] : 0.0;
+        (*y)[i * n + c] = acc + bias;
+        (*mag)[i * n + c] = abs + std::fabs(bias);
+      }
+    return;
+  }
+  const int sha = fine_shift(a.type), shb = fine_shift(w.type);
   // Values of every code of both sides (exact in double), and their integer forms.
   std::vector<double> av(m * k), wv(n * k);
   for (int64_t i = 0; i < m * k; ++i) av[i] = mx_elem_value(a.type, a.codes[i]);
