@@ -188,9 +188,15 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   // The fp32 route (MXFP8 weights): A dequantized exactly to fp32 feeds the fp32-FMA kernel, so
   // the file comment's fp32 bound applies with S = sum_k |a_k w_k| in place of sum_g |T_g|.
   const bool f32_route = t.w == QJ_MXFP8_E4M3 || t.w == QJ_MXFP8_E5M2;
+  // E3M2 A x FP4 / E2M3 / INT8 weights run as BDR weights of the same values (16-blocks): one
+  // rounding per half block, so the magnitude is taken per 16 (sum_k |a_k w_k| bounds it).
+  const bool halves = t.a == QJ_MXFP6_E3M2 && (t.w == QJ_MXFP4_E2M1 || t.w == QJ_MXFP6_E2M3 || t.w == QJ_MXINT8);
   std::vector<double> sabs;
   if (f32_route) {
     steps = static_cast<int>(t.k + blocks + 2);
+    sabs = abs_products(A.ref, rw, gd.bias);
+  } else if (halves) {
+    steps = static_cast<int>(t.k / 16) + 1;
     sabs = abs_products(A.ref, rw, gd.bias);
   }
   const double tiny = f32_route ? steps * std::ldexp(1.0, -142) : steps * std::ldexp(1.0, -150);
@@ -225,7 +231,7 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
       }
       double bound = f32_route ? gamma * sabs[i * t.n + c] + t.k * std::ldexp(1.0, -53) * sabs[i * t.n + c] + tiny +
                                      u * (std::fabs(want) + gamma * sabs[i * t.n + c] + tiny)
-                               : gamma * mag[i * t.n + c] + tiny;
+                               : gamma * (halves ? sabs[i * t.n + c] : mag[i * t.n + c]) + tiny;
       if (t.relu) want = want > 0 ? want : 0;  // NaN > 0 is false: NaN -> 0, as the library
       if (t.beta != 0.0f) {
         // y + beta * C0 in one fma: one more rounding of the sum.
@@ -509,13 +515,16 @@ std::vector<Pair> new_pairs() {
     for (qj_dtype w : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) v.push_back({a, w});
   for (qj_dtype a : kInt16ATypes)
     for (qj_dtype w : kInt16WTypes) v.push_back({a, w});
+  for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // weights repacked as MX6 / MX9
   return v;
 }
 
 // MR of the plan for these weights (float kernel for MXFP8, the int16-pair kernel otherwise).
-int pair_mr(qj_dtype wt, int64_t n) {
-  if (wt == QJ_MXFP8_E4M3 || wt == QJ_MXFP8_E5M2) return qj_max_isa() >= QJ_ISA_AVX512 ? 14 : 6;
-  return plan_mr(wt, n);
+int pair_mr(const Pair& p, int64_t n) {
+  if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2) return qj_max_isa() >= QJ_ISA_AVX512 ? 14 : 6;
+  if (p.a == QJ_MXFP6_E3M2 && (p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3)) return plan_mr(QJ_BDR_MX6, n);
+  if (p.a == QJ_MXFP6_E3M2 && p.w == QJ_MXINT8) return plan_mr(QJ_BDR_MX9, n);
+  return plan_mr(p.w, n);
 }
 
 TEST(GemmMxPairs, ShapeSweep) {
@@ -524,7 +533,7 @@ TEST(GemmMxPairs, ShapeSweep) {
     qjt::IsaCap cap(isa);
     uint32_t seed = 3000;
     for (const Pair& pr : new_pairs()) {
-      const int mr = pair_mr(pr.w, 33);
+      const int mr = pair_mr(pr, 33);
       int idx = 0;
       for (int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(mr - 1), int64_t(mr), int64_t(mr + 1), int64_t(97)}) {
         if (m < 1) continue;
@@ -604,7 +613,7 @@ TEST(GemmMxPairs, NanScalesZeroBlocksCodesAndThreads) {
 
 TEST(GemmMxPairs, Tv13Fp4TimesE4m3ThroughTheApi) {
   // MX.md TV13: MXFP4 (0x82, all 1.5) . MXFP8 E4M3 (0x78, all 2.0) = 6.0 exactly (one block:
-  // every product exact, the partial sums are multiples of 2^-? well inside 24 bits).
+  // every product and partial sum is exact: 1.5 * 2^3 * 2.0 * 2^-7 = 0.1875 each, 32 of them).
   std::vector<uint8_t> a(32, 0x3), b(32, 0x40);
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
@@ -1033,8 +1042,13 @@ TEST(GemmMxAct, Misuse) {
   EXPECT_FALSE(untouched());
   qj_gemm_plan_destroy(p);
 
-  // Plans: pairs that do not run are QJ_ERR_UNSUPPORTED naming both types; S32 output invalid.
-  for (qj_dtype at : {QJ_MXFP6_E3M2, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
+  // Plans: pairs that do not run are QJ_ERR_UNSUPPORTED naming both types (FP8 A with these FP4
+  // weights; E3M2 A runs, through BDR-repacked weights); S32 output invalid.
+  gd.a_type = QJ_MXFP6_E3M2;
+  gd.c_type = QJ_S32;
+  EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_INVALID_ARGUMENT);
+  gd.c_type = QJ_F32;
+  for (qj_dtype at : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
     gd.a_type = at;
     p = nullptr;
     EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_UNSUPPORTED) << qj_dtype_name(at);

@@ -11,6 +11,7 @@
 #include "src/core/status.h"
 #include "src/core/threading.h"
 #include "src/formats/half.h"
+#include "src/ops/mx16_weights.h"
 #include "src/ops/mx_act.h"
 #include "src/ops/mx_weights.h"
 #include "src/ops/pack_a.h"
@@ -262,6 +263,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
+    // E3M2 A x int8-form MX weights: the same weight values as BDR (int16-pair kernel).
+    if (desc.a_type == QJ_MXFP6_E3M2 && w->is_mx() && !w->is_mx16()) {
+      std::shared_ptr<PackedWeights> w16;
+      QJ_TRY(mx16_from_int8_mx(*w, w->isa, &w16));
+      w = std::move(w16);
+    }
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));

@@ -308,12 +308,21 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
                   "applied in fp32)", qj_dtype_name(at));
     return QJ_OK;
   }
+  // E3M2 A (16v, int16 only) with int8-form MX weights: the weights are repacked as the BDR
+  // weights of the same values (mx16_from_int8_mx) and run as above.
+  if (at == QJ_MXFP6_E3M2 &&
+      (w.dtype == QJ_MXFP4_E2M1 || w.dtype == QJ_MXFP6_E2M3 || w.dtype == QJ_MXINT8)) {
+    if (ct0 == QJ_S32)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 does not apply to %s A (block scales are "
+                  "applied in fp32)", qj_dtype_name(at));
+    return QJ_OK;
+  }
   if (!mx_act_int8_type(at))
     return fail(QJ_ERR_UNSUPPORTED,
                 "desc->a_type=%s with %s weights is not implemented: with these weights MX activations "
                 "run in their int8 integer form only (a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 or QJ_MXINT8; "
-                "every MX type runs with F16 / BF16 / MXFP8 weights, and every type but MXFP8 with "
-                "MXFP6_E3M2 / BDR weights)",
+                "every MX type runs with F16 / BF16 / MXFP8 weights, every type but MXFP8 with "
+                "MXFP6_E3M2 / BDR weights, and MXFP6_E3M2 also with MXFP4 / E2M3 / MXINT8 weights)",
                 qj_dtype_name(at), qj_dtype_name(w.dtype));
   const bool grouped32 = (w.dtype == QJ_S4 || w.dtype == QJ_U4) && w.gran == QJ_GRAN_GROUP && w.group_size == 32;
   // Listed explicitly (not is_mx()): other MX weight types run in other kernels (int16, fp32)
