@@ -115,12 +115,27 @@ std::vector<double> abs_products(const qj::ref::MxActivations& a, const qj::ref:
   auto val = [](qj_dtype t, uint8_t code, uint8_t sc) {
     return sc == 0xFF ? 0.0 : std::fabs(qj::ref::mx_elem_value(t, code)) * std::ldexp(1.0, sc - 127);
   };
+  // |w(j, c)|: OCP codes and scales, or BDR +-M * 2^(E - 127 - mu + 1 - m) (NaN block: 0).
+  std::vector<double> wa(n * k);
+  const qj::bdr::BdrFormat* bf = qj::bdr::format(w.type);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t j = 0; j < k; ++j) {
+      if (!bf) {
+        wa[c * k + j] = val(w.type, w.codes[c * k + j], w.scales[c * g + j / 32]);
+        continue;
+      }
+      qj::bdr::Fields f;
+      qj::bdr::unpack(*bf, &w.bdr[(c * (k / 16) + j / 16) * bf->block_bytes], &f);
+      wa[c * k + j] = f.e == 0xFF ? 0.0 : std::abs(qj::bdr::int_value(*bf, f.code[j % 16])) *
+                                              std::ldexp(1.0, qj::bdr::step_exp(*bf, f, static_cast<int>(j % 16) / 2));
+    }
+  std::vector<double> aa(m * k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; ++j) aa[i * k + j] = val(a.type, a.codes[i * k + j], a.scales[i * g + j / 32]);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < n; ++c) {
       double acc = bias ? std::fabs(bias[c]) : 0.0;
-      for (int64_t j = 0; j < k; ++j)
-        acc += val(a.type, a.codes[i * k + j], a.scales[i * g + j / 32]) *
-               val(w.type, w.codes[c * k + j], w.scales[c * g + j / 32]);
+      for (int64_t j = 0; j < k; ++j) acc += aa[i * k + j] * wa[c * k + j];
       s[i * n + c] = acc;
     }
   return s;
@@ -187,7 +202,10 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   int steps = static_cast<int>(wblocks) + 1;
   // The fp32 route (MXFP8 weights): A dequantized exactly to fp32 feeds the fp32-FMA kernel, so
   // the file comment's fp32 bound applies with S = sum_k |a_k w_k| in place of sum_g |T_g|.
-  const bool f32_route = t.w == QJ_MXFP8_E4M3 || t.w == QJ_MXFP8_E5M2;
+  // MXFP8 A takes the same route with every weight type (weights as E4M3 / BF16 of the same
+  // values; the BF16 kernel's terms see <= K + 2 roundings, inside the same D, and its
+  // subnormal roundings are 2^-150 in the units of the result, below the 2^-142 used here).
+  const bool f32_route = t.w == QJ_MXFP8_E4M3 || t.w == QJ_MXFP8_E5M2 || t.a == QJ_MXFP8_E4M3 || t.a == QJ_MXFP8_E5M2;
   // E3M2 A x FP4 / E2M3 / INT8 weights run as BDR weights of the same values (16-blocks): one
   // rounding per half block, so the magnitude is taken per 16 (sum_k |a_k w_k| bounds it).
   const bool halves = t.a == QJ_MXFP6_E3M2 && (t.w == QJ_MXFP4_E2M1 || t.w == QJ_MXFP6_E2M3 || t.w == QJ_MXINT8);
@@ -416,7 +434,7 @@ TEST(GemmMxAct, Tv13NanScaleEitherSide) {
   }
 }
 
-TEST(GemmMxAct, Tv13Fp4TimesE4m3IsRefOnly) {
+TEST(GemmMxAct, Tv13Fp4TimesE4m3Reference) {
   // MXFP4 (0x82, all 1.5) . MXFP8 E4M3 (0x78, all 2.0) = 2^3 * 2^-7 * 32 * 3 = 6.0 exactly.
   std::vector<uint8_t> a(32, 0x3), b(32, 0x40);
   MxA A = fp4_vector(a, 0x82);
@@ -425,13 +443,7 @@ TEST(GemmMxAct, Tv13Fp4TimesE4m3IsRefOnly) {
   qj_gemm_desc gd{};
   qj::ref::gemm_mx_mx(gd, A.ref, w, &y, &mag);
   EXPECT_EQ(y[0], 6.0);
-  // E4M3 on the A side with FP4 weights: the pair is not implemented, and says so.
-  float c = 123.0f;
-  EXPECT_EQ(gemm_dot(QJ_MXFP8_E4M3, b, 0x78, QJ_MXFP4_E2M1, a, 0x82, &c), QJ_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(QJ_MXFP8_E4M3)), std::string::npos) << qj_last_error();
-  EXPECT_NE(std::string(qj_last_error()).find(std::string("with ") + qj_dtype_name(QJ_MXFP4_E2M1)), std::string::npos)
-      << qj_last_error();
-  EXPECT_EQ(c, 123.0f);
+  // (Both orders through the GEMM API: GemmMxPairs.Tv13Fp4TimesE4m3ThroughTheApi, Fp8ATimes...)
   qj::ref::MxActivations A8{QJ_MXFP8_E4M3, 1, 32, b, {0x78}};
   qj::ref::MxWeights w4{QJ_MXFP4_E2M1, 32, 1, a, {0x82}};
   qj::ref::gemm_mx_mx(gd, A8, w4, &y, &mag);
@@ -516,12 +528,16 @@ std::vector<Pair> new_pairs() {
   for (qj_dtype a : kInt16ATypes)
     for (qj_dtype w : kInt16WTypes) v.push_back({a, w});
   for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // weights repacked as MX6 / MX9
+  for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights as E4M3 / BF16, fp32 route
+    for (qj_dtype w : {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXINT8, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4})
+      v.push_back({a, w});
   return v;
 }
 
 // MR of the plan for these weights (float kernel for MXFP8, the int16-pair kernel otherwise).
 int pair_mr(const Pair& p, int64_t n) {
-  if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2) return qj_max_isa() >= QJ_ISA_AVX512 ? 14 : 6;
+  if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2)
+    return qj_max_isa() >= QJ_ISA_AVX512 ? 14 : 6;
   if (p.a == QJ_MXFP6_E3M2 && (p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3)) return plan_mr(QJ_BDR_MX6, n);
   if (p.a == QJ_MXFP6_E3M2 && p.w == QJ_MXINT8) return plan_mr(QJ_BDR_MX9, n);
   return plan_mr(p.w, n);
@@ -628,19 +644,26 @@ TEST(GemmMxPairs, Tv13Fp4TimesE4m3ThroughTheApi) {
   }
 }
 
-TEST(GemmMxPairs, UnsupportedPairsSayWhich) {
-  // MXFP8 A with integer-form weights has no exact small-integer route and no fp32 kernel for
-  // those weight layouts yet: QJ_ERR_UNSUPPORTED naming both types, C untouched.
+TEST(GemmMxPairs, Fp8ATimesIntegerFormWeights) {
+  // TV13 the other way round: E4M3 A (0x78, all 2.0) . MXFP4 weights (0x82, all 1.5) = 6.0.
   std::vector<uint8_t> a(32, 0x40), b(32, 0x3);
-  for (qj_dtype at : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})
-    for (qj_dtype wt : {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, QJ_MXFP6_E3M2}) {
-      float c = 123.0f;
-      EXPECT_EQ(gemm_dot(at, a, 0x78, wt, b, 0x82, &c), QJ_ERR_UNSUPPORTED) << qj_dtype_name(at) << " x " << qj_dtype_name(wt);
-      const std::string e = qj_last_error();
-      EXPECT_NE(e.find(qj_dtype_name(at)), std::string::npos) << e;
-      EXPECT_NE(e.find(std::string("with ") + qj_dtype_name(wt)), std::string::npos) << e;
-      EXPECT_EQ(c, 123.0f);
-    }
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    float c = 0;
+    ASSERT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXFP4_E2M1, b, 0x82, &c), QJ_OK) << qj_last_error();
+    EXPECT_EQ(c, 6.0f) << qj_isa_name(isa);
+    // MXINT8 weights (the BF16 route): codes 64 = 1.0 at 0x80 (2.0): 32 * 2 * 2 = 128 exactly.
+    ASSERT_EQ(gemm_dot(QJ_MXFP8_E5M2, std::vector<uint8_t>(32, 0x40), 0x7F, QJ_MXINT8, std::vector<uint8_t>(32, 64),
+                       0x80, &c), QJ_OK) << qj_last_error();
+    EXPECT_EQ(c, 128.0f) << qj_isa_name(isa);  // E5M2 0x40 = 2.0
+  }
+  // The one refusal: an MXINT8 weight beyond the fp32 range once scaled (-128 * 2^-6 * 2^127 =
+  // -2^128) cannot be a BF16 weight: QJ_ERR_UNSUPPORTED naming the type, C untouched.
+  float c = 123.0f;
+  std::vector<uint8_t> big(32, 0x80);
+  EXPECT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXINT8, big, 254, &c), QJ_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(QJ_MXINT8)), std::string::npos) << qj_last_error();
+  EXPECT_EQ(c, 123.0f);
 }
 
 TEST(GemmMxAct, EveryCodeOfEachAType) {
@@ -1042,18 +1065,19 @@ TEST(GemmMxAct, Misuse) {
   EXPECT_FALSE(untouched());
   qj_gemm_plan_destroy(p);
 
-  // Plans: pairs that do not run are QJ_ERR_UNSUPPORTED naming both types (FP8 A with these FP4
-  // weights; E3M2 A runs, through BDR-repacked weights); S32 output invalid.
-  gd.a_type = QJ_MXFP6_E3M2;
-  gd.c_type = QJ_S32;
-  EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_INVALID_ARGUMENT);
-  gd.c_type = QJ_F32;
-  for (qj_dtype at : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
+  // Plans: every MX type runs with these FP4 weights (E3M2 A through BDR-repacked weights, FP8 A
+  // through E4M3-converted weights); an S32 output is invalid for all of them.
+  for (qj_dtype at : {QJ_MXFP6_E3M2, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
     gd.a_type = at;
+    gd.c_type = QJ_S32;
     p = nullptr;
-    EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_UNSUPPORTED) << qj_dtype_name(at);
-    EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(at)), std::string::npos) << qj_last_error();
+    EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_INVALID_ARGUMENT) << qj_dtype_name(at);
+    EXPECT_NE(std::string(qj_last_error()).find("c_type"), std::string::npos) << qj_last_error();
     EXPECT_EQ(p, nullptr);
+    gd.c_type = QJ_F32;
+    ASSERT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_OK) << qj_dtype_name(at) << ": " << qj_last_error();
+    qj_gemm_plan_destroy(p);
+    p = nullptr;
   }
   gd.a_type = QJ_MXINT8;
   gd.c_type = QJ_S32;

@@ -269,6 +269,13 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       QJ_TRY(mx16_from_int8_mx(*w, w->isa, &w16));
       w = std::move(w16);
     }
+    // MXFP8 A x integer-form MX / BDR weights: fp32 route, weights of the same values as E4M3 /
+    // BF16 for the float kernels.
+    if ((desc.a_type == QJ_MXFP8_E4M3 || desc.a_type == QJ_MXFP8_E5M2) && w->is_mx()) {
+      std::shared_ptr<PackedWeights> wf;
+      QJ_TRY(mx_weights_for_fp32_a(*w, w->isa, &wf));
+      w = std::move(wf);
+    }
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));

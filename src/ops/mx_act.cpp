@@ -294,15 +294,13 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
   // F16 / BF16 and MXFP8 weights: any MX A, dequantized exactly to fp32 and run as fp32 A (the
   // float GEMM; MXFP8 weights in its fp32-FMA kernel, MX.md 9.6 "an fp32 path for FP8").
   if (w.dtype == QJ_F16 || w.dtype == QJ_BF16 || w.is_mx_fp8()) return QJ_OK;
+  // MXFP8 A with integer-form MX / BDR weights: no small integer form on the A side, so the
+  // weights are converted to float-kernel weights of the same values (mx_weights_for_fp32_a).
+  if ((at == QJ_MXFP8_E4M3 || at == QJ_MXFP8_E5M2) && w.is_mx()) return QJ_OK;
   const int32_t ct0 = raw_enum(d.c_type);
   // int16-pair weights (E3M2, BDR MX9 / MX6 / MX4): A in its integer form as s16 pairs, so every
   // MX type with a small integer form (FP4 2v, E2M3 8v, INT8, E3M2 16v: |q| <= 448) runs exactly.
   if (w.is_mx16()) {
-    if (mx::format(at)->int_shift < 0)
-      return fail(QJ_ERR_UNSUPPORTED,
-                  "desc->a_type=%s with %s weights is not implemented: FP8 elements have no small "
-                  "integer form for the int16-pair kernel (MXFP8 A runs with F16 / BF16 / MXFP8 weights)",
-                  qj_dtype_name(at), qj_dtype_name(w.dtype));
     if (ct0 == QJ_S32)
       return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 does not apply to %s A (block scales are "
                   "applied in fp32)", qj_dtype_name(at));

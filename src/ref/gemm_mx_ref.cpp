@@ -132,12 +132,15 @@ void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& 
     const int64_t gb = k / bdr::kBlock;
     y->assign(m * n, 0.0);
     mag->assign(m * n, 0.0);
+    std::vector<double> av(m * k);
+    for (int64_t i = 0; i < m * k; ++i) av[i] = mx_elem_value(a.type, a.codes[i]);
+    std::vector<bdr::Fields> fl(n * gb);
+    for (int64_t b = 0; b < n * gb; ++b) bdr::unpack(*bf, &w.bdr[b * bf->block_bytes], &fl[b]);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c = 0; c < n; ++c) {
         double acc = 0, abs = 0;
         for (int64_t g = 0; g < gb; ++g) {
-          bdr::Fields f;
-          bdr::unpack(*bf, &w.bdr[(c * gb + g) * bf->block_bytes], &f);
+          const bdr::Fields& f = fl[c * gb + g];
           const uint8_t sa = a.scales[i * groups + g / 2];
           double t;
           if (sa == 0xFF || f.e == 0xFF) {
@@ -147,7 +150,7 @@ void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& 
             double sd = 0;
             bool finite = true;
             for (int j = 0; j < bdr::kBlock; ++j) {
-              const double x = mx_elem_value(a.type, a.codes[i * k + g * bdr::kBlock + j]);
+              const double x = av[i * k + g * bdr::kBlock + j];
               const int64_t q = static_cast<int64_t>(bdr::int_value(*bf, f.code[j])) << (1 - ((f.mu >> (j / 2)) & 1));
               sd += x * static_cast<double>(q);
               if (!std::isfinite(x)) {
@@ -173,6 +176,10 @@ void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& 
   std::vector<double> av(m * k), wv(n * k);
   for (int64_t i = 0; i < m * k; ++i) av[i] = mx_elem_value(a.type, a.codes[i]);
   for (int64_t i = 0; i < n * k; ++i) wv[i] = mx_elem_value(w.type, w.codes[i]);
+  // Integer forms value * 2^shift (exact; 0 for the non-finite codes, which take the double sum).
+  std::vector<int64_t> ai(m * k), wi(n * k);
+  for (int64_t i = 0; i < m * k; ++i) ai[i] = std::isfinite(av[i]) ? static_cast<int64_t>(std::ldexp(av[i], sha)) : 0;
+  for (int64_t i = 0; i < n * k; ++i) wi[i] = std::isfinite(wv[i]) ? static_cast<int64_t>(std::ldexp(wv[i], shb)) : 0;
   y->assign(m * n, 0.0);
   mag->assign(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i)
@@ -194,8 +201,7 @@ void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& 
               finite = false;
               continue;
             }
-            s += static_cast<__int128>(static_cast<int64_t>(std::ldexp(x, sha))) *
-                 static_cast<int64_t>(std::ldexp(v, shb));
+            s += static_cast<__int128>(ai[i * k + j]) * wi[c * k + j];
           }
           const int e = sa + sb - 254;
           t = finite ? std::ldexp(static_cast<double>(s), e - sha - shb) : sd * std::ldexp(1.0, e);
