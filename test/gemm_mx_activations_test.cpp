@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/gemm_float.h"
 #include "codegen/gemm_int.h"
 #include "src/core/isa.h"
 #include "src/core/kernel_key.h"
@@ -536,8 +537,25 @@ std::vector<Pair> new_pairs() {
 
 // MR of the plan for these weights (float kernel for MXFP8, the int16-pair kernel otherwise).
 int pair_mr(const Pair& p, int64_t n) {
-  if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2)
-    return qj_max_isa() >= QJ_ISA_AVX512 ? 14 : 6;
+  const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
+  if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
+    // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
+    // FP4 / E2M3 / E3M2 weights as E4M3, MXINT8 / BDR as BF16.
+    const qj_isa isa = qj_max_isa();
+    if (isa < QJ_ISA_AVX2) return 1;
+    const bool bf16 = fp8_a && (p.w == QJ_MXINT8 || qj::bdr::format(p.w) != nullptr);
+    const qj_dtype bt = bf16 ? QJ_BF16 : (fp8_a && p.w != QJ_MXFP8_E5M2 ? QJ_MXFP8_E4M3 : p.w);
+    qj::KernelKey key = qj::KernelKey::zeroed();
+    key.op = qj::KernelOp::kGemmFloat;
+    key.isa = static_cast<uint8_t>(isa);
+    key.a_type = QJ_F32;
+    key.b_type = bt;
+    key.c_type = QJ_F32;
+    key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, bt));
+    key.param[0] = 1;
+    key.flags = !bf16 && isa >= QJ_ISA_AVX512 ? 2 : 0;  // per-block accumulators (gemm.cpp)
+    return std::max(1, qj::gemm_float_max_mr(key, 14));
+  }
   if (p.a == QJ_MXFP6_E3M2 && (p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3)) return plan_mr(QJ_BDR_MX6, n);
   if (p.a == QJ_MXFP6_E3M2 && p.w == QJ_MXINT8) return plan_mr(QJ_BDR_MX9, n);
   return plan_mr(p.w, n);
