@@ -220,10 +220,11 @@ qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::share
   const int shift = mx_int_shift(src.dtype);
   const int64_t gk = src.group_size;
   std::vector<uint16_t> h(static_cast<size_t>(n) * k);
-  for (int64_t c = 0; c < n; ++c)
+  std::vector<double> f(static_cast<size_t>(k / gk));  // 2^(b - 127 - shift) per block, or NaN
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t g = 0; g < k / gk; ++g) f[g] = std::ldexp(static_cast<double>(src.scale(g, c)), -shift);
     for (int64_t kk = 0; kk < k; ++kk) {
-      const float sc = src.scale(kk / gk, c);  // 2^(b - 127), NaN for 0xFF
-      const double v = std::isnan(sc) ? sc : std::ldexp(static_cast<double>(src.q(kk, c)) * sc, -shift);
+      const double v = static_cast<double>(src.q(kk, c)) * f[kk / gk];  // exact (NaN stays NaN)
       const uint16_t b = f32_to_bf16(static_cast<float>(v));
       if (!std::isnan(v) && static_cast<double>(bf16_to_f32(b)) != v)
         return fail(QJ_ERR_UNSUPPORTED, "%s weight (k=%lld, n=%lld) = %g is not exact in bf16 (the fp32 route "
@@ -231,6 +232,7 @@ qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::share
                     qj_dtype_name(src.dtype), (long long)kk, (long long)c, v);
       h[c * k + kk] = b;
     }
+  }
   qj_weights_desc d{};
   d.dtype = QJ_BF16;
   d.k = k;
