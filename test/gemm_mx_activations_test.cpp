@@ -28,11 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "codegen/gemm_float.h"
 #include "codegen/gemm_int.h"
 #include "src/core/isa.h"
 #include "src/core/kernel_key.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
+#include "src/formats/mx_bdr.h"
 #include "src/ops/int_weights.h"
 #include "src/ops/mx_act.h"
 #include "src/ref/gemm_mx_ref.h"
@@ -105,23 +107,65 @@ struct Case {
   }
 };
 
+// S[i][c] = sum_k |a(i, k) * w(k, c)| + |bias[c]| with the scaled element values (double, exact
+// products): the magnitude of the fp32-FMA route's bound (NaN blocks contribute 0: NaN outputs
+// are compared as NaN).
+std::vector<double> abs_products(const qj::ref::MxActivations& a, const qj::ref::MxWeights& w, const float* bias) {
+  const int64_t m = a.m, k = a.k, n = w.n, g = k / 32;
+  std::vector<double> s(m * n, 0.0);
+  auto val = [](qj_dtype t, uint8_t code, uint8_t sc) {
+    return sc == 0xFF ? 0.0 : std::fabs(qj::ref::mx_elem_value(t, code)) * std::ldexp(1.0, sc - 127);
+  };
+  // |w(j, c)|: OCP codes and scales, or BDR +-M * 2^(E - 127 - mu + 1 - m) (NaN block: 0).
+  std::vector<double> wa(n * k);
+  const qj::bdr::BdrFormat* bf = qj::bdr::format(w.type);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t j = 0; j < k; ++j) {
+      if (!bf) {
+        wa[c * k + j] = val(w.type, w.codes[c * k + j], w.scales[c * g + j / 32]);
+        continue;
+      }
+      qj::bdr::Fields f;
+      qj::bdr::unpack(*bf, &w.bdr[(c * (k / 16) + j / 16) * bf->block_bytes], &f);
+      wa[c * k + j] = f.e == 0xFF ? 0.0 : std::abs(qj::bdr::int_value(*bf, f.code[j % 16])) *
+                                              std::ldexp(1.0, qj::bdr::step_exp(*bf, f, static_cast<int>(j % 16) / 2));
+    }
+  std::vector<double> aa(m * k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; ++j) aa[i * k + j] = val(a.type, a.codes[i * k + j], a.scales[i * g + j / 32]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < n; ++c) {
+      double acc = bias ? std::fabs(bias[c]) : 0.0;
+      for (int64_t j = 0; j < k; ++j) acc += aa[i * k + j] * wa[c * k + j];
+      s[i * n + c] = acc;
+    }
+  return s;
+}
+
 // Runs a prepared A and MX weights through the API and compares with gemm_mx_mx.
 std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, const std::vector<float>& bias) {
-  const qj::mx::ElemFormat& fw = *qj::mx::format(t.w);
   const int64_t blocks = t.k / 32;
-  const int64_t eld = blocks * fw.block_bytes + 3, wsld = blocks + 1;
+  const qj::bdr::BdrFormat* bf = qj::bdr::format(t.w);  // BDR: 16-blocks, exponent inside
+  const int64_t wblocks = bf ? t.k / 16 : blocks;
+  const int64_t bb = bf ? bf->block_bytes : qj::mx::format(t.w)->block_bytes;
+  const int64_t eld = wblocks * bb + 3, wsld = blocks + 1;
   std::vector<uint8_t> welems(t.n * eld, 0xAB), wsc(t.n * wsld, 0x7F);
-  for (int64_t c = 0; c < t.n; ++c)
+  for (int64_t c = 0; c < t.n; ++c) {
+    if (bf) {
+      std::memcpy(&welems[c * eld], &rw.bdr[c * wblocks * bb], wblocks * bb);
+      continue;
+    }
     for (int64_t b = 0; b < blocks; ++b) {
-      qj::mx::pack_block(fw, &rw.codes[c * t.k + b * 32], &welems[c * eld + b * fw.block_bytes]);
+      qj::mx::pack_block(*qj::mx::format(t.w), &rw.codes[c * t.k + b * 32], &welems[c * eld + b * bb]);
       wsc[c * wsld + b] = rw.scales[c * blocks + b];
     }
+  }
   qj_weights_desc wd{};
   wd.dtype = t.w;
   wd.k = t.k;
   wd.n = t.n;
   wd.layout = QJ_LAYOUT_NK;
-  qj_mx_weights_data md{welems.data(), wsc.data(), wsld};
+  qj_mx_weights_data md{welems.data(), bf ? nullptr : wsc.data(), bf ? 0 : wsld};
   qj_weights w = nullptr;
   if (qj_weights_pack(&wd, &md, eld, &w) != QJ_OK) return std::string("pack: ") + qj_last_error();
   qj_gemm_desc gd{};
@@ -155,7 +199,26 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   std::vector<double> y, mag;
   qj::ref::gemm_mx_mx(gd, A.ref, rw, &y, &mag);
   const double u = std::ldexp(1.0, -24);
-  const int steps = static_cast<int>(blocks) + 1;
+  // The integer routes: one rounding per weight group (16 for BDR) and the epilogue's.
+  int steps = static_cast<int>(wblocks) + 1;
+  // The fp32 route (MXFP8 weights): A dequantized exactly to fp32 feeds the fp32-FMA kernel, so
+  // the file comment's fp32 bound applies with S = sum_k |a_k w_k| in place of sum_g |T_g|.
+  // MXFP8 A takes the same route with every weight type (weights as E4M3 / BF16 of the same
+  // values; the BF16 kernel's terms see <= K + 2 roundings, inside the same D, and its
+  // subnormal roundings are 2^-150 in the units of the result, below the 2^-142 used here).
+  const bool f32_route = t.w == QJ_MXFP8_E4M3 || t.w == QJ_MXFP8_E5M2 || t.a == QJ_MXFP8_E4M3 || t.a == QJ_MXFP8_E5M2;
+  // E3M2 A x FP4 / E2M3 / INT8 weights run as BDR weights of the same values (16-blocks): one
+  // rounding per half block, so the magnitude is taken per 16 (sum_k |a_k w_k| bounds it).
+  const bool halves = t.a == QJ_MXFP6_E3M2 && (t.w == QJ_MXFP4_E2M1 || t.w == QJ_MXFP6_E2M3 || t.w == QJ_MXINT8);
+  std::vector<double> sabs;
+  if (f32_route) {
+    steps = static_cast<int>(t.k + blocks + 2);
+    sabs = abs_products(A.ref, rw, gd.bias);
+  } else if (halves) {
+    steps = static_cast<int>(t.k / 16) + 1;
+    sabs = abs_products(A.ref, rw, gd.bias);
+  }
+  const double tiny = f32_route ? steps * std::ldexp(1.0, -142) : steps * std::ldexp(1.0, -150);
   const double gamma = steps * u / (1.0 - steps * u);
   for (int64_t i = 0; i < t.m; ++i)
     for (int64_t c = 0; c < ldc; ++c) {
@@ -185,7 +248,9 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
           return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) + " want NaN";
         continue;
       }
-      double bound = gamma * mag[i * t.n + c] + steps * std::ldexp(1.0, -150);
+      double bound = f32_route ? gamma * sabs[i * t.n + c] + t.k * std::ldexp(1.0, -53) * sabs[i * t.n + c] + tiny +
+                                     u * (std::fabs(want) + gamma * sabs[i * t.n + c] + tiny)
+                               : gamma * (halves ? sabs[i * t.n + c] : mag[i * t.n + c]) + tiny;
       if (t.relu) want = want > 0 ? want : 0;  // NaN > 0 is false: NaN -> 0, as the library
       if (t.beta != 0.0f) {
         // y + beta * C0 in one fma: one more rounding of the sum.
@@ -214,9 +279,19 @@ std::string run_case(const Case& t) {
   A.ref.codes.resize(t.m * t.k);
   A.ref.scales.resize(t.m * blocks);
   const int abits = qj::mx::format(t.a)->bits;
+  // A finite random code of type ty (FP8 NaN / Inf codes are not data of these sweeps).
+  auto draw_code = [&](qj_dtype ty, int bits) {
+    uint8_t c;
+    do c = static_cast<uint8_t>(rng() % (1u << bits));
+    while (!std::isfinite(qj::ref::mx_elem_value(ty, c)));
+    return c;
+  };
   for (int64_t i = 0; i < t.m; ++i)
-    for (int64_t j = 0; j < t.k; ++j)
-      A.ref.codes[i * t.k + j] = static_cast<uint8_t>(t.all_codes ? (i * 7 + j) % (1 << abits) : rng() % (1u << abits));
+    for (int64_t j = 0; j < t.k; ++j) {
+      uint8_t& c = A.ref.codes[i * t.k + j];
+      c = t.all_codes ? static_cast<uint8_t>((i * 7 + j) % (1 << abits)) : draw_code(t.a, abits);
+      if (!std::isfinite(qj::ref::mx_elem_value(t.a, c))) c = 0;
+    }
   auto draw_scale = [&] { return static_cast<uint8_t>(t.scale_lo + rng() % (t.scale_hi - t.scale_lo + 1)); };
   for (auto& s : A.ref.scales) s = draw_scale();
   qj::ref::MxWeights rw;
@@ -225,19 +300,43 @@ std::string run_case(const Case& t) {
   rw.n = t.n;
   rw.codes.resize(t.n * t.k);
   rw.scales.resize(t.n * blocks);
-  const int wbits = qj::mx::format(t.w)->bits;
-  for (auto& c : rw.codes) c = static_cast<uint8_t>(rng() % (1u << wbits));
-  for (auto& s : rw.scales)
-    s = t.wscale_lo >= 0 ? static_cast<uint8_t>(t.wscale_lo + rng() % (t.wscale_hi - t.wscale_lo + 1)) : draw_scale();
+  auto draw_wscale = [&] {
+    return t.wscale_lo >= 0 ? static_cast<uint8_t>(t.wscale_lo + rng() % (t.wscale_hi - t.wscale_lo + 1)) : draw_scale();
+  };
+  if (const qj::bdr::BdrFormat* bf = qj::bdr::format(t.w)) {
+    // BDR weights: random 16-blocks (exponent from the scale range, random microexponents).
+    const int64_t gb = t.k / 16;
+    std::vector<qj::bdr::Fields> fs(t.n * gb);
+    for (auto& f : fs) {
+      f.e = draw_wscale();
+      f.mu = static_cast<uint8_t>(rng());
+      for (int i = 0; i < 16; ++i) f.code[i] = static_cast<uint8_t>(rng() % (2u << bf->m));
+    }
+    for (int x = 0; x < t.nan_w; ++x) fs[rng() % fs.size()].e = 0xFF;
+    if (t.zero_blocks)
+      for (int64_t c = 1; c < t.n; c += 3) {
+        qj::bdr::Fields& f = fs[c * gb + c % gb];
+        f.e = 0, f.mu = 0;
+        std::memset(f.code, 0, sizeof f.code);
+      }
+    rw.bdr.resize(fs.size() * bf->block_bytes);
+    for (size_t b = 0; b < fs.size(); ++b) qj::bdr::pack(*bf, fs[b], &rw.bdr[b * bf->block_bytes]);
+    rw.codes.clear();
+    rw.scales.clear();
+  } else {
+    const int wbits = qj::mx::format(t.w)->bits;
+    for (auto& c : rw.codes) c = draw_code(t.w, wbits);
+    for (auto& s : rw.scales) s = draw_wscale();
+    for (int x = 0; x < t.nan_w; ++x) rw.scales[rng() % rw.scales.size()] = 0xFF;
+  }
   for (int x = 0; x < t.nan_a; ++x) A.ref.scales[rng() % A.ref.scales.size()] = 0xFF;
-  for (int x = 0; x < t.nan_w; ++x) rw.scales[rng() % rw.scales.size()] = 0xFF;
   if (t.zero_blocks) {
     for (int64_t i = 0; i < t.m; i += 2) {
       const int64_t b = (i / 2) % blocks;
       A.ref.scales[i * blocks + b] = 0x00;
       for (int j = 0; j < 32; ++j) A.ref.codes[i * t.k + b * 32 + j] = 0;
     }
-    for (int64_t c = 1; c < t.n; c += 3) {
+    for (int64_t c = 1; c < t.n && rw.bdr.empty(); c += 3) {
       const int64_t b = c % blocks;
       rw.scales[c * blocks + b] = 0x00;
       for (int j = 0; j < 32; ++j) rw.codes[c * t.k + b * 32 + j] = 0;
@@ -336,7 +435,7 @@ TEST(GemmMxAct, Tv13NanScaleEitherSide) {
   }
 }
 
-TEST(GemmMxAct, Tv13Fp4TimesE4m3IsRefOnly) {
+TEST(GemmMxAct, Tv13Fp4TimesE4m3Reference) {
   // MXFP4 (0x82, all 1.5) . MXFP8 E4M3 (0x78, all 2.0) = 2^3 * 2^-7 * 32 * 3 = 6.0 exactly.
   std::vector<uint8_t> a(32, 0x3), b(32, 0x40);
   MxA A = fp4_vector(a, 0x82);
@@ -345,13 +444,7 @@ TEST(GemmMxAct, Tv13Fp4TimesE4m3IsRefOnly) {
   qj_gemm_desc gd{};
   qj::ref::gemm_mx_mx(gd, A.ref, w, &y, &mag);
   EXPECT_EQ(y[0], 6.0);
-  // E4M3 on the A side with FP4 weights: the pair is not implemented, and says so.
-  float c = 123.0f;
-  EXPECT_EQ(gemm_dot(QJ_MXFP8_E4M3, b, 0x78, QJ_MXFP4_E2M1, a, 0x82, &c), QJ_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(QJ_MXFP8_E4M3)), std::string::npos) << qj_last_error();
-  EXPECT_NE(std::string(qj_last_error()).find(std::string("with ") + qj_dtype_name(QJ_MXFP4_E2M1)), std::string::npos)
-      << qj_last_error();
-  EXPECT_EQ(c, 123.0f);
+  // (Both orders through the GEMM API: GemmMxPairs.Tv13Fp4TimesE4m3ThroughTheApi, Fp8ATimes...)
   qj::ref::MxActivations A8{QJ_MXFP8_E4M3, 1, 32, b, {0x78}};
   qj::ref::MxWeights w4{QJ_MXFP4_E2M1, 32, 1, a, {0x82}};
   qj::ref::gemm_mx_mx(gd, A8, w4, &y, &mag);
@@ -417,6 +510,178 @@ TEST(GemmMxAct, ShapeSweep) {
         }
     }
   }
+}
+
+// ---- the other MX x MX pairs: MXFP8 weights (fp32 route, any A) and int16-pair weights (E3M2,
+// BDR; A in its integer form as s16 pairs, every type but FP8) ----
+
+const qj_dtype kAllTypes[] = {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXINT8};
+const qj_dtype kInt16ATypes[] = {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXINT8};
+const qj_dtype kInt16WTypes[] = {QJ_MXFP6_E3M2, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4};
+
+struct Pair {
+  qj_dtype a, w;
+};
+std::vector<Pair> new_pairs() {
+  std::vector<Pair> v;
+  for (qj_dtype a : kAllTypes)
+    for (qj_dtype w : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) v.push_back({a, w});
+  for (qj_dtype a : kInt16ATypes)
+    for (qj_dtype w : kInt16WTypes) v.push_back({a, w});
+  for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // weights repacked as MX6 / MX9
+  for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights as E4M3 / BF16, fp32 route
+    for (qj_dtype w : {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXINT8, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4})
+      v.push_back({a, w});
+  return v;
+}
+
+// MR of the plan for these weights (float kernel for MXFP8, the int16-pair kernel otherwise).
+int pair_mr(const Pair& p, int64_t n) {
+  const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
+  if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
+    // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
+    // FP4 / E2M3 / E3M2 weights as E4M3, MXINT8 / BDR as BF16.
+    const qj_isa isa = qj_max_isa();
+    if (isa < QJ_ISA_AVX2) return 1;
+    const bool bf16 = fp8_a && (p.w == QJ_MXINT8 || qj::bdr::format(p.w) != nullptr);
+    const qj_dtype bt = bf16 ? QJ_BF16 : (fp8_a && p.w != QJ_MXFP8_E5M2 ? QJ_MXFP8_E4M3 : p.w);
+    qj::KernelKey key = qj::KernelKey::zeroed();
+    key.op = qj::KernelOp::kGemmFloat;
+    key.isa = static_cast<uint8_t>(isa);
+    key.a_type = QJ_F32;
+    key.b_type = bt;
+    key.c_type = QJ_F32;
+    key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, bt));
+    key.param[0] = 1;
+    key.flags = !bf16 && isa >= QJ_ISA_AVX512 ? 2 : 0;  // per-block accumulators (gemm.cpp)
+    return std::max(1, qj::gemm_float_max_mr(key, 14));
+  }
+  if (p.a == QJ_MXFP6_E3M2 && (p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3)) return plan_mr(QJ_BDR_MX6, n);
+  if (p.a == QJ_MXFP6_E3M2 && p.w == QJ_MXINT8) return plan_mr(QJ_BDR_MX9, n);
+  return plan_mr(p.w, n);
+}
+
+TEST(GemmMxPairs, ShapeSweep) {
+  // Every M of the list with every N tail; K rotates through {32, 64, 512} so each pair sees all.
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 3000;
+    for (const Pair& pr : new_pairs()) {
+      const int mr = pair_mr(pr, 33);
+      int idx = 0;
+      for (int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(mr - 1), int64_t(mr), int64_t(mr + 1), int64_t(97)}) {
+        if (m < 1) continue;
+        for (int64_t n : {1, 15, 16, 17, 33}) {
+          const int64_t ks[] = {32, 64, 512};
+          Case t;
+          t.a = pr.a;
+          t.w = pr.w;
+          t.m = m;
+          t.n = n;
+          t.k = ks[idx++ % 3];
+          if (m == 97 && t.k == 512) t.k = 64;  // keep the executable fast
+          t.seed = seed++;
+          t.c_type = seed % 4 == 0 ? QJ_BF16 : QJ_F32;
+          t.bias = seed % 2 == 0;
+          t.relu = seed % 5 == 0;
+          t.beta = seed % 7 == 0 && t.c_type == QJ_F32 ? 0.5f : 0.0f;
+          t.lda_pad = seed % 3;
+          t.sld_pad = seed % 2;
+          t.ldc_pad = seed % 3 == 1;
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
+      }
+      // K = 512 with many rows once per pair (several blocks in a tall tile).
+      Case t;
+      t.a = pr.a;
+      t.w = pr.w;
+      t.m = 2 * mr + 3;
+      t.n = 33;
+      t.k = 512;
+      t.seed = seed++;
+      EXPECT_EQ(run_case(t), "") << t.str();
+    }
+  }
+}
+
+TEST(GemmMxPairs, NanScalesZeroBlocksCodesAndThreads) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 5000;
+    for (const Pair& pr : new_pairs()) {
+      Case t;
+      t.a = pr.a;
+      t.w = pr.w;
+      t.m = 9;
+      t.n = 37;
+      t.k = 128;
+      t.seed = seed++;
+      t.nan_a = 3;  // NaN on the A side only
+      EXPECT_EQ(run_case(t), "") << t.str();
+      t.nan_a = 0;
+      t.nan_w = 3;  // ... on the weight side only
+      t.seed = seed++;
+      EXPECT_EQ(run_case(t), "") << t.str();
+      t.nan_w = 0;
+      t.zero_blocks = true;  // scale-0 zero blocks on both sides
+      t.seed = seed++;
+      EXPECT_EQ(run_case(t), "") << t.str();
+      t.zero_blocks = false;
+      t.all_codes = true;  // every code of A (FP8: the finite ones)
+      t.k = 256;
+      t.seed = seed++;
+      EXPECT_EQ(run_case(t), "") << t.str();
+      t.all_codes = false;
+      t.scale_lo = 1, t.scale_hi = 20;  // tiny scales (fp32 subnormal partial results)
+      t.wscale_lo = 100, t.wscale_hi = 127;
+      t.seed = seed++;
+      EXPECT_EQ(run_case(t), "") << t.str();
+      t.scale_lo = 107, t.scale_hi = 147, t.wscale_lo = t.wscale_hi = -1;
+      t.m = 40;
+      t.threads = 2;  // a partition: every element computed once, identically
+      t.seed = seed++;
+      EXPECT_EQ(run_case(t), "") << t.str();
+    }
+  }
+}
+
+TEST(GemmMxPairs, Tv13Fp4TimesE4m3ThroughTheApi) {
+  // MX.md TV13: MXFP4 (0x82, all 1.5) . MXFP8 E4M3 (0x78, all 2.0) = 6.0 exactly (one block:
+  // every product and partial sum is exact: 1.5 * 2^3 * 2.0 * 2^-7 = 0.1875 each, 32 of them).
+  std::vector<uint8_t> a(32, 0x3), b(32, 0x40);
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    float c = 0;
+    ASSERT_EQ(gemm_dot(QJ_MXFP4_E2M1, a, 0x82, QJ_MXFP8_E4M3, b, 0x78, &c), QJ_OK) << qj_last_error();
+    EXPECT_EQ(c, 6.0f) << qj_isa_name(isa);
+    // NaN scale on either side.
+    ASSERT_EQ(gemm_dot(QJ_MXFP4_E2M1, a, 0xFF, QJ_MXFP8_E4M3, b, 0x78, &c), QJ_OK) << qj_last_error();
+    EXPECT_TRUE(std::isnan(c)) << qj_isa_name(isa);
+    ASSERT_EQ(gemm_dot(QJ_MXFP4_E2M1, a, 0x82, QJ_MXFP8_E4M3, b, 0xFF, &c), QJ_OK) << qj_last_error();
+    EXPECT_TRUE(std::isnan(c)) << qj_isa_name(isa);
+  }
+}
+
+TEST(GemmMxPairs, Fp8ATimesIntegerFormWeights) {
+  // TV13 the other way round: E4M3 A (0x78, all 2.0) . MXFP4 weights (0x82, all 1.5) = 6.0.
+  std::vector<uint8_t> a(32, 0x40), b(32, 0x3);
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    float c = 0;
+    ASSERT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXFP4_E2M1, b, 0x82, &c), QJ_OK) << qj_last_error();
+    EXPECT_EQ(c, 6.0f) << qj_isa_name(isa);
+    // MXINT8 weights (the BF16 route): codes 64 = 1.0 at 0x80 (2.0): 32 * 2 * 2 = 128 exactly.
+    ASSERT_EQ(gemm_dot(QJ_MXFP8_E5M2, std::vector<uint8_t>(32, 0x40), 0x7F, QJ_MXINT8, std::vector<uint8_t>(32, 64),
+                       0x80, &c), QJ_OK) << qj_last_error();
+    EXPECT_EQ(c, 128.0f) << qj_isa_name(isa);  // E5M2 0x40 = 2.0
+  }
+  // The one refusal: an MXINT8 weight beyond the fp32 range once scaled (-128 * 2^-6 * 2^127 =
+  // -2^128) cannot be a BF16 weight: QJ_ERR_UNSUPPORTED naming the type, C untouched.
+  float c = 123.0f;
+  std::vector<uint8_t> big(32, 0x80);
+  EXPECT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXINT8, big, 254, &c), QJ_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(QJ_MXINT8)), std::string::npos) << qj_last_error();
+  EXPECT_EQ(c, 123.0f);
 }
 
 TEST(GemmMxAct, EveryCodeOfEachAType) {
@@ -818,13 +1083,19 @@ TEST(GemmMxAct, Misuse) {
   EXPECT_FALSE(untouched());
   qj_gemm_plan_destroy(p);
 
-  // Plans: pairs that do not run are QJ_ERR_UNSUPPORTED naming both types; S32 output invalid.
+  // Plans: every MX type runs with these FP4 weights (E3M2 A through BDR-repacked weights, FP8 A
+  // through E4M3-converted weights); an S32 output is invalid for all of them.
   for (qj_dtype at : {QJ_MXFP6_E3M2, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
     gd.a_type = at;
+    gd.c_type = QJ_S32;
     p = nullptr;
-    EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_UNSUPPORTED) << qj_dtype_name(at);
-    EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(at)), std::string::npos) << qj_last_error();
+    EXPECT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_ERR_INVALID_ARGUMENT) << qj_dtype_name(at);
+    EXPECT_NE(std::string(qj_last_error()).find("c_type"), std::string::npos) << qj_last_error();
     EXPECT_EQ(p, nullptr);
+    gd.c_type = QJ_F32;
+    ASSERT_EQ(qj_gemm_plan_create(&gd, w, &p), QJ_OK) << qj_dtype_name(at) << ": " << qj_last_error();
+    qj_gemm_plan_destroy(p);
+    p = nullptr;
   }
   gd.a_type = QJ_MXINT8;
   gd.c_type = QJ_S32;

@@ -252,8 +252,8 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  qj_mx_quantize's BDR rule, MX.md section 6). A block holding NaN or Inf gets the NaN scale.
  * GEMM: a_type QJ_F32 / QJ_BF16 (quantized on the fly to int8; a_granularity QJ_GRAN_GROUP = per
  *  (row, block of 32 or 16), recommended, or QJ_GRAN_ROW / QJ_GRAN_TENSOR), an MX type (MX x MX:
- *  MXFP4, MXFP6 E2M3 or MXINT8 activations in a qj_mx_matrix with MXFP4, MXFP6 E2M3 or MXINT8
- *  weights, see qj_gemm_desc) or U8 / S8 with a_scale and a_zero_point; c_type QJ_F32 / QJ_BF16
+ *  any OCP MX activations in a qj_mx_matrix with any MX / BDR weights, see qj_gemm_desc) or
+ *  U8 / S8 with a_scale and a_zero_point; c_type QJ_F32 / QJ_BF16
  *  (or U8 / S8 requantized), bias, ReLU, beta. Per block the sum of int8(A) x integer(weight) is
  *  exact in int32 (integer forms: FP4 2v, E2M3 8v, INT8 the code, E3M2 16v in [-448, 448], BDR
  *  +-M * 2^(1 - mu)); it is scaled by A's scale and by the block scale 2^(b - 127) (BDR:
@@ -302,27 +302,37 @@ typedef enum qj_activation {
  *   - QJ_F32 / QJ_BF16 with integer weights: quantized on the fly while A is packed, symmetric to
  *     [-127, 127] with scale amax/127 per row (a_granularity = QJ_GRAN_ROW) or per call
  *     (QJ_GRAN_TENSOR). a_scale / a_zero_point are ignored.
- *   - MX activations (MX x MX, MX.md section 5): a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 or QJ_MXINT8.
+ *   - MX activations (MX x MX, MX.md section 5): a_type any OCP MX type (QJ_MXFP4_E2M1,
+ *     QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXINT8).
  *     The `a` argument of qj_gemm_run / qj_gemm_run_parallel then points to a qj_mx_matrix (row i
  *     at elems + i * lda BYTES, the SPLIT layout of qj_mx_quantize; scales[i * scales_ld + j]);
  *     k must be a multiple of 32 (whole blocks; no implied padding). a_scale, a_zero_point and
- *     a_granularity are ignored. Weights: QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8, or S4 / U4
- *     quantized per group of exactly 32 (one A block per weight group); S8 weights, other S4 / U4
- *     groupings, and the other MX A types (E3M2, FP8) with these weights are QJ_ERR_UNSUPPORTED
- *     naming the pair. F16 / BF16 weights take EVERY OCP MX a_type (E3M2 and FP8 included): A is
- *     dequantized exactly to fp32 (value * 2^(b - 127); 0xFF -> NaN) and the float GEMM's
- *     definition applies. Output F32 / BF16
- *     (or U8 / S8 requantized), bias, ReLU, beta as for fp32 A. Per 32-block the sum of the
- *     integer forms (FP4 2v, E2M3 8v, INT8 the code; -128 accepted) is exact in int32; then
- *     facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in fp32, block by block
- *     (both factors exact powers of two for MX weights, so only the fp32 accumulation rounds;
+ *     a_granularity are ignored. Output F32 / BF16 (or U8 / S8 requantized on the integer routes),
+ *     bias, ReLU, beta as for fp32 A; QJ_S32 is invalid. Pairs and routes:
+ *      . exact integer route: per block (per 16 for BDR weights) the sum of the integer forms
+ *        (FP4 2v, E2M3 8v, E3M2 16v, INT8 the code, -128 accepted; BDR +-M * 2^(1 - mu)) is exact
+ *        in int32; then facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in
+ *        fp32, block by block (both factors exact powers of two, so only the fp32 accumulation
+ *        rounds). A in {FP4, E2M3, INT8} with weights MXFP4 / E2M3 / MXINT8 (int8 kernels; JIT at
+ *        every tier for MXFP4 weights, at AVX512-VNNI for MXINT8 / E2M3) or S4 / U4 per group of
+ *        exactly 32 (S8 weights and other groupings: QJ_ERR_UNSUPPORTED); A in {FP4, E2M3, INT8,
+ *        E3M2} with MXFP6 E3M2 / BDR MX9 / MX6 / MX4 weights (int16-pair kernel, JIT at every
+ *        tier; A's block scale applies to both 16-blocks of BDR weights it spans); E3M2 A with
+ *        MXFP4 / E2M3 / MXINT8 weights (repacked at plan creation as the BDR MX6 / MX9 weights of
+ *        the same values: 16v / 2 code; then as the previous case, per 16 values).
+ *      . fp32 route (A dequantized exactly to fp32, value * 2^(b - 127), 0xFF -> NaN; then the
+ *        float GEMM's definition: products and sums in fp32, no per-block exactness): any A with
+ *        F16 / BF16 / MXFP8 weights; MXFP8 A with every other MX / BDR weight type, the weights
+ *        converted at plan creation to float-kernel weights of exactly the same values (FP4 /
+ *        E2M3 / E3M2 as MXFP8 E4M3 blocks with the same scale bytes; MXINT8 and BDR as BF16, 2
+ *        bytes per weight; a weight not exact in BF16 -- a scale byte near the fp32 range limits --
+ *        is QJ_ERR_UNSUPPORTED naming it). JIT at AVX2 and above.
  *     float(sum) * 2^(sA - 127 - shiftA) is formed first, so an A block with a scale byte so large
  *     that it overflows fp32 (sA above ~235, values beyond ~2^108) gives +-Inf even where the
- *     product with a tiny weight scale would be finite).
+ *     product with a tiny weight scale would be finite (likewise a dequantized fp32 A value).
  *     A 0xFF scale on either side makes the outputs it reaches NaN (before the activation: ReLU
- *     maps NaN to 0, as for every A type). Runs in the JIT kernels wherever the weight type does
- *     (MXFP4 weights at every tier; MXINT8 / MXFP6 E2M3 weights at AVX512-VNNI), else the scalar
- *     reference (logged at QJ_VERBOSE=1).
+ *     maps NaN to 0, as for every A type). Below the JIT tiers the scalar reference runs (logged
+ *     at QJ_VERBOSE=1).
  *  Output types:
  *   - QJ_S32: the exact integer sum  sum_k (a - za) * (b - zb)  (integer weights, non-group only).
  *   - QJ_F32 / QJ_BF16: y = a_scale * b_scale[n] * sum + bias[n], then activation.

@@ -11,6 +11,7 @@
 #include "src/core/status.h"
 #include "src/core/threading.h"
 #include "src/formats/half.h"
+#include "src/ops/mx16_weights.h"
 #include "src/ops/mx_act.h"
 #include "src/ops/mx_weights.h"
 #include "src/ops/pack_a.h"
@@ -284,6 +285,19 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
+    // E3M2 A x int8-form MX weights: the same weight values as BDR (int16-pair kernel).
+    if (desc.a_type == QJ_MXFP6_E3M2 && w->is_mx() && !w->is_mx16()) {
+      std::shared_ptr<PackedWeights> w16;
+      QJ_TRY(mx16_from_int8_mx(*w, w->isa, &w16));
+      w = std::move(w16);
+    }
+    // MXFP8 A x integer-form MX / BDR weights: fp32 route, weights of the same values as E4M3 /
+    // BF16 for the float kernels.
+    if ((desc.a_type == QJ_MXFP8_E4M3 || desc.a_type == QJ_MXFP8_E5M2) && w->is_mx()) {
+      std::shared_ptr<PackedWeights> wf;
+      QJ_TRY(mx_weights_for_fp32_a(*w, w->isa, &wf));
+      w = std::move(wf);
+    }
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
@@ -727,7 +741,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     if (mx_a) {
       std::vector<int32_t> qa(m * w.k);
       std::vector<float> ags(m * w.groups());
-      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data());
+      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data(),
+                         w.groups());
       ref::gemm_int_group_a(d, p.ref_w, m, qa.data(), ags.data(), c, ldc);
       return QJ_OK;
     }

@@ -291,13 +291,36 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
   if (w.k % mx::kBlock != 0)
     return fail(QJ_ERR_UNSUPPORTED, "k=%lld: %s A needs k to be a multiple of 32 (whole blocks; pad A "
                 "and the weights with zeros)", (long long)w.k, qj_dtype_name(at));
-  // F16 / BF16 weights: any MX A, dequantized exactly to fp32 and run as fp32 A (the float GEMM).
-  if (w.dtype == QJ_F16 || w.dtype == QJ_BF16) return QJ_OK;
+  // F16 / BF16 and MXFP8 weights: any MX A, dequantized exactly to fp32 and run as fp32 A (the
+  // float GEMM; MXFP8 weights in its fp32-FMA kernel, MX.md 9.6 "an fp32 path for FP8").
+  if (w.dtype == QJ_F16 || w.dtype == QJ_BF16 || w.is_mx_fp8()) return QJ_OK;
+  // MXFP8 A with integer-form MX / BDR weights: no small integer form on the A side, so the
+  // weights are converted to float-kernel weights of the same values (mx_weights_for_fp32_a).
+  if ((at == QJ_MXFP8_E4M3 || at == QJ_MXFP8_E5M2) && w.is_mx()) return QJ_OK;
+  const int32_t ct0 = raw_enum(d.c_type);
+  // int16-pair weights (E3M2, BDR MX9 / MX6 / MX4): A in its integer form as s16 pairs, so every
+  // MX type with a small integer form (FP4 2v, E2M3 8v, INT8, E3M2 16v: |q| <= 448) runs exactly.
+  if (w.is_mx16()) {
+    if (ct0 == QJ_S32)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 does not apply to %s A (block scales are "
+                  "applied in fp32)", qj_dtype_name(at));
+    return QJ_OK;
+  }
+  // E3M2 A (16v, int16 only) with int8-form MX weights: the weights are repacked as the BDR
+  // weights of the same values (mx16_from_int8_mx) and run as above.
+  if (at == QJ_MXFP6_E3M2 &&
+      (w.dtype == QJ_MXFP4_E2M1 || w.dtype == QJ_MXFP6_E2M3 || w.dtype == QJ_MXINT8)) {
+    if (ct0 == QJ_S32)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 does not apply to %s A (block scales are "
+                  "applied in fp32)", qj_dtype_name(at));
+    return QJ_OK;
+  }
   if (!mx_act_int8_type(at))
     return fail(QJ_ERR_UNSUPPORTED,
-                "desc->a_type=%s with %s weights is not implemented: with integer weights MX "
-                "activations run in their int8 integer form only (a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 "
-                "or QJ_MXINT8; every MX type runs with F16 / BF16 weights)",
+                "desc->a_type=%s with %s weights is not implemented: with these weights MX activations "
+                "run in their int8 integer form only (a_type QJ_MXFP4_E2M1, QJ_MXFP6_E2M3 or QJ_MXINT8; "
+                "every MX type runs with F16 / BF16 / MXFP8 weights, every type but MXFP8 with "
+                "MXFP6_E3M2 / BDR weights, and MXFP6_E3M2 also with MXFP4 / E2M3 / MXINT8 weights)",
                 qj_dtype_name(at), qj_dtype_name(w.dtype));
   const bool grouped32 = (w.dtype == QJ_S4 || w.dtype == QJ_U4) && w.gran == QJ_GRAN_GROUP && w.group_size == 32;
   // Listed explicitly (not is_mx()): other MX weight types run in other kernels (int16, fp32)
@@ -339,10 +362,59 @@ qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_
   return QJ_OK;
 }
 
+namespace {
+
+// Row of MX A -> its integer forms as int16 (int8 types through the vectorized int8 decoder).
+void decode_row_int16(qj_dtype t, const uint8_t* e, int64_t nb, int16_t* q) {
+  static thread_local std::vector<int8_t> b8;
+  if (mx_act_int8_type(t)) {
+    b8.resize(static_cast<size_t>(nb) * mx::kBlock);
+    mx_decode_int8(t, e, nb, b8.data(), nullptr);
+    for (int64_t j = 0; j < nb * mx::kBlock; ++j) q[j] = b8[j];
+  } else {
+    mx_decode_int16(t, e, nb, q);
+  }
+}
+
+// kg == 2: the s16 pairs of the int16-pair weight kernels (E3M2, BDR). The weight groups are 32
+// (E3M2: one A block each) or 16 (BDR: A block g / 2 spans weight groups g and g + 1), so the A
+// factor and the row sums are taken per weight group of gk = k / groups values.
+void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
+                     uint8_t* dst, int32_t* row_sum, float* a_scale) {
+  static thread_local std::vector<int16_t> buf;
+  const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 2, gk = s.k / s.groups;
+  const bool in_place = mr == 1;  // one row of pairs is the decoded row itself
+  if (!in_place) buf.resize(static_cast<size_t>(s.kp));
+  for (int i = 0; i < mr; ++i) {
+    const uint8_t* e = static_cast<const uint8_t*>(a.elems) + (row0 + i) * lda;
+    const uint8_t* sc = a.scales + (row0 + i) * a.scales_ld;
+    int16_t* q = in_place ? reinterpret_cast<int16_t*>(dst) : buf.data();
+    decode_row_int16(s.a_type, e, nb, q);
+    for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
+    for (int64_t g = 0; g < s.groups; ++g) {
+      if (s.row_sums) {
+        int32_t sum = 0;  // |sum| <= 32 * 448
+        for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += q[j];
+        row_sum[g * mr + i] =
+            static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
+      }
+      a_scale[g * mr + i] = mx_act_block_scale(s.a_type, sc[g * gk / mx::kBlock]);
+    }
+    if (!in_place)
+      for (int64_t kk = 0; kk < kgroups; ++kk) std::memcpy(dst + (kk * mr + i) * 4, q + kk * 2, 4);
+  }
+}
+
+}  // namespace
+
 void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
                     uint8_t* dst, int32_t* row_sum, float* a_scale) {
   static thread_local std::vector<int8_t> buf;
   static thread_local std::vector<int32_t> bsum;
+  if (s.kg == 2) {
+    pack_a_pairs_mx(s, a, lda, row0, mr, dst, row_sum, a_scale);
+    return;
+  }
   const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 4;
   const bool in_place = mr == 1;  // one row of quads is the decoded row itself
   if (!in_place) buf.resize(static_cast<size_t>(s.kp));
@@ -365,13 +437,16 @@ void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int6
 }
 
 void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
-                        int32_t* q, float* scale) {
+                        int32_t* q, float* scale, int64_t groups) {
   const int64_t nb = k / mx::kBlock;
-  std::vector<int8_t> row(static_cast<size_t>(k));
+  if (groups <= 0) groups = nb;
+  const int64_t gk = k / groups;  // 32, or 16 for BDR weights (two groups per A block)
+  std::vector<int16_t> row(static_cast<size_t>(k));
   for (int64_t i = 0; i < m; ++i) {
-    mx_decode_int8(t, static_cast<const uint8_t*>(a.elems) + i * lda, nb, row.data(), nullptr);
+    decode_row_int16(t, static_cast<const uint8_t*>(a.elems) + i * lda, nb, row.data());
     for (int64_t j = 0; j < k; ++j) q[i * k + j] = row[j];
-    for (int64_t g = 0; g < nb; ++g) scale[i * nb + g] = mx_act_block_scale(t, a.scales[i * a.scales_ld + g]);
+    for (int64_t g = 0; g < groups; ++g)
+      scale[i * groups + g] = mx_act_block_scale(t, a.scales[i * a.scales_ld + g * gk / mx::kBlock]);
   }
 }
 

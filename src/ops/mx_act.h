@@ -10,11 +10,14 @@
 // float(sum) * 2^e is exact (|sum| < 2^24 and 2^e >= 2^-133 > 2^-149), so per block only the fma
 // of the fp32 accumulation rounds; a 0xFF scale is NaN and the fma propagates it.
 //
-// The decoders are generic so that other kernels can take A later: int8 (FP4, E2M3, INT8),
-// int16 (those and E3M2, 16v in [-448, 448]) and fp32 (every OCP type, exact element values, or
-// value * X with the scales). The int8 decoder is vectorized (AVX2; AVX-512 for FP4 / INT8, VBMI
-// vpermb for E2M3) and chosen by the ISA cap like pack_a's quantizer; int16 and fp32 are scalar
-// table lookups (no kernel consumes them yet) except fp32 with scales, which is mx_dequantize.
+// The decoders are generic: int8 (FP4, E2M3, INT8: the s8 quads of the int8 decoded-weight
+// kernels), int16 (those and E3M2, 16v in [-448, 448]: the s16 pairs of the int16-pair kernels
+// for E3M2 / BDR weights, per weight group of 32 or 16) and fp32 (every OCP type, exact element
+// values, or value * X with the scales: the float kernels, F16 / BF16 / MXFP8 weights and the
+// FP8-A routes). The int8 decoder is vectorized (AVX2; AVX-512 for FP4 / INT8, VBMI vpermb for
+// E2M3) and chosen by the ISA cap like pack_a's quantizer; int16 widens it (E3M2: its own AVX2 /
+// AVX-512 table decoder); fp32 with scales is mx_dequantize.
+// Which (A, weight) pair takes which route: check_mx_a_plan below and quantjit.h (qj_gemm_desc).
 #pragma once
 #include <quantjit/quantjit.h>
 
@@ -42,9 +45,12 @@ void mx_decode_f32(qj_dtype t, const uint8_t* elems, const uint8_t* scales, int6
 // 2^-126), NaN for b = 0xFF. t must have an integer form.
 float mx_act_block_scale(qj_dtype t, uint8_t b);
 
-// Plan creation with MX A and weights w (MXFP4 / E2M3 / MXINT8 or S4 / U4 groups of 32 with the
-// int8 A types; F16 / BF16 with every MX type): QJ_ERR_UNSUPPORTED naming the pair it cannot run
-// (and QJ_ERR_INVALID_ARGUMENT for an output type that does not apply).
+// Plan creation with MX A and weights w: MXFP4 / E2M3 / MXINT8 or S4 / U4 groups of 32 with the
+// int8 A types; E3M2 / BDR with every A type but FP8; MXFP4 / E2M3 / MXINT8 also with E3M2 A
+// (gemm.cpp repacks them as BDR, mx16_from_int8_mx); F16 / BF16 / MXFP8 with every MX type; every
+// MX / BDR type with FP8 A (gemm.cpp converts them, mx_weights_for_fp32_a). QJ_ERR_UNSUPPORTED
+// naming the pair it cannot run (and QJ_ERR_INVALID_ARGUMENT for an output type that does not
+// apply).
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w);
 // Run arguments with MX A (a points to a qj_mx_matrix, lda = element bytes between rows).
 qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_t lda);
@@ -52,13 +58,16 @@ qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_
 // Packs rows [row0, row0 + mr) of MX A as s8 quads for the decoded-weight kernels (spec.kg == 4,
 // signed_quads): dst as pack_a_tile, row_sum[g * mr + i] = row_sum_mult * block sum when
 // spec.row_sums, a_scale[g * mr + i] = mx_act_block_scale of the row's block g (g < spec.groups;
-// the weight groups are the 32-blocks).
+// the weight groups are the 32-blocks). spec.kg == 2: s16 pairs for the int16-pair weights (E3M2,
+// BDR), any type with an integer form (E3M2 too), per weight group of k / spec.groups (BDR 16:
+// A block g / 2).
 void pack_a_tile_mx(const PackASpec& spec, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
                     uint8_t* dst, int32_t* row_sum, float* a_scale);
-// Rows [0, m) of MX A as integers q[i * k + j] and block factors scale[i * (k / 32) + g] (the
-// scalar fallback of the plan, src/ref/gemm_ref.h gemm_int_group_a).
+// Rows [0, m) of MX A as integers q[i * k + j] and block factors scale[i * groups + g] per weight
+// group (groups = k / 32 when 0; k / 16 for BDR weights: A block g / 2) (the scalar fallback of
+// the plan, src/ref/gemm_ref.h gemm_int_group_a). Every type with an integer form (E3M2 too).
 void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
-                        int32_t* q, float* scale);
+                        int32_t* q, float* scale, int64_t groups = 0);
 
 // F16 / BF16 weights (the float GEMM): MX A dequantized exactly to fp32 (value * 2^(b - 127),
 // NaN for a 0xFF scale; +-Inf only where the product leaves the fp32 range), row i of the m x k

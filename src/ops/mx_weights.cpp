@@ -10,10 +10,12 @@
 #include "src/ops/mx_weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "src/core/status.h"
+#include "src/formats/half.h"
 #include "src/formats/mx.h"
 #include "src/ops/mx16_weights.h"
 
@@ -169,6 +171,74 @@ qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_pt
       [&](int64_t g, int64_t c) { return src.mx_scale_byte(g, c); }));
   *out = std::move(w);
   return QJ_OK;
+}
+
+namespace {
+
+// E4M3 code of an exact E4M3 value (positive finite codes searched; the sign bit added).
+int e4m3_code_of(float v) {
+  static const float* tab = mx::value_table(QJ_MXFP8_E4M3);
+  const float a = std::fabs(v);
+  for (int c = 0; c < 0x7F; ++c)
+    if (tab[c] == a) return (std::signbit(v) ? 0x80 : 0) | c;
+  return -1;
+}
+
+}  // namespace
+
+qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
+  const int64_t k = src.k, n = src.n;
+  if (src.dtype == QJ_MXFP4_E2M1 || src.dtype == QJ_MXFP6_E2M3 || src.dtype == QJ_MXFP6_E3M2) {
+    // Every FP4 / E2M3 / E3M2 value is an E4M3 value (fewer exponent and mantissa bits, |v| <=
+    // 28 < 448): the same blocks as MXFP8 E4M3 with the same scale bytes.
+    // Integer form q (value * 2^shift, |q| <= 448) -> E4M3 code, built from the type's codes.
+    const mx::ElemFormat& f = *mx::format(src.dtype);
+    const float* vt = mx::value_table(src.dtype);
+    std::vector<uint8_t> code8(897, 0);
+    for (int c = 0; c < (1 << f.bits); ++c) {
+      const int e = e4m3_code_of(vt[c]);
+      if (e < 0) return fail(QJ_ERR_INTERNAL, "%s code 0x%x has no E4M3 code", qj_dtype_name(src.dtype), c);
+      const int q = static_cast<int>(std::ldexp(vt[c], f.int_shift));
+      if (vt[c] != 0.0f || !std::signbit(vt[c])) code8[q + 448] = static_cast<uint8_t>(e);  // 0: +0
+    }
+    const int64_t blocks = k / mx::kBlock;
+    std::vector<uint8_t> el(static_cast<size_t>(n) * k), sc(static_cast<size_t>(n) * blocks);
+    for (int64_t c = 0; c < n; ++c) {
+      for (int64_t kk = 0; kk < k; ++kk) el[c * k + kk] = code8[src.q(kk, c) + 448];
+      for (int64_t b = 0; b < blocks; ++b) sc[c * blocks + b] = src.mx_scale_byte(b, c);
+    }
+    qj_weights_desc d{};
+    d.dtype = QJ_MXFP8_E4M3;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_NK;
+    const qj_mx_weights_data md{el.data(), sc.data(), blocks};
+    return pack_mx_weights(d, &md, k, isa, out);
+  }
+  // MXINT8 (7-bit magnitudes) and BDR (up to 8 significant bits): value * 2^(b - 127) as BF16
+  // (8 significant bits, fp32's exponent range), checked exact per element.
+  const int shift = mx_int_shift(src.dtype);
+  const int64_t gk = src.group_size;
+  std::vector<uint16_t> h(static_cast<size_t>(n) * k);
+  std::vector<double> f(static_cast<size_t>(k / gk));  // 2^(b - 127 - shift) per block, or NaN
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t g = 0; g < k / gk; ++g) f[g] = std::ldexp(static_cast<double>(src.scale(g, c)), -shift);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const double v = static_cast<double>(src.q(kk, c)) * f[kk / gk];  // exact (NaN stays NaN)
+      const uint16_t b = f32_to_bf16(static_cast<float>(v));
+      if (!std::isnan(v) && static_cast<double>(bf16_to_f32(b)) != v)
+        return fail(QJ_ERR_UNSUPPORTED, "%s weight (k=%lld, n=%lld) = %g is not exact in bf16 (the fp32 route "
+                    "of MXFP8 A with these weights): a scale byte near the fp32 range limits",
+                    qj_dtype_name(src.dtype), (long long)kk, (long long)c, v);
+      h[c * k + kk] = b;
+    }
+  }
+  qj_weights_desc d{};
+  d.dtype = QJ_BF16;
+  d.k = k;
+  d.n = n;
+  d.layout = QJ_LAYOUT_NK;
+  return pack_int_weights(d, h.data(), k, isa, out);
 }
 
 }  // namespace qj

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "src/formats/half.h"
+#include "src/formats/mx_bdr.h"
 #include "src/ref/gemm_ref.h"
 #include "src/ref/mx_ref.h"
 
@@ -124,12 +125,61 @@ int fine_shift(qj_dtype t) {
 void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& w,
                 std::vector<double>* y, std::vector<double>* mag) {
   const int64_t m = a.m, k = w.k, n = w.n, groups = k / 32;
-  const int sha = fine_shift(a.type), shb = fine_shift(w.type);
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (const bdr::BdrFormat* bf = bdr::format(w.type)) {
+    // BDR weights: blocks of 16 (A block g / 2), element +-M * 2^(1 - mu) * 2^(E - 127 - m).
+    const int sha = fine_shift(a.type);
+    const int64_t gb = k / bdr::kBlock;
+    y->assign(m * n, 0.0);
+    mag->assign(m * n, 0.0);
+    std::vector<double> av(m * k);
+    for (int64_t i = 0; i < m * k; ++i) av[i] = mx_elem_value(a.type, a.codes[i]);
+    std::vector<bdr::Fields> fl(n * gb);
+    for (int64_t b = 0; b < n * gb; ++b) bdr::unpack(*bf, &w.bdr[b * bf->block_bytes], &fl[b]);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < n; ++c) {
+        double acc = 0, abs = 0;
+        for (int64_t g = 0; g < gb; ++g) {
+          const bdr::Fields& f = fl[c * gb + g];
+          const uint8_t sa = a.scales[i * groups + g / 2];
+          double t;
+          if (sa == 0xFF || f.e == 0xFF) {
+            t = nan;
+          } else {
+            __int128 s = 0;
+            double sd = 0;
+            bool finite = true;
+            for (int j = 0; j < bdr::kBlock; ++j) {
+              const double x = av[i * k + g * bdr::kBlock + j];
+              const int64_t q = static_cast<int64_t>(bdr::int_value(*bf, f.code[j])) << (1 - ((f.mu >> (j / 2)) & 1));
+              sd += x * static_cast<double>(q);
+              if (!std::isfinite(x)) {
+                finite = false;
+                continue;
+              }
+              s += static_cast<__int128>(static_cast<int64_t>(std::ldexp(x, sha))) * q;
+            }
+            const int e = sa + f.e - 254 - bf->m;
+            t = finite ? std::ldexp(static_cast<double>(s), e - sha) : sd * std::ldexp(1.0, e);
+          }
+          acc += t;
+          abs += std::fabs(t);
+        }
+        const double bias = d.bias ? d.bias[c] : 0.0;
+        (*y)[i * n + c] = acc + bias;
+        (*mag)[i * n + c] = abs + std::fabs(bias);
+      }
+    return;
+  }
+  const int sha = fine_shift(a.type), shb = fine_shift(w.type);
   // Values of every code of both sides (exact in double), and their integer forms.
   std::vector<double> av(m * k), wv(n * k);
   for (int64_t i = 0; i < m * k; ++i) av[i] = mx_elem_value(a.type, a.codes[i]);
   for (int64_t i = 0; i < n * k; ++i) wv[i] = mx_elem_value(w.type, w.codes[i]);
+  // Integer forms value * 2^shift (exact; 0 for the non-finite codes, which take the double sum).
+  std::vector<int64_t> ai(m * k), wi(n * k);
+  for (int64_t i = 0; i < m * k; ++i) ai[i] = std::isfinite(av[i]) ? static_cast<int64_t>(std::ldexp(av[i], sha)) : 0;
+  for (int64_t i = 0; i < n * k; ++i) wi[i] = std::isfinite(wv[i]) ? static_cast<int64_t>(std::ldexp(wv[i], shb)) : 0;
   y->assign(m * n, 0.0);
   mag->assign(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i)
@@ -151,8 +201,7 @@ void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& 
               finite = false;
               continue;
             }
-            s += static_cast<__int128>(static_cast<int64_t>(std::ldexp(x, sha))) *
-                 static_cast<int64_t>(std::ldexp(v, shb));
+            s += static_cast<__int128>(ai[i * k + j]) * wi[c * k + j];
           }
           const int e = sa + sb - 254;
           t = finite ? std::ldexp(static_cast<double>(s), e - sha - shb) : sd * std::ldexp(1.0, e);

@@ -58,6 +58,8 @@ struct MxActivations {
 // round, and only for E5M2 x E5M2 blocks needing more than 53 bits). A 0xFF scale on either side
 // makes T_g NaN; an FP8 NaN / Inf code makes the block an IEEE double sum (propagating NaN / Inf).
 // mag[i*n + c] = sum_g |T_g| + |bias[c]| (the scale of the fp32 rounding bound of the tests).
+// BDR weights (w.bdr): g runs over the 16-blocks, A's scale is that of its 32-block g / 2 and
+// T_g = 2^(sA + E - 254 - m) * sum q_A * (+-M << (1 - mu)), the same exact integer sum.
 void gemm_mx_mx(const qj_gemm_desc& d, const MxActivations& a, const MxWeights& w,
                 std::vector<double>* y, std::vector<double>* mag);
 
