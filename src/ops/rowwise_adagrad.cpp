@@ -41,6 +41,7 @@ namespace {
 #define QJ_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define QJ_AVX2_INL __attribute__((target("avx2,fma,f16c"), always_inline))
 #define QJ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define QJ_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), always_inline))
 #define QJ_AVX512_INL __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), always_inline))
 
 int64_t load_int(const void* p, int bits, int64_t i) {
@@ -265,24 +266,29 @@ struct Avx512Ops {
     // (mod 2^32). 512-bit here: measured 8-10% faster than ymm with the hash (a zmm op is one
     // dispatch slot on Zen 4), while the rounding-to-nearest path is faster on ymm.
     const __m512 s5 = _mm512_set1_ps(-step);
-    __m512i jg = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                    _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)));
-    const __m512i jstep = _mm512_set1_epi32(static_cast<int>(16u * 0x9E3779B9u));
+    const __m512i jg0 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)));
     const __m512i keyv = _mm512_set1_epi32(static_cast<int>(key));
     const __m512i mulv = _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du));
-    for (int64_t j = 0; j < dim; j += 16) {
-      if ((j & 31) == 0) prefetch_w(pf + 2 * j);
-      const __mmask16 m = dim - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (dim - j)) - 1u);
+    // one 16-lane step: the stochastic rounding of w[j..j+16) under mask m
+    auto step16 = [&](int64_t j, __mmask16 m) QJ_AVX512_LAMBDA {
       __m512 x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + j));
       __m512 v = _mm512_fmadd_ps(s5, _mm512_maskz_loadu_ps(m, G + j), x);
+      __m512i jg = _mm512_add_epi32(jg0, _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(j) * 0x9E3779B9u)));
       __m512i r = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), mulv), 19);
       __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN / inf
       __m512i vb = _mm512_mask_add_epi32(_mm512_castps_si512(v), finite, _mm512_castps_si512(v), r);
       __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(vb), _MM_FROUND_TO_ZERO);
       QJ_IN_REGISTER(h);
       _mm256_mask_storeu_epi16(w + j, m, h);
-      jg = _mm512_add_epi32(jg, jstep);
+    };
+    int64_t j = 0;
+    for (; j + 32 <= dim; j += 32) {  // 64 bytes of the row: one prefetch
+      prefetch_w(pf + 2 * j);
+      step16(j, 0xffff);
+      step16(j + 16, 0xffff);
     }
+    for (; j < dim; j += 16) step16(j, dim - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (dim - j)) - 1u));
   }
 };
 
@@ -301,8 +307,10 @@ struct Slot {
 struct Scratch {
   std::vector<Slot> slots;
   uint64_t gen = 0;
+  std::vector<uint64_t> cslots;  // compact slots (group_rows)
+  uint64_t cgen = 0;
   std::vector<Uniq> uniq;                 // per unique row
-  std::vector<int64_t> next, bag;         // per position: next position of the same row, its bag
+  std::vector<int64_t> next, bag;         // per chained position: next position of the same row, its bag
   std::vector<float> e;                   // per position: its factor (weighted only)
   std::vector<int64_t> bstart;            // per bag: first position (num_bags + 1 entries)
   int64_t unique = 0;                     // unique rows of the current call
@@ -401,50 +409,93 @@ TierFns tier_fns<Avx512Ops>() {
 }
 
 // Groups the occurrences by row: unique rows in order of first occurrence, each with its
-// occurrences chained in increasing position.
+// occurrences chained in increasing position (next[], and bag[] for the chained positions: the
+// per-position arrays are only written for duplicates). Open addressing without clearing: a slot
+// belongs to this call if it carries this call's generation. Compact slots (one uint64: row << 32
+// | generation << 24 | unique id) when rows and ids fit, so that ~1000 lookups use a 16 KiB table
+// that stays in L1; otherwise 16-byte slots (row, generation << 40 | id).
+template <class Idx, bool kCompact>
+void group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap) {
+  const size_t mask = (size_t{1} << logcap) - 1;
+  Uniq* uq = s.uniq.data();
+  int64_t* next = s.next.data();
+  int64_t* bagof = s.bag.data();
+  const int64_t* bstart = s.bstart.data();
+  int64_t u = 0;
+  uint64_t* cslots = s.cslots.data();
+  Slot* slots = s.slots.data();
+  const uint64_t cgen = (s.cgen & 0xff) << 24;
+  const uint64_t gtag = s.gen << 40, idmask = (uint64_t{1} << 40) - 1;
+  for (int64_t b = 0; b < nbags; ++b) {
+    for (int64_t i = bstart[b], end = bstart[b + 1]; i < end; ++i) {
+      const int64_t row = idx[i];
+      size_t h = static_cast<size_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> (64 - logcap));
+      int64_t id;
+      for (;;) {
+        if constexpr (kCompact) {
+          const uint64_t v = cslots[h];
+          if ((v & 0xff000000u) != cgen) {  // empty in this generation: a new row
+            cslots[h] = static_cast<uint64_t>(row) << 32 | cgen | static_cast<uint64_t>(u);
+            id = -1;
+            break;
+          }
+          if (static_cast<int64_t>(v >> 32) == row) {
+            id = static_cast<int64_t>(v & 0xffffff);
+            break;
+          }
+        } else {
+          Slot& sl = slots[h];
+          if ((sl.tag & ~idmask) != gtag) {
+            sl.row = row;
+            sl.tag = gtag | static_cast<uint64_t>(u);
+            id = -1;
+            break;
+          }
+          if (sl.row == row) {
+            id = static_cast<int64_t>(sl.tag & idmask);
+            break;
+          }
+        }
+        h = (h + 1) & mask;
+      }
+      if (id < 0) {
+        uq[u++] = Uniq{row, i, i, b};
+      } else {
+        next[uq[id].tail] = i;
+        bagof[i] = b;
+        uq[id].tail = i;
+      }
+    }
+  }
+  s.unique = u;
+}
+
 template <class Idx>
-void group_rows(Scratch& s, const Idx* idx, int64_t n) {
+void group_rows(Scratch& s, const Idx* idx, int64_t n, int64_t nbags, int64_t num_rows) {
   int logcap = 4;
   while ((int64_t{1} << logcap) < 2 * n) ++logcap;
   const size_t cap = size_t{1} << logcap;
+  if (num_rows <= (int64_t{1} << 32) && n < (int64_t{1} << 24)) {
+    if (s.cslots.size() < cap) {
+      s.cslots.assign(cap, 0);
+      s.cgen = 0;
+    }
+    if (++s.cgen == 256) {  // generations wrapped: forget every slot
+      std::fill(s.cslots.begin(), s.cslots.end(), uint64_t{0});
+      s.cgen = 1;
+    }
+    group_rows_impl<Idx, true>(s, idx, nbags, logcap);
+    return;
+  }
   if (s.slots.size() < cap) {
     s.slots.assign(cap, Slot{0, 0});
     s.gen = 0;
   }
-  if (++s.gen >= (uint64_t{1} << 24)) {  // generations wrapped: forget every slot
+  if (++s.gen >= (uint64_t{1} << 24)) {
     std::fill(s.slots.begin(), s.slots.end(), Slot{0, 0});
     s.gen = 1;
   }
-  const uint64_t gtag = s.gen << 40;
-  const uint64_t idmask = (uint64_t{1} << 40) - 1;
-  Slot* slots = s.slots.data();
-  const size_t mask = cap - 1;
-  Uniq* uq = s.uniq.data();
-  const int64_t* bag = s.bag.data();
-  int64_t* next = s.next.data();
-  int64_t u = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = idx[i];
-    size_t h = static_cast<size_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> (64 - logcap));
-    for (;;) {
-      Slot& sl = slots[h];
-      if ((sl.tag & ~idmask) != gtag) {  // empty in this generation: a new row
-        sl.row = row;
-        sl.tag = gtag | static_cast<uint64_t>(u);
-        uq[u] = Uniq{row, i, i, bag[i]};
-        ++u;
-        break;
-      }
-      if (sl.row == row) {
-        const int64_t id = static_cast<int64_t>(sl.tag & idmask);
-        next[uq[id].tail] = i;
-        uq[id].tail = i;
-        break;
-      }
-      h = (h + 1) & mask;
-    }
-  }
-  s.unique = u;
+  group_rows_impl<Idx, false>(s, idx, nbags, logcap);
 }
 
 template <class Idx>
@@ -495,7 +546,6 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   for (size_t b = 0; b < nb; ++b) {
     const int64_t start = s.bstart[b], end = s.bstart[b + 1];
     const float inv = bag_factor(d, end - start);
-    for (int64_t i = start; i < end; ++i) s.bag[i] = static_cast<int64_t>(b);
     if (d.weighted) {
       for (int64_t i = start; i < end; ++i) {
         float f = c.weights[d.positional ? i - start : i];
@@ -505,9 +555,9 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
     }
   }
   if (d.index_bits == 32)
-    group_rows(s, static_cast<const int32_t*>(c.indices), n);
+    group_rows(s, static_cast<const int32_t*>(c.indices), n, c.num_bags, c.num_rows);
   else
-    group_rows(s, static_cast<const int64_t*>(c.indices), n);
+    group_rows(s, static_cast<const int64_t*>(c.indices), n, c.num_bags, c.num_rows);
   job.unique = s.unique;
   if (num_threads > job.unique) num_threads = static_cast<int32_t>(job.unique);
   if (num_threads <= 1)
