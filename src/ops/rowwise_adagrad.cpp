@@ -232,19 +232,16 @@ struct Avx512Ops {
     }
   }
   QJ_AVX512_INL static void upd32(float* w, const float* G, float step, int64_t dim, const char* pf) {
-    const __m256 s = _mm256_set1_ps(-step);
+    const __m512 s = _mm512_set1_ps(-step);
     int64_t j = 0;
     for (; j + 16 <= dim; j += 16) {
       prefetch_w(pf + 4 * j);
-      const __m256 a = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j), _mm256_loadu_ps(w + j));
-      const __m256 b = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j + 8), _mm256_loadu_ps(w + j + 8));
-      _mm256_storeu_ps(w + j, a);
-      _mm256_storeu_ps(w + j + 8, b);
+      _mm512_storeu_ps(w + j, _mm512_fmadd_ps(s, _mm512_loadu_ps(G + j), _mm512_loadu_ps(w + j)));
     }
     prefetch_w(pf + 4 * dim - 1);
-    for (; j < dim; j += 8) {
-      const __mmask8 m = tail8(dim - j);
-      _mm256_mask_storeu_ps(w + j, m, _mm256_fmadd_ps(s, _mm256_maskz_loadu_ps(m, G + j), _mm256_maskz_loadu_ps(m, w + j)));
+    if (j < dim) {
+      const __mmask16 m = static_cast<__mmask16>((1u << (dim - j)) - 1u);
+      _mm512_mask_storeu_ps(w + j, m, _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m, G + j), _mm512_maskz_loadu_ps(m, w + j)));
     }
   }
   QJ_AVX512_INL static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char* pf) {
