@@ -13,8 +13,9 @@
 //    the bag, computed once per bag (as FBGEMM computes its per-bag square sum once); the row
 //    then costs one fused load-fma-store pass, like FBGEMM's per-occurrence kernel.
 //  - the rows (and momentum entries) of the rows a few places ahead are prefetched.
-//  - indices are range-checked by one branch-free pass first (the exact error message is then
-//    produced by the shared scalar validator), so nothing is written on bad input.
+//  - indices are range-checked while they are grouped (per-occurrence mode: one branch-free pass
+//    first); the exact error message is then produced by the shared scalar validator. Either way
+//    this happens before anything is written.
 // Every path performs the reference's operations in the reference's order (G summed over the
 // row's occurrences by position, the 8-lane sum of squares in increasing j), so every tier and
 // every thread count gives the reference's bits.
@@ -412,7 +413,7 @@ TierFns tier_fns<Avx512Ops>() {
 // | generation << 24 | unique id) when rows and ids fit, so that ~1000 lookups use a 16 KiB table
 // that stays in L1; otherwise 16-byte slots (row, generation << 40 | id).
 template <class Idx, bool kCompact>
-void group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap) {
+bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint64_t limit) {
   const size_t mask = (size_t{1} << logcap) - 1;
   Uniq* uq = s.uniq.data();
   int64_t* next = s.next.data();
@@ -426,6 +427,7 @@ void group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap) {
   for (int64_t b = 0; b < nbags; ++b) {
     for (int64_t i = bstart[b], end = bstart[b + 1]; i < end; ++i) {
       const int64_t row = idx[i];
+      if (static_cast<uint64_t>(row) >= limit) return false;  // the caller reports it
       size_t h = static_cast<size_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> (64 - logcap));
       int64_t id;
       for (;;) {
@@ -465,10 +467,13 @@ void group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap) {
     }
   }
   s.unique = u;
+  return true;
 }
 
+// Also the range check of the indices in the coalesced mode (false: an index is outside
+// [0, num_rows); nothing has been written).
 template <class Idx>
-void group_rows(Scratch& s, const Idx* idx, int64_t n, int64_t nbags, int64_t num_rows) {
+bool group_rows(Scratch& s, const Idx* idx, int64_t n, int64_t nbags, int64_t num_rows) {
   int logcap = 4;
   while ((int64_t{1} << logcap) < 2 * n) ++logcap;
   const size_t cap = size_t{1} << logcap;
@@ -481,8 +486,7 @@ void group_rows(Scratch& s, const Idx* idx, int64_t n, int64_t nbags, int64_t nu
       std::fill(s.cslots.begin(), s.cslots.end(), uint64_t{0});
       s.cgen = 1;
     }
-    group_rows_impl<Idx, true>(s, idx, nbags, logcap);
-    return;
+    return group_rows_impl<Idx, true>(s, idx, nbags, logcap, static_cast<uint64_t>(num_rows));
   }
   if (s.slots.size() < cap) {
     s.slots.assign(cap, Slot{0, 0});
@@ -492,7 +496,7 @@ void group_rows(Scratch& s, const Idx* idx, int64_t n, int64_t nbags, int64_t nu
     std::fill(s.slots.begin(), s.slots.end(), Slot{0, 0});
     s.gen = 1;
   }
-  group_rows_impl<Idx, false>(s, idx, nbags, logcap);
+  return group_rows_impl<Idx, false>(s, idx, nbags, logcap, static_cast<uint64_t>(num_rows));
 }
 
 template <class Idx>
@@ -500,6 +504,15 @@ bool indices_in_range(const Idx* idx, int64_t n, uint64_t limit) {
   bool bad = false;
   for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint64_t>(static_cast<int64_t>(idx[i])) >= limit;
   return !bad;
+}
+
+// The error for an index outside the table: the shared validator names the first bad index and
+// its bag.
+qj_status report_bad_index(const qj_rowwise_adagrad_desc& d, const AdagradCall& c) {
+  const qj_status st = validate_indices_scalar("qj_rowwise_adagrad_fused", d.index_bits, c.indices, c.num_indices,
+                                               static_cast<uint64_t>(c.num_rows), "table", d.offset_bits,
+                                               d.use_lengths != 0, c.offsets_or_lengths, c.num_bags, false);
+  return st != QJ_OK ? st : fail(QJ_ERR_INTERNAL, "qj_rowwise_adagrad_fused: index check disagreement");
 }
 
 template <class K>
@@ -551,10 +564,9 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
       }
     }
   }
-  if (d.index_bits == 32)
-    group_rows(s, static_cast<const int32_t*>(c.indices), n, c.num_bags, c.num_rows);
-  else
-    group_rows(s, static_cast<const int64_t*>(c.indices), n, c.num_bags, c.num_rows);
+  const bool in_range = d.index_bits == 32 ? group_rows(s, static_cast<const int32_t*>(c.indices), n, c.num_bags, c.num_rows)
+                                           : group_rows(s, static_cast<const int64_t*>(c.indices), n, c.num_bags, c.num_rows);
+  if (!in_range) return report_bad_index(d, c);
   job.unique = s.unique;
   if (num_threads > job.unique) num_threads = static_cast<int32_t>(job.unique);
   if (num_threads <= 1)
@@ -572,15 +584,15 @@ qj_status rowwise_adagrad_fused(const qj_rowwise_adagrad_desc& d, const AdagradC
   if (c.num_bags > 0 || c.num_indices > 0)
     QJ_TRY(validate_bags(fn, d.offset_bits, d.use_lengths != 0, c.offsets_or_lengths, c.num_bags, c.num_indices, 0,
                          &prefix));
-  const bool ok = d.index_bits == 32
-                      ? indices_in_range(static_cast<const int32_t*>(c.indices), c.num_indices, static_cast<uint64_t>(c.num_rows))
-                      : indices_in_range(static_cast<const int64_t*>(c.indices), c.num_indices, static_cast<uint64_t>(c.num_rows));
-  if (!ok) {
-    // the shared validator names the first bad index and its bag
-    QJ_TRY(validate_indices_scalar(fn, d.index_bits, c.indices, c.num_indices, static_cast<uint64_t>(c.num_rows),
-                                   "table", d.offset_bits, d.use_lengths != 0, c.offsets_or_lengths, c.num_bags, false));
-  }
   if (c.num_indices == 0) return QJ_OK;
+  // The coalesced mode checks the indices while grouping them (before anything is written).
+  if (d.mode != QJ_UPDATE_COALESCED) {
+    const bool ok = d.index_bits == 32 ? indices_in_range(static_cast<const int32_t*>(c.indices), c.num_indices,
+                                                          static_cast<uint64_t>(c.num_rows))
+                                       : indices_in_range(static_cast<const int64_t*>(c.indices), c.num_indices,
+                                                          static_cast<uint64_t>(c.num_rows));
+    if (!ok) return report_bad_index(d, c);
+  }
   if (c.num_indices >= (int64_t{1} << 40))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_indices=%" PRId64 " is not below 2^40", fn, c.num_indices);
   const qj_isa isa = max_isa();
