@@ -396,6 +396,35 @@ TEST(RowwiseAdagrad, RepeatedCallsReuseTheGroupingScratch) {
   }
 }
 
+// After a call much larger than the next one, the thread's grouping scratch is released and
+// rebuilt (rowwise_adagrad.cpp): the small call after a large one still matches the reference.
+TEST(RowwiseAdagrad, ScratchReleasedAfterALargeCall) {
+  qj_rowwise_adagrad_desc d;
+  std::memset(&d, 0, sizeof d);
+  d.table_type = QJ_F32;
+  d.dim = 1;
+  d.index_bits = 32;
+  d.offset_bits = 64;
+  d.pooling = QJ_POOL_SUM;
+  d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+  d.learning_rate = 0.01f;
+  d.epsilon = 1e-6f;
+  const int64_t rows = 1000;
+  std::vector<float> t = qjt::random_floats(rows, -1, 1, 3), tref = t, h(rows, 0.5f), href = h;
+  std::mt19937 gen(5);
+  for (int64_t n : {(int64_t{1} << 20) + 9, int64_t{100}}) {
+    std::vector<int32_t> idx(static_cast<size_t>(n));
+    for (auto& v : idx) v = static_cast<int32_t>(gen() % rows);
+    const int64_t off[2] = {0, n};
+    const float g[1] = {0.25f};
+    ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(d, tref.data(), href.data(), rows, 1, idx.data(), n, off, nullptr, g, 0));
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&d, t.data(), h.data(), rows, 1, idx.data(), n, off, nullptr, g, 0, 1), QJ_OK)
+        << qj_last_error();
+    ASSERT_EQ(0, std::memcmp(t.data(), tref.data(), t.size() * 4)) << n;
+    ASSERT_EQ(0, std::memcmp(h.data(), href.data(), h.size() * 4)) << n;
+  }
+}
+
 // The stochastic-rounding bits are the documented function (src/formats/fp16_stochastic.h) and the
 // two-step row key equals the one-step one.
 TEST(RowwiseAdagrad, StochasticBitsAreTheDocumentedFunction) {

@@ -518,6 +518,9 @@ qj_status report_bad_index(const qj_rowwise_adagrad_desc& d, const AdagradCall& 
 template <class K>
 qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32_t num_threads) {
   Scratch& s = scratch();
+  // The scratch keeps its size between calls; after a much larger call it is given back (a
+  // thread's one huge batch should not pin ~60 bytes per index for the thread's lifetime).
+  if (s.uniq.capacity() > std::max<size_t>(8 * static_cast<size_t>(c.num_indices), size_t{1} << 20)) s = Scratch();
   Job job;
   job.d = &d;
   job.c = &c;
