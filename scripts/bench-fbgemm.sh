@@ -80,9 +80,11 @@ for w in "${what[@]}"; do
           "${reps[@]}" > "$out/fb-$w-$fmt-direct.jsonl"
       done ;;
     adagrad)
-      # FBGEMM updates once per occurrence; quantjit-bench's matching mode is --update occurrence
+      # FBGEMM updates once per occurrence (racy with threads); quantjit runs its default,
+      # deterministic coalesced mode (the target: at least FBGEMM's speed per row while
+      # deterministic). ADAGRAD_UPDATE=occurrence times quantjit's FBGEMM-order mode instead.
       $pin "$qb" embedding --adagrad --rows f32,f16 --dims "$dims" --index 32,64 --mode warm,cold \
-        --update occurrence --format json "${reps[@]}" 2>/dev/null > "$out/qj-adagrad.jsonl"
+        --update "${ADAGRAD_UPDATE:-coalesced}" --format json "${reps[@]}" 2>/dev/null > "$out/qj-adagrad.jsonl"
       $pin "$direct" adagrad --rows f32,f16 --dims "$dims" --index 32,64 --mode warm,cold \
         "${reps[@]}" > "$out/fb-adagrad-direct.jsonl" ;;
     *) echo "bench-fbgemm: unknown set '$w' (fp16 int8 emb emb-fresh adagrad)" >&2; exit 2 ;;

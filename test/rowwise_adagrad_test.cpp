@@ -260,4 +260,185 @@ TEST(RowwiseAdagrad, BadInputsLeaveTheTableUntouched) {
             QJ_ERR_INVALID_ARGUMENT);
 }
 
+// The driver's own structure: hash grouping of many indices (collisions, several occurrences of a
+// row across many bags, rows far apart), the per-bag shortcut for single unweighted occurrences
+// next to duplicated and weighted rows, rows of every tail length, the software pipeline across
+// range boundaries (1/2/3/8 threads), at every tier, bit for bit against the reference.
+struct BigCase {
+  qj_rowwise_adagrad_desc d;
+  int64_t rows, nbags;
+  std::vector<int64_t> idx64, off64;
+  std::vector<uint8_t> idx, off, table;
+  std::vector<float> h, w, g;
+};
+
+BigCase make_big(qj_dtype tt, int64_t dim, bool weighted, qj_pooling pool, bool sr, int ib, uint32_t seed) {
+  BigCase c;
+  std::memset(&c.d, 0, sizeof c.d);
+  c.d.table_type = tt;
+  c.d.dim = dim;
+  c.d.index_bits = ib;
+  c.d.offset_bits = 64;
+  c.d.weighted = weighted;
+  c.d.pooling = pool;
+  c.d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+  c.d.mode = QJ_UPDATE_COALESCED;
+  c.d.learning_rate = 0.03f;
+  c.d.epsilon = 1e-7f;
+  c.d.stochastic_rounding = sr;
+  c.rows = 3000;
+  c.nbags = 37;
+  std::mt19937 gen(seed);
+  c.off64.push_back(0);
+  for (int64_t b = 0; b < c.nbags; ++b) {
+    const int64_t len = b % 11 == 5 ? 0 : 1 + static_cast<int64_t>(gen() % 120);
+    for (int64_t k = 0; k < len; ++k) {
+      // mostly distinct rows (the shortcut), a hot set of 40 rows (duplicates within and across
+      // bags), and rows that collide in a power-of-two hash (multiples of 1024)
+      const uint32_t kind = gen() % 10;
+      int64_t r = kind < 6 ? static_cast<int64_t>(gen() % c.rows) : kind < 9 ? static_cast<int64_t>(gen() % 40) * 7
+                                                                          : static_cast<int64_t>(gen() % 3) * 1024;
+      c.idx64.push_back(r);
+    }
+    c.off64.push_back(static_cast<int64_t>(c.idx64.size()));
+  }
+  c.idx = pack(c.idx64, ib);
+  c.off = pack(c.off64, 64);
+  const std::vector<float> t = qjt::random_floats(static_cast<size_t>(c.rows * dim), -1, 1, seed + 1);
+  if (tt == QJ_F32) {
+    c.table.resize(t.size() * 4);
+    std::memcpy(c.table.data(), t.data(), c.table.size());
+  } else {
+    c.table.resize(t.size() * 2);
+    for (size_t i = 0; i < t.size(); ++i) {
+      const uint16_t x = qj::f32_to_f16(t[i]);
+      std::memcpy(&c.table[i * 2], &x, 2);
+    }
+  }
+  c.h = qjt::random_floats(static_cast<size_t>(c.rows), 0, 0.5f, seed + 2);
+  c.w = qjt::random_floats(c.idx64.size() + 1, -1.5f, 1.5f, seed + 3);
+  c.g = qjt::random_floats(static_cast<size_t>(c.nbags * dim), -1, 1, seed + 4);
+  return c;
+}
+
+TEST(RowwiseAdagrad, ManyIndicesEveryTierMatchReference) {
+  const std::vector<int64_t> dims = {1, 4, 7, 8, 15, 16, 17, 31, 32, 33, 64, 96, 128, 163, 256, 512, 1000};
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (int64_t dim : dims) {
+      for (int variant = 0; variant < 3; ++variant) {
+        ++n;
+        const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;
+        const bool sr = variant == 2;
+        const bool weighted = n % 3 == 1;
+        const qj_pooling pool = n % 4 == 2 ? QJ_POOL_MEAN : QJ_POOL_SUM;
+        BigCase c = make_big(tt, dim, weighted, pool, sr, n % 2 ? 32 : 64, 1000 + n);
+        SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim) +
+                     (weighted ? " weighted" : "") + (pool == QJ_POOL_MEAN ? " mean" : " sum"));
+        std::vector<uint8_t> want = c.table;
+        std::vector<float> hw = c.h;
+        const int64_t ni = static_cast<int64_t>(c.idx64.size());
+        ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
+                                                   c.off.data(), weighted ? c.w.data() : nullptr, c.g.data(), 99));
+        for (int threads : {1, 2, 3, 8}) {
+          std::vector<uint8_t> got = c.table;
+          std::vector<float> hg = c.h;
+          ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(),
+                                             weighted ? c.w.data() : nullptr, c.g.data(), 99, threads),
+                    QJ_OK)
+              << qj_last_error();
+          ASSERT_EQ(got, want) << threads << " threads";
+          for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+        }
+      }
+    }
+  }
+}
+
+// The grouping's scratch is reused across calls (slots tagged with a call generation, never
+// cleared; the compact slots' 8-bit generation wraps every 255 calls) and its 16-byte slots are
+// used when num_rows does not fit 32 bits: a long sequence of calls with changing index sets and
+// sizes stays equal to the reference applied call by call.
+TEST(RowwiseAdagrad, RepeatedCallsReuseTheGroupingScratch) {
+  for (int64_t num_rows_declared : {int64_t{0}, int64_t{1} << 33}) {
+    const int64_t rows = 600, dim = 5;
+    qj_rowwise_adagrad_desc d;
+    std::memset(&d, 0, sizeof d);
+    d.table_type = QJ_F32;
+    d.dim = dim;
+    d.index_bits = 64;
+    d.offset_bits = 64;
+    d.pooling = QJ_POOL_SUM;
+    d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+    d.mode = QJ_UPDATE_COALESCED;
+    d.learning_rate = 0.01f;
+    d.epsilon = 1e-6f;
+    std::vector<float> t = qjt::random_floats(static_cast<size_t>(rows * dim), -1, 1, 5), tref = t;
+    std::vector<float> h(rows, 0.25f), href = h;
+    std::mt19937 gen(17);
+    for (int call = 0; call < 300; ++call) {
+      const int64_t n = 1 + static_cast<int64_t>(gen() % (call % 50 == 0 ? 900 : 40));
+      std::vector<int64_t> idx(static_cast<size_t>(n));
+      for (auto& v : idx) v = static_cast<int64_t>(gen() % (call % 2 ? 30 : rows));
+      const int64_t off[3] = {0, n / 2, n};
+      std::vector<float> g = qjt::random_floats(static_cast<size_t>(2 * dim), -1, 1, 100 + call);
+      ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(d, tref.data(), href.data(), rows, 2, idx.data(), n, off, nullptr,
+                                                 g.data(), 0));
+      ASSERT_EQ(qj_rowwise_adagrad_fused(&d, t.data(), h.data(), num_rows_declared ? num_rows_declared : rows, 2,
+                                         idx.data(), n, off, nullptr, g.data(), 0, 1 + call % 3),
+                QJ_OK)
+          << qj_last_error();
+      ASSERT_EQ(0, std::memcmp(t.data(), tref.data(), t.size() * 4)) << "call " << call;
+      ASSERT_EQ(0, std::memcmp(h.data(), href.data(), h.size() * 4)) << "call " << call;
+    }
+  }
+}
+
+// After a call much larger than the next one, the thread's grouping scratch is released and
+// rebuilt (rowwise_adagrad.cpp): the small call after a large one still matches the reference.
+TEST(RowwiseAdagrad, ScratchReleasedAfterALargeCall) {
+  qj_rowwise_adagrad_desc d;
+  std::memset(&d, 0, sizeof d);
+  d.table_type = QJ_F32;
+  d.dim = 1;
+  d.index_bits = 32;
+  d.offset_bits = 64;
+  d.pooling = QJ_POOL_SUM;
+  d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+  d.learning_rate = 0.01f;
+  d.epsilon = 1e-6f;
+  const int64_t rows = 1000;
+  std::vector<float> t = qjt::random_floats(rows, -1, 1, 3), tref = t, h(rows, 0.5f), href = h;
+  std::mt19937 gen(5);
+  for (int64_t n : {(int64_t{1} << 20) + 9, int64_t{100}}) {
+    std::vector<int32_t> idx(static_cast<size_t>(n));
+    for (auto& v : idx) v = static_cast<int32_t>(gen() % rows);
+    const int64_t off[2] = {0, n};
+    const float g[1] = {0.25f};
+    ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(d, tref.data(), href.data(), rows, 1, idx.data(), n, off, nullptr, g, 0));
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&d, t.data(), h.data(), rows, 1, idx.data(), n, off, nullptr, g, 0, 1), QJ_OK)
+        << qj_last_error();
+    ASSERT_EQ(0, std::memcmp(t.data(), tref.data(), t.size() * 4)) << n;
+    ASSERT_EQ(0, std::memcmp(h.data(), href.data(), h.size() * 4)) << n;
+  }
+}
+
+// The stochastic-rounding bits are the documented function (src/formats/fp16_stochastic.h) and the
+// two-step row key equals the one-step one.
+TEST(RowwiseAdagrad, StochasticBitsAreTheDocumentedFunction) {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{7}, ~uint64_t{0} - 3}) {
+    for (uint64_t row : {uint64_t{0}, uint64_t{12345}, uint64_t{1} << 40}) {
+      const uint32_t key = qj::sr_row_key(seed, row);
+      ASSERT_EQ(key, qj::sr_row_key_from(qj::sr_seed_key(seed), row));
+      for (uint32_t j : {0u, 1u, 15u, 16u, 1000u}) {
+        const uint32_t want = ((key ^ (j * 0x9E3779B9u)) * 0x2C1B3C6Du) >> 19;
+        ASSERT_EQ(qj::sr_bits(key, j), want);
+        ASSERT_LT(qj::sr_bits(key, j), 1u << 13);
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -9,8 +9,13 @@
 // The random bits are a pure function of (seed, row, column), so a run is reproducible and does
 // not depend on thread count or order:
 //   rowkey = fmix32(lo(row) ^ fmix32(hi(row) ^ fmix32(hi(seed) ^ fmix32(lo(seed)))))
-//   r(j)   = fmix32(rowkey ^ (uint32(j) * 0x9E3779B9)) & 0x1FFF
-// fmix32 is MurmurHash3's finalizer. Vector code computes exactly these 32-bit operations.
+//   r(j)   = ((rowkey ^ (uint32(j) * 0x9E3779B9)) * 0x2C1B3C6D) >> 19      (all mod 2^32)
+// fmix32 is MurmurHash3's finalizer. Per element, r is one multiplicative hash (the top 13 bits
+// of an odd multiple) of a per-row well-mixed key: until 2026-11-29 r(j) was a full fmix32 of the
+// same input, which cost twice the rest of an fp16 row update (two vector multiplies and eight
+// other operations per element against one multiply and two); the rounding stays unbiased
+// (test/rowwise_adagrad_test.cpp checks the rate) and reproducible. Vector code computes exactly
+// these 32-bit operations.
 #pragma once
 #include <cstdint>
 
@@ -27,15 +32,20 @@ inline uint32_t fmix32(uint32_t h) {
   return h;
 }
 
-inline uint32_t sr_row_key(uint64_t seed, uint64_t row) {
-  uint32_t k = fmix32(static_cast<uint32_t>(seed));
-  k = fmix32(static_cast<uint32_t>(seed >> 32) ^ k);
-  k = fmix32(static_cast<uint32_t>(row >> 32) ^ k);
+// sr_row_key in two steps, so that a call hashes its seed once: sr_row_key(seed, row) ==
+// sr_row_key_from(sr_seed_key(seed), row).
+inline uint32_t sr_seed_key(uint64_t seed) {
+  const uint32_t k = fmix32(static_cast<uint32_t>(seed));
+  return fmix32(static_cast<uint32_t>(seed >> 32) ^ k);
+}
+inline uint32_t sr_row_key_from(uint32_t seed_key, uint64_t row) {
+  const uint32_t k = fmix32(static_cast<uint32_t>(row >> 32) ^ seed_key);
   return fmix32(static_cast<uint32_t>(row) ^ k);
 }
+inline uint32_t sr_row_key(uint64_t seed, uint64_t row) { return sr_row_key_from(sr_seed_key(seed), row); }
 
 inline uint32_t sr_bits(uint32_t row_key, uint32_t j) {
-  return fmix32(row_key ^ (j * 0x9E3779B9u)) & 0x1fffu;
+  return ((row_key ^ (j * 0x9E3779B9u)) * 0x2C1B3C6Du) >> 19;
 }
 
 // fp32 -> fp16 rounding toward zero (vcvtps2ph with imm 3): overflow gives +-65504, NaN stays NaN.
