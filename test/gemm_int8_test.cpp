@@ -887,6 +887,49 @@ struct GuardedBuffer {
   }
 };
 
+// One plan over random s8 weights, run with A and C at the very end of guard pages: 0 if the run
+// succeeded, 1 if it failed, >= 100 if setting up failed (a fault ends the process).
+int guarded_run(qj_dtype at, qj_dtype ct, int64_t m, int64_t n, int64_t k, uint32_t wseed) {
+  const size_t asz = at == QJ_F32 ? 4 : at == QJ_BF16 ? 2 : 1;
+  const size_t csz = ct == QJ_U8 || ct == QJ_S8 ? 1 : ct == QJ_BF16 ? 2 : 4;
+  std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, wseed);
+  std::vector<float> scales(n, 0.01f);
+  qj_weights_desc wd{};
+  wd.dtype = QJ_S8;
+  wd.k = k;
+  wd.n = n;
+  wd.granularity = QJ_GRAN_CHANNEL;
+  wd.scales = scales.data();
+  qj_weights w = nullptr;
+  if (qj_weights_pack(&wd, wq.data(), n, &w) != QJ_OK) return 100;
+  qj_gemm_desc d{};
+  d.a_type = at;
+  d.a_scale = 0.1f;
+  d.a_zero_point = at == QJ_U8 ? 7 : 0;
+  d.c_type = ct;
+  d.c_scale = 0.5f;
+  qj_gemm_plan p = nullptr;
+  if (qj_gemm_plan_create(&d, w, &p) != QJ_OK) return 101;
+  GuardedBuffer a(m * k * asz), c(m * n * csz);
+  if (!a.data || !c.data) return 102;
+  std::vector<uint8_t> bytes = qjt::random_ints<uint8_t>(m * k * asz, 0, 255, 9);
+  if (at == QJ_F32)
+    for (int64_t i = 0; i < m * k; ++i) {
+      float v = static_cast<float>(bytes[i * 4]) - 128.0f;
+      std::memcpy(&bytes[i * 4], &v, 4);
+    }
+  if (at == QJ_BF16)
+    for (int64_t i = 0; i < m * k; ++i) {
+      uint16_t h = qj::f32_to_bf16(static_cast<float>(bytes[i * 2]) - 128.0f);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  std::memcpy(a.data, bytes.data(), bytes.size());
+  const int bad = qj_gemm_run(p, m, a.data, k, c.data, n, nullptr) != QJ_OK ? 1 : 0;
+  qj_gemm_plan_destroy(p);
+  qj_weights_destroy(w);
+  return bad;
+}
+
 int guarded_runs(qj_isa isa) {
   qjt::IsaCap cap(isa);
   int bad = 0;
@@ -896,75 +939,18 @@ int guarded_runs(qj_isa isa) {
         for (int64_t n : {1, 15, 17, 49})
           for (int64_t m : {1, 2, 7}) {
             if (ct == QJ_S32 && (at == QJ_F32 || at == QJ_BF16)) continue;
-            const size_t asz = at == QJ_F32 ? 4 : at == QJ_BF16 ? 2 : 1;
-            const size_t csz = ct == QJ_U8 ? 1 : ct == QJ_BF16 ? 2 : 4;
-            std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 7);
-            std::vector<float> scales(n, 0.01f);
-            qj_weights_desc wd{};
-            wd.dtype = QJ_S8;
-            wd.k = k;
-            wd.n = n;
-            wd.granularity = QJ_GRAN_CHANNEL;
-            wd.scales = scales.data();
-            qj_weights w = nullptr;
-            if (qj_weights_pack(&wd, wq.data(), n, &w) != QJ_OK) return 100;
-            qj_gemm_desc d{};
-            d.a_type = at;
-            d.a_scale = 0.1f;
-            d.a_zero_point = at == QJ_U8 ? 7 : 0;
-            d.c_type = ct;
-            d.c_scale = 0.5f;
-            qj_gemm_plan p = nullptr;
-            if (qj_gemm_plan_create(&d, w, &p) != QJ_OK) return 101;
-            GuardedBuffer a(m * k * asz), c(m * n * csz);
-            if (!a.data || !c.data) return 102;
-            std::vector<uint8_t> bytes = qjt::random_ints<uint8_t>(m * k * asz, 0, 255, 9);
-            if (at == QJ_F32)
-              for (int64_t i = 0; i < m * k; ++i) {
-                float v = static_cast<float>(bytes[i * 4]) - 128.0f;
-                std::memcpy(&bytes[i * 4], &v, 4);
-              }
-            if (at == QJ_BF16)
-              for (int64_t i = 0; i < m * k; ++i) {
-                uint16_t h = qj::f32_to_bf16(static_cast<float>(bytes[i * 2]) - 128.0f);
-                std::memcpy(&bytes[i * 2], &h, 2);
-              }
-            std::memcpy(a.data, bytes.data(), bytes.size());
-            if (qj_gemm_run(p, m, a.data, k, c.data, n, nullptr) != QJ_OK) bad++;
-            qj_gemm_plan_destroy(p);
-            qj_weights_destroy(w);
+            const int r = guarded_run(at, ct, m, n, k, 7);
+            if (r >= 100) return r;
+            bad += r;
           }
   // Narrow N (u8 A in place, 16-byte K chunks ending at each row's last byte).
   for (qj_dtype ct : {QJ_U8, QJ_S8, QJ_S32, QJ_F32})
     for (int64_t k : {16, 20, 36, 100})
       for (int64_t n : {4, 8})
         for (int64_t m : {8, 9, 16}) {
-          const size_t csz = ct == QJ_U8 || ct == QJ_S8 ? 1 : 4;
-          std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 11);
-          std::vector<float> scales(n, 0.01f);
-          qj_weights_desc wd{};
-          wd.dtype = QJ_S8;
-          wd.k = k;
-          wd.n = n;
-          wd.granularity = QJ_GRAN_CHANNEL;
-          wd.scales = scales.data();
-          qj_weights w = nullptr;
-          if (qj_weights_pack(&wd, wq.data(), n, &w) != QJ_OK) return 100;
-          qj_gemm_desc d{};
-          d.a_type = QJ_U8;
-          d.a_scale = 0.1f;
-          d.a_zero_point = 7;
-          d.c_type = ct;
-          d.c_scale = 0.5f;
-          qj_gemm_plan p = nullptr;
-          if (qj_gemm_plan_create(&d, w, &p) != QJ_OK) return 101;
-          GuardedBuffer a(m * k), c(m * n * csz);
-          if (!a.data || !c.data) return 102;
-          std::vector<uint8_t> bytes = qjt::random_ints<uint8_t>(m * k, 0, 255, 9);
-          std::memcpy(a.data, bytes.data(), bytes.size());
-          if (qj_gemm_run(p, m, a.data, k, c.data, n, nullptr) != QJ_OK) bad++;
-          qj_gemm_plan_destroy(p);
-          qj_weights_destroy(w);
+          const int r = guarded_run(QJ_U8, ct, m, n, k, 11);
+          if (r >= 100) return r;
+          bad += r;
         }
   return bad;
 }

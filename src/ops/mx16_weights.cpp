@@ -25,30 +25,6 @@ int mx16_int_shift(qj_dtype t) {
   return bdr::format(t)->m;
 }
 
-qj_status check_mx16_weights_desc(const qj_weights_desc* d, bool quantized) {
-  const qj_dtype t = d->dtype;
-  const int blk = mx16_block(t);
-  if (d->k <= 0 || d->k > (int64_t(1) << 31))
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k=%lld must be in [1, 2^31]", (long long)d->k);
-  if (d->n <= 0 || d->n > (int64_t(1) << 31))
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->n=%lld must be in [1, 2^31]", (long long)d->n);
-  if (d->k * d->n > (int64_t(1) << 40))
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k*desc->n=%lld is too large", (long long)(d->k * d->n));
-  const int32_t layout = raw_enum(d->layout);
-  if (layout != QJ_LAYOUT_KN && layout != QJ_LAYOUT_NK)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=%d is not a qj_layout", layout);
-  if (d->k % blk != 0)
-    return fail(QJ_ERR_UNSUPPORTED, "desc->k=%lld: %s weights need k to be a multiple of %d (whole blocks)",
-                (long long)d->k, qj_dtype_name(t), blk);
-  if (d->scales || d->zero_points)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->scales and desc->zero_points must be NULL for %s weights "
-                "(the block scales come with the data)", qj_dtype_name(t));
-  if (quantized && layout != QJ_LAYOUT_NK)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=QJ_LAYOUT_KN: packed %s weights are given per column "
-                "along K (QJ_LAYOUT_NK)", qj_dtype_name(t));
-  return QJ_OK;
-}
-
 namespace {
 
 // E3M2 integer form 16 v -> code (the inverse of mx::e3m2_int_table; 0 -> +0).

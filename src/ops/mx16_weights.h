@@ -32,7 +32,6 @@ int mx16_block(qj_dtype t);
 // Integer-form shift: weight value = q * 2^(b - 127 - shift) (E3M2 4; BDR m = 7, 4, 2).
 int mx16_int_shift(qj_dtype t);
 
-qj_status check_mx16_weights_desc(const qj_weights_desc* d, bool quantized);
 qj_status pack_mx16_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
                             std::shared_ptr<PackedWeights>* out);
 qj_status quantize_mx16_weights(const qj_weights_desc& d, const float* w, int64_t ld, qj_isa isa,

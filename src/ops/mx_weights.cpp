@@ -39,8 +39,10 @@ int32_t mx_int_value(qj_dtype t, uint8_t code) {
 int mx_int_shift(qj_dtype t) { return mx16_weights_type(t) ? mx16_int_shift(t) : mx::format(t)->int_shift; }
 
 qj_status check_mx_weights_desc(const qj_weights_desc* d, bool quantized) {
-  if (mx16_weights_type(d->dtype)) return check_mx16_weights_desc(d, quantized);
+  // OCP types: blocks of 32 with E8M0 scales; the int16-pair types (E3M2, BDR) have their own
+  // block (16 for BDR, whose exponents are inside the blocks).
   const qj_dtype t = d->dtype;
+  const int blk = mx16_weights_type(t) ? mx16_block(t) : mx::kBlock;
   if (d->k <= 0 || d->k > (int64_t(1) << 31))
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->k=%lld must be in [1, 2^31]", (long long)d->k);
   if (d->n <= 0 || d->n > (int64_t(1) << 31))
@@ -50,15 +52,15 @@ qj_status check_mx_weights_desc(const qj_weights_desc* d, bool quantized) {
   const int32_t layout = raw_enum(d->layout);
   if (layout != QJ_LAYOUT_KN && layout != QJ_LAYOUT_NK)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=%d is not a qj_layout", layout);
-  if (d->k % mx::kBlock != 0)
-    return fail(QJ_ERR_UNSUPPORTED, "desc->k=%lld: %s weights need k to be a multiple of 32 (whole blocks)",
-                (long long)d->k, qj_dtype_name(t));
+  if (d->k % blk != 0)
+    return fail(QJ_ERR_UNSUPPORTED, "desc->k=%lld: %s weights need k to be a multiple of %d (whole blocks)",
+                (long long)d->k, qj_dtype_name(t), blk);
   if (d->scales || d->zero_points)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->scales and desc->zero_points must be NULL for %s weights "
-                "(the E8M0 scales come with the data)", qj_dtype_name(t));
+                "(the block scales come with the data)", qj_dtype_name(t));
   if (quantized && layout != QJ_LAYOUT_NK)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->layout=QJ_LAYOUT_KN: packed %s weights are given per column "
-                "along K (QJ_LAYOUT_NK, the SPLIT layout of each column)", qj_dtype_name(t));
+                "along K (QJ_LAYOUT_NK)", qj_dtype_name(t));
   return QJ_OK;
 }
 
