@@ -54,72 +54,42 @@ void store_partial_xmm(Assembler& a, const Xmm& x, const Gp& base, int off, int 
   }
 }
 
-// Rows4 stores (see EpilogueRegs): A holds the final 32-bit values (fp32 or int32); `bytes` 4.
-// zmm: vpermd makes chunk i = row i, one 16-byte store per row. ymm: qword i = row i.
-void store_rows4_dwords(Assembler& a, const Simd& s, const EpilogueRegs& r, const Vec& A, int col_off) {
-  const Vec P = s.v(r.t1);
-  if (s.zmm)  // dword permutation: out[i * cpv + c] = in[c * 4 + i]
-    a.vmovdqu32(P, ptr(r.perm));
-  else
-    a.vmovdqu(P, ptr(r.perm));
+// Rows4 stores (see EpilogueRegs; zmm only: 4 columns per vector). A holds the final 32-bit
+// values (fp32 or int32): vpermd makes chunk i = row i, one 16-byte store per row.
+void store_rows4_dwords(Assembler& a, const EpilogueRegs& r, const Vec& A, int col_off) {
+  const Vec P = zmm(r.t1);
+  a.vmovdqu32(P, ptr(r.perm));  // dword permutation: out[i * 4 + c] = in[c * 4 + i]
   a.vpermd(A, P, A);
-  const Xmm xa = xmm(A.id()), xt = xmm(r.t0);
-  if (s.zmm) {
-    a.vmovdqu(ptr(r.c_row, col_off), xa);
-    a.vextracti32x4(ptr(r.c_row, r.ldc1, 0, col_off), A, 1);
-    a.vextracti32x4(ptr(r.c_row, r.ldc1, 1, col_off), A, 2);
-    a.vextracti32x4(ptr(r.c_row, r.ldc3, 0, col_off), A, 3);
-  } else {
-    a.vextracti128(xt, A.as<Ymm>(), 1);
-    a.vmovq(ptr(r.c_row, col_off), xa);
-    a.vpextrq(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
-    a.vmovq(ptr(r.c_row, r.ldc1, 1, col_off), xt);
-    a.vpextrq(ptr(r.c_row, r.ldc3, 0, col_off), xt, 1);
-  }
+  a.vmovdqu(ptr(r.c_row, col_off), xmm(A.id()));
+  a.vextracti32x4(ptr(r.c_row, r.ldc1, 0, col_off), A, 1);
+  a.vextracti32x4(ptr(r.c_row, r.ldc1, 1, col_off), A, 2);
+  a.vextracti32x4(ptr(r.c_row, r.ldc3, 0, col_off), A, 3);
 }
 
 // u8 / s8: the in-range int32 values narrowed to bytes (lane order), transposed by vpshufb so
-// that row i's bytes are contiguous, then one 4-byte (zmm) or 2-byte (ymm) store per row.
-void store_rows4_bytes(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
-                       const Vec& A, int col_off) {
-  const Xmm xa = xmm(A.id()), xt = xmm(r.t0);
-  if (s.zmm) {
-    a.vpmovdb(xa, A);
-  } else {
-    a.vextracti128(xt, A.as<Ymm>(), 1);
-    a.vpackssdw(xa, xa, xt);
-    if (key.c_type == QJ_U8)
-      a.vpackuswb(xa, xa, xa);
-    else
-      a.vpacksswb(xa, xa, xa);
-  }
+// that row i's 4 bytes are contiguous, then one 4-byte store per row.
+void store_rows4_bytes(Assembler& a, const EpilogueRegs& r, const Vec& A, int col_off) {
+  const Xmm xa = xmm(A.id());
+  a.vpmovdb(xa, A);
   a.vpshufb(xa, xa, ptr(r.perm, 64));
-  if (s.zmm) {
-    a.vmovd(ptr(r.c_row, col_off), xa);
-    a.vpextrd(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
-    a.vpextrd(ptr(r.c_row, r.ldc1, 1, col_off), xa, 2);
-    a.vpextrd(ptr(r.c_row, r.ldc3, 0, col_off), xa, 3);
-  } else {
-    a.vpextrw(ptr(r.c_row, col_off), xa, 0);
-    a.vpextrw(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
-    a.vpextrw(ptr(r.c_row, r.ldc1, 1, col_off), xa, 2);
-    a.vpextrw(ptr(r.c_row, r.ldc3, 0, col_off), xa, 3);
-  }
+  a.vmovd(ptr(r.c_row, col_off), xa);
+  a.vpextrd(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
+  a.vpextrd(ptr(r.c_row, r.ldc1, 1, col_off), xa, 2);
+  a.vpextrd(ptr(r.c_row, r.ldc3, 0, col_off), xa, 3);
 }
 
 }  // namespace
 
-void emit_rows4_consts(Assembler& a, const Simd& s, const EpilogueRegs& r) {
-  // cpv columns per vector; element c * 4 + i (column c, row i) moves to i * cpv + c.
-  const int cpv = s.lanes32 / 4;
+void emit_rows4_consts(Assembler& a, const EpilogueRegs& r) {
+  // Element c * 4 + i (column c, row i) moves to i * 4 + c.
   a.align(AlignMode::kData, 64);
   a.bind(r.perm);
-  uint32_t d[16] = {};
-  uint8_t b[16] = {};
+  uint32_t d[16];
+  uint8_t b[16];
   for (int i = 0; i < 4; ++i)
-    for (int c = 0; c < cpv; ++c) {
-      d[i * cpv + c] = static_cast<uint32_t>(c * 4 + i);
-      b[i * cpv + c] = static_cast<uint8_t>(c * 4 + i);
+    for (int c = 0; c < 4; ++c) {
+      d[i * 4 + c] = static_cast<uint32_t>(c * 4 + i);
+      b[i * 4 + c] = static_cast<uint8_t>(c * 4 + i);
     }
   a.embed(d, sizeof d);  // [perm, perm + 64): dword permutation (vpermd)
   a.embed(b, sizeof b);  // [perm + 64, perm + 80): byte shuffle (vpshufb)
@@ -139,10 +109,10 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     a.kmovw(k1, r.tmp.r32());
   }
 
-  // Rows4 tiles: vector j covers columns [j * cpv, (j + 1) * cpv) of 4 rows (always whole).
-  const int rows4_off = j * (s.lanes32 / 4) * eb;
+  // Rows4 tiles (zmm): vector j covers columns [4j, 4j + 4) of 4 rows (always whole).
+  const int rows4_off = j * 4 * eb;
   if (key.c_type == QJ_S32 && r.rows4) {
-    store_rows4_dwords(a, s, r, A, rows4_off);
+    store_rows4_dwords(a, r, A, rows4_off);
     return;
   }
   if (key.c_type == QJ_S32) {
@@ -179,7 +149,7 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
   if (key.c_type == QJ_F32 || key.c_type == QJ_BF16) {
     if (key.activation == QJ_ACT_RELU) op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, zero), r.t0);
     if (key.c_type == QJ_F32 && r.rows4) {  // (no beta: the plan does not ask for it)
-      store_rows4_dwords(a, s, r, A, rows4_off);
+      store_rows4_dwords(a, r, A, rows4_off);
       return;
     }
     if (key.c_type == QJ_F32) {
@@ -251,7 +221,7 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
   }
   op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
   if (r.rows4) {
-    store_rows4_bytes(a, s, key, r, A, rows4_off);
+    store_rows4_bytes(a, r, A, rows4_off);
     return;
   }
   if (s.zmm) {

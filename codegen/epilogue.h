@@ -40,18 +40,18 @@ struct EpilogueRegs {
   asmjit::x86::Gp row_scale;  // per-row fp32 scale of this tile (if key.has_row_scale)
   asmjit::x86::Gp tmp;        // scratch GPR
   int t0, t1;                 // scratch vector register indices
-  // Row-interleaved tiles (Rows4): each 128-bit chunk of a vector holds 4 rows of one column
-  // (lane = chunk * 4 + row), so a vector covers 4 rows x (lanes / 4) columns. The store then
+  // Row-interleaved tiles (Rows4, zmm only): each 128-bit chunk of a vector holds 4 rows of one
+  // column (lane = chunk * 4 + row), so a vector covers 4 rows x 4 columns. The store then
   // transposes: row i of the group goes to c_row + i * ldc (ldc1 = ldc, ldc3 = 3 * ldc), at
-  // column j * (lanes / 4). `perm` labels the constants emit_rows4_consts placed in the code.
-  // Float outputs without beta, s32, u8 and s8 only.
+  // column j * 4. `perm` labels the constants emit_rows4_consts placed in the code.
+  // f32 without beta, s32, u8 and s8 outputs only.
   bool rows4 = false;
   asmjit::x86::Gp ldc1, ldc3;
   asmjit::Label perm;
 };
 
 // The transposition constants of Rows4 stores (bind r.perm to them), emitted after the code.
-void emit_rows4_consts(asmjit::x86::Assembler& a, const Simd& s, const EpilogueRegs& r);
+void emit_rows4_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);
 
 // Bytes per output element for key.c_type.
 int out_elem_bytes(const KernelKey& key);

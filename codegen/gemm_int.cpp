@@ -366,7 +366,7 @@ bool emit_s8_rows4(const KernelKey& key, Assembler& a, std::string* why) {
   a.dec(r9);
   a.jnz(l_iter);
   cg::emit_restore_and_return(a);
-  cg::emit_rows4_consts(a, s, er);
+  cg::emit_rows4_consts(a, er);
   return true;
 }
 
