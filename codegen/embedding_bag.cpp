@@ -321,11 +321,6 @@ class Emitter {
     }
   }
 
-  // Unweighted 8-bit zmm rows with up to 4 accumulators per block: the FMAs read the fp32 scale
-  // with an embedded broadcast instead of broadcasting it into a register first (one shuffle less
-  // per row). Wider blocks broadcast once: 22 extra loads per row made 8-bit dim 1024 rows 4%
-  // slower (36.1 -> 37.6 ns warm).
-  bool scale_operand_bcst() const { return c_.z && c_.fp32_sb && !c_.weighted && c_.BV <= 4; }
   Mem data_mem(bool loop, int64_t off) const {
     return loop ? ptr(r9, r15, 0, static_cast<int32_t>(off)) : ptr(r9, static_cast<int32_t>(off));
   }
@@ -449,8 +444,6 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
     }
     if (set)
       a_.vfmadd213ps(v(acc), v(c.rS), v(c.rB));  // fma(q, sw, bw)
-    else if (scale_operand_bcst())  // fma(q, s, acc), s read with {1to16}
-      a_.vfmadd231ps(v(acc), v(q), dword_ptr(r9, static_cast<int32_t>(c.sb_off))._1to16());
     else
       a_.vfmadd231ps(v(acc), v(q), v(c.rS));     // fma(q, sw, acc); the bias goes to bsum
   }
@@ -619,9 +612,10 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
   if (c.bits && !gather) {
     // Pooled fused rows: the per-row scalars are computed in lane 0 of xmm registers (the same
     // fp32 operations as the vector lanes would do: s = w * s, b = w * b, bsum = bsum + b), so a
-    // row costs one full-width shuffle at most (the scale broadcast) instead of up to six; short
-    // unweighted 8-bit zmm rows do not even broadcast (scale_operand_bcst). rBs holds bsum in
-    // lane 0 until emit_store broadcasts it.
+    // row costs one full-width broadcast (the scale) instead of up to six full-width operations.
+    // (FMAs reading the scale with an embedded {1to16} broadcast instead were slower here: 8-bit
+    // dim 32 / 64 warm 1.79 / 2.81 ns against 1.61 / 2.50.) rBs holds bsum in lane 0 until
+    // emit_store broadcasts it.
     const Mem s_at = dword_ptr(r9, static_cast<int32_t>(c.sb_off));
     if (c.fp32_sb) {
       const Mem b_at = dword_ptr(r9, static_cast<int32_t>(c.sb_off + 4));
@@ -633,7 +627,7 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
         a_.vbroadcastss(v(c.rS), x(c.rS));
       } else {
         a_.vaddss(x(c.rBs), x(c.rBs), b_at);
-        if (!scale_operand_bcst()) a_.vbroadcastss(v(c.rS), s_at);
+        a_.vbroadcastss(v(c.rS), s_at);
       }
     } else {
       a_.vmovd(x(c.rS), s_at);
