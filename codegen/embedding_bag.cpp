@@ -3,8 +3,10 @@
 // Exact arithmetic: the kernels perform, lane by lane, the fp32 operations of src/ref/
 // embedding_bag_ref.h in the same order, so every tier matches the reference bit for bit:
 //   float rows:  acc = fma(w, x, acc)  (vfmadd231ps; unweighted vaddps, the same value)
-//   fused rows:  acc = fma(q, w*s, acc) (vfmadd231ps), bsum = bsum + w*b once per row (a
-//                broadcast register), acc + bsum once per bag; gather: fma(q, w*s, w*b)
+//   fused rows:  acc = fma(q, w*s, acc) (vfmadd231ps), bsum = bsum + w*b once per row, acc +
+//                bsum once per bag; gather: fma(q, w*s, w*b). Pooled rows compute w*s, w*b and
+//                bsum with scalar instructions in lane 0 (vmulss / vaddss: the same fp32
+//                operations as a lane of vmulps / vaddps) and broadcast w*s once per row.
 //   MX rows:     x = value(code) * X, then the float-row step
 //   mean: acc * (1.0f / len); bf16 out by integer round-to-nearest-even (as half.h), fp16 out by
 //   vcvtps2ph imm 0 (round to nearest even, independent of MXCSR).
