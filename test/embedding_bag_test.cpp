@@ -635,6 +635,68 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
   }
 }
 
+// Bags longer than the default prefetch distance (up to 64 rows ahead for 4/2-bit rows, 16 for
+// the others), with the default distance and hint, so the prefetching kernels run past the
+// distance and stop it at the end of the index array (which ends at a guard page: an index read
+// beyond it faults). Weighted / positional / unweighted pooled rows (their per-row scale, bias
+// and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact.
+TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
+  const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
+                            {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false}};
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n_case = 0;
+    for (const Format& f : formats) {
+      for (int64_t dim : {17, 32, 64, 130}) {
+        for (int wm = 0; wm < 3; ++wm) {
+          const int ib = n_case % 2 ? 32 : 64;
+          const qj_pooling pool = (n_case / 2) % 2 ? QJ_POOL_MEAN : QJ_POOL_SUM;
+          SCOPED_TRACE(fmt_name(f) + " dim " + std::to_string(dim) + " wm " + std::to_string(wm));
+          const int64_t rows = 300, rb = natural_row(f, dim), nbags = 5;
+          std::vector<uint8_t> table = make_table(f, dim, rows, rb, 7000 + n_case);
+          const int64_t offs[nbags + 1] = {0, 150, 150, 151, 221, 421};  // 150, 0, 1, 70, 200
+          const int64_t n = offs[nbags];
+          std::mt19937 g(8000 + n_case++);
+          Guarded idx(static_cast<size_t>(n * ib / 8));
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t v = static_cast<int64_t>(g() % rows);
+            if (ib == 32) {
+              const int32_t v32 = static_cast<int32_t>(v);
+              std::memcpy(idx.data() + i * 4, &v32, 4);
+            } else {
+              std::memcpy(idx.data() + i * 8, &v, 8);
+            }
+          }
+          std::vector<float> wts(static_cast<size_t>(n));
+          for (auto& v : wts) v = static_cast<float>(g() % 2000) / 1000.0f - 1.0f;
+          qj_embedding_bag_desc d = simple_desc(f.t, dim);
+          d.index_bits = ib;
+          d.offset_bits = 64;
+          d.scale_bias_first = f.sbf;
+          d.weighted = wm != 0;
+          d.positional = wm == 2;
+          d.pooling = pool;
+          qj_embedding_bag_plan p;
+          ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+          const std::string name = qj_embedding_bag_plan_kernel_name(p);
+          if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
+          // positional weights are read at the position in the bag (< 200, within the array)
+          const float* w = wm == 0 ? nullptr : wts.data();
+          std::vector<float> got(static_cast<size_t>(nbags * dim), -7.0f), want(got.size(), -7.0f);
+          ASSERT_EQ(qj_embedding_bag_run(p, table.data(), rows, nbags, idx.data(), n, offs, w, got.data(), nullptr),
+                    QJ_OK)
+              << qj_last_error();
+          qj::ref::EmbTable rt{f.t, dim, f.sbf, rb, table.data(), rows, nullptr};
+          ASSERT_TRUE(qj::ref::embedding_bag(d, rt, nbags, idx.data(), n, offs, w, want.data(), 0, nbags));
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << name;
+          qj_embedding_bag_plan_destroy(p);
+        }
+      }
+    }
+  }
+}
+
 // MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
 // rows without their scale array are refused.
 TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
