@@ -42,6 +42,7 @@ peer=$root/bench/peers/fbgemm_peer.py
 direct=$build/fbgemm_direct
 site=$("$py" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
 if [ ! -x "$direct" ] || [ "$root/bench/peers/fbgemm_direct.cpp" -nt "$direct" ] ||
+   [ "$root/bench/driver/table_util.h" -nt "$direct" ] ||
    ! readelf -d "$direct" 2>/dev/null | grep -qF "$site/fbgemm_gpu"; then  # new source or other venv
   g++ -O2 -std=c++20 -I"$root" -I"$root/bench" "$root/bench/peers/fbgemm_direct.cpp" -o "$direct" \
     "$site/fbgemm_gpu/fbgemm.so" -Wl,--disable-new-dtags -Wl,-rpath,"$site/fbgemm_gpu" \

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "driver/commands.h"
+#include "driver/table_util.h"
 #include "driver/peak.h"
 #include "driver/report.h"
 #include "driver/shapes.h"
@@ -43,6 +44,10 @@
 #include "src/ref/rowwise_adagrad_ref.h"
 
 namespace {
+
+using qjb::settle_table;
+using qjb::thp_share;
+using qjb::xorshift;
 
 using namespace bench;
 
@@ -128,33 +133,7 @@ struct Table {
   Table& operator=(const Table&) = delete;
 };
 
-// Share of [p, p + bytes) backed by transparent huge pages (AnonHugePages of its mappings).
-double thp_share(const void* p, size_t bytes) {
-  FILE* f = std::fopen("/proc/self/smaps", "r");
-  if (!f) return 0;
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  char line[512];
-  bool in = false;
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    unsigned long a, b;
-    if (std::sscanf(line, "%lx-%lx ", &a, &b) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
-      in = a < hi && b > lo;
-      continue;
-    }
-    double v;
-    if (in && std::sscanf(line, "AnonHugePages: %lf kB", &v) == 1) kb += v;
-  }
-  std::fclose(f);
-  return std::min(1.0, kb * 1024.0 / static_cast<double>(bytes));
-}
 
-uint64_t xorshift(uint64_t& x) {
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return x;
-}
 
 // Random rows: float rows hold small values, fused rows random codes with a sane scale / bias.
 void fill_table(Table& tb, qj_dtype t, int64_t dim, int64_t rows, uint64_t seed) {
@@ -200,25 +179,6 @@ void fill_table(Table& tb, qj_dtype t, int64_t dim, int64_t rows, uint64_t seed)
   }
 }
 
-// A freshly filled table runs its first ~50,000 random row reads 2-3x slower than all later ones
-// (measured on this KVM guest: 4-bit dim 32 rows, fresh indices, 14 ns per row for the first
-// 40-90 calls of ~950 rows, then 5 ns, abruptly; not a function of time since the fill, and
-// neither executing the kernel on cached rows nor a sequential read of every page removes it;
-// no page faults occur). Whatever warms up (below the guest kernel), a long-lived table is past
-// it, and without this the first configuration timed on each table measured the transient:
-// so every table gets this many untimed random row reads (prefetched, ~3 ms) before any timing.
-void settle_table(const uint8_t* t, int64_t rb, int64_t rows) {
-  uint64_t x = 0x2545f4914f6cdd1dull;
-  const int64_t n = 250000, pf = 32;
-  std::vector<int64_t> r(static_cast<size_t>(n));
-  for (auto& v : r) v = static_cast<int64_t>(xorshift(x) % static_cast<uint64_t>(rows));
-  uint32_t acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + pf < n) _mm_prefetch(reinterpret_cast<const char*>(t + r[i + pf] * rb), _MM_HINT_T2);
-    acc += *reinterpret_cast<const volatile uint8_t*>(t + r[i] * rb);
-  }
-  __asm__ volatile("" : : "r"(acc));
-}
 
 struct Options {
   Format fmt = Format::kTable;

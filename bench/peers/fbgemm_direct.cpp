@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "driver/table_util.h"
 #include "driver/timing.h"
 #include "src/formats/half.h"
 
@@ -82,12 +83,10 @@ void cblas_gemm_compute(matrix_op_t transa, int m, const float* A, const PackedG
 
 namespace {
 
-uint64_t xorshift(uint64_t& x) {
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return x;
-}
+using qjb::settle_table;
+using qjb::thp_share;
+using qjb::xorshift;
+
 
 uint16_t to_f16(float f) { return qj::f32_to_f16(f); }
 
@@ -111,25 +110,6 @@ struct Table {
   }
 };
 
-double thp_share(const void* p, size_t bytes) {
-  FILE* f = std::fopen("/proc/self/smaps", "r");
-  if (!f) return 0;
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  char line[512];
-  bool in = false;
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    unsigned long a, b;
-    if (std::sscanf(line, "%lx-%lx ", &a, &b) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
-      in = a < hi && b > lo;
-      continue;
-    }
-    double v;
-    if (in && std::sscanf(line, "AnonHugePages: %lf kB", &v) == 1) kb += v;
-  }
-  std::fclose(f);
-  return std::min(1.0, kb * 1024.0 / static_cast<double>(bytes));
-}
 
 int64_t row_bytes(const std::string& fmt, int64_t dim) {
   if (fmt == "fused8") return dim + 8;
@@ -202,20 +182,6 @@ __attribute__((target("clflushopt"))) void flush_rows(uint8_t* t, int64_t rb, co
   _mm_mfence();
 }
 
-// As bench/driver/embedding.cpp's settle_table (the same reads; see the reason there): untimed
-// random row reads on each freshly filled table before any timing.
-void settle_table(const uint8_t* t, int64_t rb, int64_t rows) {
-  uint64_t x = 0x2545f4914f6cdd1dull;
-  const int64_t n = 250000, pf = 32;
-  std::vector<int64_t> r(static_cast<size_t>(n));
-  for (auto& v : r) v = static_cast<int64_t>(xorshift(x) % static_cast<uint64_t>(rows));
-  uint32_t acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + pf < n) _mm_prefetch(reinterpret_cast<const char*>(t + r[i + pf] * rb), _MM_HINT_T2);
-    acc += *reinterpret_cast<const volatile uint8_t*>(t + r[i] * rb);
-  }
-  __asm__ volatile("" : : "r"(acc));
-}
 
 // As bench/driver/embedding.cpp's time_mode: warm through timing.h, else prepare + one call.
 double time_mode(const std::string& mode, const std::function<void()>& run, const std::function<void(int)>& prepare,
