@@ -462,6 +462,22 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
         (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32))
       QJ_TRY(plan_rows4(key, p.get()));
+    if (p->jit && !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k == w->kp && w->zero_points.empty()) {
+      GemmIntArgs& g = p->gemv_args;
+      g.consts = p->consts;
+      g.b = w->packed.data<uint8_t>();
+      g.k_groups = w->k_groups() / groups;
+      g.groups = groups;
+      g.n_panels = w->n_panels;
+      g.last_is_tail = n_tail != 0 ? 1 : 0;
+      g.col_corr = p->col_corr.data<int32_t>();
+      g.b_zp = p->b_zp.data<int32_t>();
+      g.group_scale = p->group_scale.data<float>();
+      g.col_stride = p->n_pad * 4;
+      g.col_mult = p->col_mult.data<float>();
+      g.col_bias = p->col_bias.data<float>();
+      p->gemv_direct = true;
+    }
   } else {
     QJ_LOG(1, "gemm: isa cap is scalar: using the scalar reference");
   }
@@ -775,6 +791,17 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     a = static_cast<const uint8_t*>(a) + m4 * lda;
     c = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
     m -= m4;
+  }
+
+  if (m == 1 && nth == 1 && p.gemv_direct) {
+    // GEMV, u8 A in place: one call over every panel with the plan's arguments (the loop below
+    // makes the same kernel calls per N block, after sizing scratch a GEMV does not use).
+    GemmIntArgs args = p.gemv_args;
+    args.a = static_cast<const uint8_t*>(a);
+    args.c = static_cast<uint8_t*>(c);
+    args.ldc = ldc * out_bytes;
+    p.kernels[0].fn<GemmIntKernel>()(&args);
+    return QJ_OK;
   }
 
   const GemmBlocking& b = p.blk;

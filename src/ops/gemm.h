@@ -49,6 +49,10 @@ struct GemmPlan {
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole tiles of rows4_mr rows run the
   // row-interleaved kernel on B and the column arrays expanded to its layout; the rows left over
   // run the ordinary kernels above (both exact: any split gives the same bits).
+  // GEMV with u8 A read in place (s8 weights, one thread): the kernel's arguments apart from A, C
+  // and ldc, built once here; gemm_run makes one call over every panel.
+  bool gemv_direct = false;
+  GemmIntArgs gemv_args{};
   KernelRef rows4;
   int rows4_mr = 0;
   AlignedBuffer rows4_b, rows4_cols;  // expanded B [k_groups][nrv][lanes]; corr, mult, bias
