@@ -427,6 +427,7 @@ int cmd_adagrad(const Options& o) {
       Table tb(static_cast<size_t>(rows * row_bytes(fmt, dim)));
       if (!tb.p) return 1;
       fill_table(tb.p, fmt, dim, rows, 99);
+      settle_table(tb.p, row_bytes(fmt, dim), rows);  // as quantjit-bench's --adagrad
       Lookups lk = make_lookups(o.bags, rows, o.avg_len, 3 + dim);
       for (int64_t ib : o.index) {
         if (fmt == "f32") {
