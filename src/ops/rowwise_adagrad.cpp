@@ -30,7 +30,9 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "src/core/isa.h"
@@ -72,6 +74,15 @@ void upd16_tail(uint16_t* w, const float* G, float step, int64_t j, int64_t dim,
   }
 }
 
+// One row of a run of rows updated with the same G (see rows below): the row, its step and
+// stochastic-rounding key, and the row to prefetch while updating it.
+struct RowRef {
+  char* w;
+  float step;
+  uint32_t key;
+  const char* pf;
+};
+
 // The row operations of one tier (static members; the driver template below is instantiated once
 // per tier and calls them directly):
 //   first(G, g, e, dim, want)  G[j] = fma(e, g[j], 0); returns the mean of squares if want
@@ -79,7 +90,11 @@ void upd16_tail(uint16_t* w, const float* G, float step, int64_t j, int64_t dim,
 //   mean_sq(G, dim)            the reference's 8-lane sum of squares / dim
 //   upd32(w, G, step, dim)     w[j] = fma(-step, G[j], w[j])
 //   upd16(w, G, step, dim, sr, key)  widen, fma, round (nearest even or stochastic)
+//   kRegisterRows, rows<kTable>(G, dim, n, next)  (AVX-512) the rows next(0 .. n-1) (a RowRef
+//                              each) updated in order with G held in registers; false if dim is
+//                              not one it handles (the driver then updates them one by one)
 struct ScalarOps {
+  static constexpr bool kRegisterRows = false;
   static float mean_sq(const float* G, int64_t dim) {
     float P[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t j = 0; j < dim; ++j) P[j % 8] = std::fma(G[j], G[j], P[j % 8]);
@@ -101,6 +116,7 @@ struct ScalarOps {
 // ---- AVX2 ----
 
 struct Avx2Ops {
+  static constexpr bool kRegisterRows = false;
   QJ_AVX2 static float mean_sq(const float* G, int64_t dim) {
     __m256 P = _mm256_setzero_ps();
     int64_t j = 0;
@@ -199,6 +215,7 @@ QJ_AVX512 inline __mmask8 tail8(int64_t n) {
 
 
 struct Avx512Ops {
+  static constexpr bool kRegisterRows = true;
   QJ_AVX512 static float mean_sq(const float* G, int64_t dim) {
     __m256 P = _mm256_setzero_ps();
     int64_t j = 0;
@@ -292,6 +309,75 @@ struct Avx512Ops {
     }
     for (; j < dim; j += 16) step16(j, dim - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (dim - j)) - 1u));
   }
+  // Rows with G in registers: NV vectors of 16 (dim = 16 NV <= 256), loaded once for the whole
+  // run instead of once per row. Measured on Zen 4 (warm, fp32 dim 128, 1000 rows): 14.7 -> 10.4
+  // us per call. fp32 rows use zmm in this form; fp16 rows take ymm halves through vcvtph2ps /
+  // vcvtps2ph (faster than zmm there, see above), with the stochastic rounding on zmm as upd16.
+  template <int kTable, int NV, class Next>
+  QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next) {
+    __m512 gv[NV];
+    for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
+    const __m512i jg0 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)));
+    const __m512i mulv = _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du));
+    for (int64_t i = 0; i < n; ++i) {
+      const RowRef r = next(i);
+      const __m512 s = _mm512_set1_ps(-r.step);
+      if constexpr (kTable == 0) {
+        float* w = reinterpret_cast<float*>(r.w);
+        for (int v = 0; v < NV; ++v) {
+          prefetch_w(r.pf + 64 * v);
+          _mm512_storeu_ps(w + 16 * v, _mm512_fmadd_ps(s, gv[v], _mm512_loadu_ps(w + 16 * v)));
+        }
+      } else {
+        uint16_t* w = reinterpret_cast<uint16_t*>(r.w);
+        const __m512i keyv = _mm512_set1_epi32(static_cast<int>(r.key));
+        for (int v = 0; v < NV; ++v) {
+          if (v % 2 == 0) prefetch_w(r.pf + 32 * v);
+          if constexpr (kTable == 1) {
+            const __m256 s8 = _mm512_castps512_ps256(s);
+            for (int half = 0; half < 2; ++half) {
+              const __m256 g8 = half ? _mm512_extractf32x8_ps(gv[v], 1) : _mm512_castps512_ps256(gv[v]);
+              uint16_t* p = w + 16 * v + 8 * half;
+              __m128i h = _mm256_cvtps_ph(
+                  _mm256_fmadd_ps(s8, g8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))),
+                  _MM_FROUND_TO_NEAREST_INT);
+              QJ_IN_REGISTER(h);
+              _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+            }
+          } else {
+            // as upd16's step16: r(j) = ((key ^ j * golden) * mul) >> 19 added to finite values
+            const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v)));
+            const __m512 val = _mm512_fmadd_ps(s, gv[v], x);
+            const __m512i jg = _mm512_add_epi32(jg0, _mm512_set1_epi32(static_cast<int>(16u * v * 0x9E3779B9u)));
+            const __m512i rnd = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), mulv), 19);
+            const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(val, 0x99));
+            const __m512i vb = _mm512_mask_add_epi32(_mm512_castps_si512(val), finite, _mm512_castps_si512(val), rnd);
+            __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(vb), _MM_FROUND_TO_ZERO);
+            QJ_IN_REGISTER(h);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 16 * v), h);
+          }
+        }
+      }
+    }
+  }
+  template <int kTable, class Next>
+  QJ_AVX512_INL static bool rows(const float* G, int64_t dim, int64_t n, Next&& next) {
+    if (dim % 16 == 0) {
+      switch (dim / 16) {
+#define QJ_NV(nv)                       \
+  case nv:                              \
+    rows_nv<kTable, nv>(G, n, next);    \
+    return true;
+        QJ_NV(1) QJ_NV(2) QJ_NV(3) QJ_NV(4) QJ_NV(5) QJ_NV(6) QJ_NV(7) QJ_NV(8)
+        QJ_NV(9) QJ_NV(10) QJ_NV(11) QJ_NV(12) QJ_NV(13) QJ_NV(14) QJ_NV(15) QJ_NV(16)
+#undef QJ_NV
+        default:
+          break;
+      }
+    }
+    return false;
+  }
 };
 
 
@@ -316,25 +402,21 @@ struct Scratch {
   std::vector<float> e;                   // per position: its factor (weighted only)
   std::vector<int64_t> bstart;            // per bag: first position (num_bags + 1 entries)
   int64_t unique = 0;                     // unique rows of the current call
+  // Per worker thread: the cached bag's G and a row's own G, each gpad floats, 64-byte aligned
+  // (with malloc's 16-byte alignment every 64-byte load of G spanned two cache lines, and the
+  // warm update of fp32 rows was 10-20% slower at dims 128-1024). Owned by the calling thread,
+  // so that an allocation failure is reported before any worker runs.
+  std::unique_ptr<float, decltype(&std::free)> gbuf{nullptr, &std::free};
+  size_t gbuf_floats = 0;
 };
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
 }
-struct RowBuf {
-  std::vector<float> Gb, Gs;  // the cached bag's G, and a row's own G
-};
-RowBuf& row_buf(int64_t dim) {
-  thread_local RowBuf b;
-  if (static_cast<int64_t>(b.Gb.size()) < dim) {
-    b.Gb.resize(static_cast<size_t>(dim));
-    b.Gs.resize(static_cast<size_t>(dim));
-  }
-  return b;
-}
-
 struct Job {
   const qj_rowwise_adagrad_desc* d;
+  float* gbuf;   // worker t: G buffers at gbuf + 2 * t * gpad (see Scratch)
+  int64_t gpad;
   const AdagradCall* c;
   const Scratch* s;
   int64_t gstride, unique;
@@ -544,6 +626,16 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
     s.bstart[b + 1] = d.use_lengths ? s.bstart[b] + load_int(c.offsets_or_lengths, d.offset_bits, static_cast<int64_t>(b))
                                     : load_int(c.offsets_or_lengths, d.offset_bits, static_cast<int64_t>(b) + 1);
   if (num_threads > c.num_indices) num_threads = static_cast<int32_t>(c.num_indices);
+  job.gpad = (d.dim + 15) & ~int64_t{15};
+  const size_t gneed = 2 * static_cast<size_t>(num_threads) * static_cast<size_t>(job.gpad);
+  if (s.gbuf_floats < gneed) {
+    s.gbuf.reset(static_cast<float*>(std::aligned_alloc(64, gneed * sizeof(float))));
+    s.gbuf_floats = s.gbuf ? gneed : 0;
+    if (!s.gbuf)
+      return fail(QJ_ERR_OUT_OF_MEMORY, "qj_rowwise_adagrad_fused: out of memory (%zu bytes of gradient buffers)",
+                  gneed * sizeof(float));
+  }
+  job.gbuf = s.gbuf.get();
 
   if (d.mode == QJ_UPDATE_PER_OCCURRENCE_RACY) {
     if (num_threads > c.num_bags) num_threads = static_cast<int32_t>(c.num_bags);
