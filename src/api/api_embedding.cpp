@@ -198,7 +198,7 @@ qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc, qj_emb
   QJ_TRY(check_desc(desc));
   std::unique_ptr<qj_embedding_bag_plan_s> p(new (std::nothrow) qj_embedding_bag_plan_s);
   if (!p) return fail(QJ_ERR_OUT_OF_MEMORY, "qj_embedding_bag_plan_create: out of memory");
-  QJ_TRY(qj::embedding_bag_plan_init(*desc, &p->p));
+  QJ_TRY(qj::guarded([&] { return qj::embedding_bag_plan_init(*desc, &p->p); }));
   *out = p.release();
   return QJ_OK;
 }
@@ -332,7 +332,9 @@ qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table
       return fail(QJ_ERR_INVALID_ARGUMENT, "%s: momentum is NULL (row-wise AdaGrad needs one float per row)", fn);
   }
   qj::AdagradCall c{table, momentum, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, grad, seed};
-  return qj::rowwise_adagrad_fused(*d, c, num_threads);
+  // The scratch (grouping tables, per-row lists) grows with num_indices; all of it is allocated
+  // before anything is written.
+  return qj::guarded([&] { return qj::rowwise_adagrad_fused(*d, c, num_threads); });
 }
 
 void* qj_embedding_table_alloc(size_t bytes) {

@@ -52,16 +52,7 @@ qj_status check_weights_ld(const qj_weights_desc* desc, bool quantized, int64_t 
   return QJ_OK;
 }
 
-template <class F>
-qj_status guarded(F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return qj::fail(QJ_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (...) {
-    return qj::fail(QJ_ERR_INTERNAL, "unexpected C++ exception");
-  }
-}
+using qj::guarded;
 
 qj_status wrap_weights(std::shared_ptr<qj::PackedWeights> w, qj_weights* out) {
   auto* h = new (std::nothrow) qj_weights_s;

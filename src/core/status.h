@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 namespace qj {
 
@@ -25,6 +26,19 @@ inline int32_t raw_enum(const E& e) {
   int32_t v;
   std::memcpy(&v, &e, sizeof v);
   return v;
+}
+
+// Runs f (returning qj_status) so that no C++ exception leaves the C API: allocation failure
+// becomes QJ_ERR_OUT_OF_MEMORY, anything else QJ_ERR_INTERNAL.
+template <class F>
+qj_status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(QJ_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (...) {
+    return fail(QJ_ERR_INTERNAL, "unexpected C++ exception");
+  }
 }
 
 }  // namespace qj
