@@ -36,8 +36,9 @@ struct TimingOptions {
   int reps = 0;               // timed samples; 0 picks them from min_seconds
   double min_seconds = 0.25;  // with reps == 0: stop after about this much timed work ...
   int min_reps = 5;           // ... but take at least min_reps samples
-  int max_reps = 200;         // ... and at most max_reps
-  double warmup_seconds = 0.02;  // warm mode: untimed calls first, for about this long
+  int max_reps = 1000;        // ... and at most max_reps (200 samples of ~20 us sat inside
+                              // single multi-ms slow windows of this VM: medians off by 1.5x)
+  double warmup_seconds = 0.1;   // warm mode: untimed calls first, for about this long
   // Cold mode: the flushes (~20 ms each for 512 MiB) count toward this budget per function,
   // so a sweep of short calls takes ~25 samples per shape instead of max_reps flushes.
   double cold_budget_seconds = 0.5;
@@ -87,9 +88,10 @@ inline std::vector<Timing> time_median_multi(const std::vector<std::function<voi
     double one = now_seconds() - t0;
     if (!opt.cold) {
       // Warm means the steady state: keep calling, untimed, for opt.warmup_seconds. On this VM
-      // the first milliseconds of calls on freshly written memory can run ~1.7x slower (measured:
-      // fused AdaGrad, f16 dim 32, 17 vs 10.4 us per call in about half of the processes, for the
-      // first ~5-10 ms), which a median over a short run would report.
+      // the first tens of milliseconds of calls on freshly written memory can run ~1.6x slower
+      // (measured: fused AdaGrad fp32 dim 128, 16.3 vs 10.1 us per call in about half of the
+      // processes after a 20 ms warm-up, 10.2-10.5 in six of six after 100 ms), which a median
+      // over a short run would report.
       const double w0 = now_seconds();
       one = 1e30;
       do {

@@ -148,9 +148,12 @@ def now():
 
 
 # ---- timing -------------------------------------------------------------------------------------
-def time_warm(fn, min_seconds=0.25, min_reps=5, max_reps=200, reps=0):
-    """Median ns per call: samples of `batch` back-to-back calls, each sample >= ~200 us."""
-    fn()
+def time_warm(fn, min_seconds=0.25, min_reps=5, max_reps=1000, reps=0):
+    """Median ns per call: samples of `batch` back-to-back calls, each sample >= ~200 us.
+    As bench/driver/timing.h: 100 ms of untimed calls first (the steady state)."""
+    w0 = now()
+    while now() - w0 < 100e6:
+        fn()
     t0 = now(); fn(); one = now() - t0
     batch = max(1, min(2000, int(200e3 / max(one, 1)) + 1))
     samples, spent, r = [], 0, 0
