@@ -432,8 +432,11 @@ TEST(RowwiseAdagrad, StochasticBitsAreTheDocumentedFunction) {
     for (uint64_t row : {uint64_t{0}, uint64_t{12345}, uint64_t{1} << 40}) {
       const uint32_t key = qj::sr_row_key(seed, row);
       ASSERT_EQ(key, qj::sr_row_key_from(qj::sr_seed_key(seed), row));
-      for (uint32_t j : {0u, 1u, 15u, 16u, 1000u}) {
-        const uint32_t want = ((key ^ (j * 0x9E3779B9u)) * 0x2C1B3C6Du) >> 19;
+      for (uint32_t j : {0u, 1u, 15u, 16u, 17u, 31u, 32u, 48u, 1000u, 1009u}) {
+        // j and j + 16 (j % 32 < 16) share one product: its bits 19-31 and 6-18
+        const uint32_t q = j % 32 < 16 ? j : j - 16;
+        const uint32_t p = (key ^ (q * 0x9E3779B9u)) * 0x2C1B3C6Du;
+        const uint32_t want = j % 32 < 16 ? p >> 19 : (p >> 6) % 8192;
         ASSERT_EQ(qj::sr_bits(key, j), want);
         ASSERT_LT(qj::sr_bits(key, j), 1u << 13);
       }

@@ -170,13 +170,16 @@ struct Avx2Ops {
   }
   QJ_AVX2_INL static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char* pf) {
     const __m256 s = _mm256_set1_ps(-step);
-    // r(j) hashes key ^ j * golden (sr_bits); j * golden advances by 8 * golden per vector
+    // sr_bits: the vectors at j % 32 = 0 and 8 form the products P(j + lane) (j * golden advances
+    // by 8 * golden per vector) and use their top fields; those at 16 and 24 reuse them (low fields)
     __m256i jg = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                     _mm256_set1_epi32(static_cast<int>(0x9E3779B9u)));
     const __m256i jstep = _mm256_set1_epi32(static_cast<int>(8u * 0x9E3779B9u));
     const __m256i keyv = _mm256_set1_epi32(static_cast<int>(key));
     const __m256i exp = _mm256_set1_epi32(0x7f800000);
     const __m256i mulv = _mm256_set1_epi32(static_cast<int>(0x2C1B3C6Du));
+    const __m256i low13 = _mm256_set1_epi32(0x1fff);
+    __m256i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     int64_t j = 0;
     prefetch_w(pf + 2 * dim - 1);
     for (; j + 8 <= dim; j += 8) {
@@ -185,7 +188,14 @@ struct Avx2Ops {
       __m256 v = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j), x);
       __m128i h;
       if (sr) {
-        __m256i r = _mm256_srli_epi32(_mm256_mullo_epi32(_mm256_xor_si256(keyv, jg), mulv), 19);
+        const int slot = static_cast<int>((j >> 3) & 1);
+        __m256i r;
+        if ((j & 16) == 0) {
+          P[slot] = _mm256_mullo_epi32(_mm256_xor_si256(keyv, jg), mulv);
+          r = _mm256_srli_epi32(P[slot], 19);
+        } else {
+          r = _mm256_and_si256(_mm256_srli_epi32(P[slot], 6), low13);
+        }
         __m256i vb = _mm256_castps_si256(v);
         // add r to finite values only: (exp bits != all ones) as a lane mask
         __m256i inf = _mm256_cmpeq_epi32(_mm256_and_si256(vb, exp), exp);
@@ -281,33 +291,52 @@ struct Avx512Ops {
       }
       return;
     }
-    // r(j) hashes key ^ j * golden (sr_bits); j * golden advances by 16 * golden per vector
-    // (mod 2^32). 512-bit here: measured 8-10% faster than ymm with the hash (a zmm op is one
-    // dispatch slot on Zen 4), while the rounding-to-nearest path is faster on ymm.
+    // sr_bits per block of 32 elements: one product vector P(j + lane), its top fields for
+    // w[j..j+16), its low fields for w[j+16..j+32). 512-bit here: measured 8-10% faster than ymm
+    // with the hash (a zmm op is one dispatch slot on Zen 4), while the rounding-to-nearest path
+    // is faster on ymm.
     const __m512 s5 = _mm512_set1_ps(-step);
-    const __m512i jg0 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)));
     const __m512i keyv = _mm512_set1_epi32(static_cast<int>(key));
-    const __m512i mulv = _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du));
-    // one 16-lane step: the stochastic rounding of w[j..j+16) under mask m
-    auto step16 = [&](int64_t j, __mmask16 m) QJ_AVX512_LAMBDA {
+    // one 16-lane step: the stochastic rounding of w[j..j+16) under mask m with random bits r
+    auto step16 = [&](int64_t j, __mmask16 m, __m512i r) QJ_AVX512_LAMBDA {
       __m512 x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + j));
       __m512 v = _mm512_fmadd_ps(s5, _mm512_maskz_loadu_ps(m, G + j), x);
-      __m512i jg = _mm512_add_epi32(jg0, _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(j) * 0x9E3779B9u)));
-      __m512i r = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), mulv), 19);
       __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN / inf
       __m512i vb = _mm512_mask_add_epi32(_mm512_castps_si512(v), finite, _mm512_castps_si512(v), r);
       __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(vb), _MM_FROUND_TO_ZERO);
       QJ_IN_REGISTER(h);
       _mm256_mask_storeu_epi16(w + j, m, h);
     };
+    auto mask16 = [&](int64_t j) QJ_AVX512_LAMBDA {
+      return dim - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (dim - j)) - 1u);
+    };
     int64_t j = 0;
     for (; j + 32 <= dim; j += 32) {  // 64 bytes of the row: one prefetch
       prefetch_w(pf + 2 * j);
-      step16(j, 0xffff);
-      step16(j + 16, 0xffff);
+      const __m512i P = sr_products(keyv, static_cast<uint32_t>(j));
+      step16(j, 0xffff, sr_top(P));  // constant masks: plain loads and stores
+      step16(j + 16, 0xffff, sr_low(P));
     }
-    for (; j < dim; j += 16) step16(j, dim - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (dim - j)) - 1u));
+    if (j < dim) {
+      const __m512i P = sr_products(keyv, static_cast<uint32_t>(j));
+      step16(j, mask16(j), sr_top(P));
+      if (j + 16 < dim) step16(j + 16, mask16(j + 16), sr_low(P));
+    }
+  }
+  // sr_bits (src/formats/fp16_stochastic.h) for a block of 32 elements from j0 (a multiple of
+  // 32): P(j0 + lane) for the 16 lanes, whose top fields serve w[j0..j0+16) and low fields
+  // w[j0+16..j0+32).
+  QJ_AVX512_INL static __m512i sr_products(__m512i keyv, uint32_t j0) {
+    // (j0 + lane) * golden as lane * golden (a constant the compiler folds) + j0 * golden
+    const __m512i jg = _mm512_add_epi32(
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int>(0x9E3779B9u))),
+        _mm512_set1_epi32(static_cast<int>(j0 * 0x9E3779B9u)));
+    return _mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du)));
+  }
+  QJ_AVX512_INL static __m512i sr_top(__m512i P) { return _mm512_srli_epi32(P, 19); }
+  QJ_AVX512_INL static __m512i sr_low(__m512i P) {
+    return _mm512_and_si512(_mm512_srli_epi32(P, 6), _mm512_set1_epi32(0x1fff));
   }
   // Rows with G in registers: NV vectors of 16 (dim = 16 NV <= 256), loaded once for the whole
   // run instead of once per row. Measured on Zen 4 (warm, fp32 dim 128, 1000 rows): 14.7 -> 10.4
@@ -317,9 +346,6 @@ struct Avx512Ops {
   QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next) {
     __m512 gv[NV];
     for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
-    const __m512i jg0 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)));
-    const __m512i mulv = _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du));
     for (int64_t i = 0; i < n; ++i) {
       const RowRef r = next(i);
       const __m512 s = _mm512_set1_ps(-r.step);
@@ -332,6 +358,7 @@ struct Avx512Ops {
       } else {
         uint16_t* w = reinterpret_cast<uint16_t*>(r.w);
         const __m512i keyv = _mm512_set1_epi32(static_cast<int>(r.key));
+        __m512i P = _mm512_setzero_si512();  // sr_products of the block of 32 that vector v is in
         for (int v = 0; v < NV; ++v) {
           if (v % 2 == 0) prefetch_w(r.pf + 32 * v);
           if constexpr (kTable == 1) {
@@ -346,11 +373,11 @@ struct Avx512Ops {
               _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
             }
           } else {
-            // as upd16's step16: r(j) = ((key ^ j * golden) * mul) >> 19 added to finite values
+            // as upd16's step16: sr_bits added to finite values
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v)));
             const __m512 val = _mm512_fmadd_ps(s, gv[v], x);
-            const __m512i jg = _mm512_add_epi32(jg0, _mm512_set1_epi32(static_cast<int>(16u * v * 0x9E3779B9u)));
-            const __m512i rnd = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), mulv), 19);
+            if (v % 2 == 0) P = sr_products(keyv, 16u * v);
+            const __m512i rnd = v % 2 == 0 ? sr_top(P) : sr_low(P);
             const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(val, 0x99));
             const __m512i vb = _mm512_mask_add_epi32(_mm512_castps_si512(val), finite, _mm512_castps_si512(val), rnd);
             __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(vb), _MM_FROUND_TO_ZERO);
