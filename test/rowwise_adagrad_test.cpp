@@ -357,6 +357,43 @@ TEST(RowwiseAdagrad, ManyIndicesEveryTierMatchReference) {
   }
 }
 
+// Unweighted rows that occur once go to the AVX-512 tier's register-held-G runs (dim = 16 NV up
+// to 256; fp32 also beyond, with the first 256 values in registers) or, for other widths, to the
+// per-row update: every width class, table type and rounding, at every tier and thread count.
+TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (int64_t dim : {16, 48, 128, 256, 272, 512, 1024, 1000}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        ++n;
+        const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;
+        const bool sr = variant == 2;
+        const qj_pooling pool = n % 2 ? QJ_POOL_SUM : QJ_POOL_MEAN;
+        BigCase c = make_big(tt, dim, false, pool, sr, n % 2 ? 32 : 64, 5000 + n);
+        SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim));
+        std::vector<uint8_t> want = c.table;
+        std::vector<float> hw = c.h;
+        const int64_t ni = static_cast<int64_t>(c.idx64.size());
+        ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
+                                                   c.off.data(), nullptr, c.g.data(), 11));
+        ASSERT_NE(want, c.table);
+        for (int threads : {1, 3}) {
+          std::vector<uint8_t> got = c.table;
+          std::vector<float> hg = c.h;
+          ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(),
+                                             nullptr, c.g.data(), 11, threads),
+                    QJ_OK)
+              << qj_last_error();
+          ASSERT_EQ(got, want) << threads << " threads";
+          for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+        }
+      }
+    }
+  }
+}
+
 // The grouping's scratch is reused across calls (slots tagged with a call generation, never
 // cleared; the compact slots' 8-bit generation wraps every 255 calls) and its 16-byte slots are
 // used when num_rows does not fit 32 bits: a long sequence of calls with changing index sets and
