@@ -46,6 +46,9 @@
 namespace {
 
 using qjb::settle_table;
+using qjb::flush_bytes;
+using qjb::flush_rows;
+using qjb::time_mode;
 using qjb::thp_share;
 using qjb::xorshift;
 
@@ -351,43 +354,6 @@ std::vector<uint8_t> narrow(const std::vector<int64_t>& v, int bits) {
     }
   }
   return o;
-}
-
-__attribute__((target("clflushopt"))) void flush_bytes(const void* p, size_t n) {
-  const uint8_t* b = static_cast<const uint8_t*>(p);
-  for (size_t o = 0; o < n; o += 64) _mm_clflushopt(const_cast<uint8_t*>(b + o));
-  if (n) _mm_clflushopt(const_cast<uint8_t*>(b + n - 1));
-  _mm_mfence();
-}
-
-__attribute__((target("clflushopt"))) void flush_rows(uint8_t* table, int64_t rb, const std::vector<int64_t>& idx) {
-  for (int64_t r : idx) {
-    uint8_t* p = table + r * rb;
-    for (int64_t o = 0; o < rb; o += 64) _mm_clflushopt(p + o);
-    _mm_clflushopt(p + rb - 1);
-  }
-  _mm_mfence();
-}
-
-// Median seconds per call in `mode`. prepare(r) runs untimed before timed call r (cold: the flush;
-// fresh: new indices).
-double time_mode(const std::string& mode, const std::function<void()>& run, const std::function<void(int)>& prepare,
-                 int reps) {
-  if (mode == "warm") {
-    TimingOptions t;
-    t.reps = reps;
-    return time_median(run, t).median;
-  }
-  const int n = reps > 0 ? reps : 41;
-  std::vector<double> s;
-  for (int r = 0; r < n; ++r) {
-    prepare(r);
-    const double t0 = now_seconds();
-    run();
-    s.push_back(now_seconds() - t0);
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
 }
 
 // A process-wide stream of random indices: "fresh" calls never see an index set twice.

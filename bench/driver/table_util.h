@@ -1,14 +1,19 @@
 // Table helpers shared by `quantjit-bench embedding` (bench/driver/embedding.cpp) and the
 // FBGEMM peer (bench/peers/fbgemm_direct.cpp), so that both tools draw the same random numbers,
-// settle fresh tables the same way and report the same huge-page share.
+// settle fresh tables the same way, flush and time the same way, and report the same huge-page
+// share.
 #pragma once
 #include <immintrin.h>
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
+
+#include "driver/timing.h"
 
 namespace qjb {
 
@@ -58,6 +63,45 @@ inline void settle_table(const uint8_t* t, int64_t rb, int64_t rows) {
     acc += *reinterpret_cast<const volatile uint8_t*>(t + r[i] * rb);
   }
   __asm__ volatile("" : : "r"(acc));
+}
+
+// clflushopt over [p, p + n), then a fence.
+__attribute__((target("clflushopt"))) inline void flush_bytes(const void* p, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  for (size_t o = 0; o < n; o += 64) _mm_clflushopt(const_cast<uint8_t*>(b + o));
+  if (n) _mm_clflushopt(const_cast<uint8_t*>(b + n - 1));
+  _mm_mfence();
+}
+
+// Every line of the rows idx of a table of rb-byte rows out of the caches (cold mode).
+__attribute__((target("clflushopt"))) inline void flush_rows(uint8_t* table, int64_t rb, const std::vector<int64_t>& idx) {
+  for (int64_t r : idx) {
+    uint8_t* p = table + r * rb;
+    for (int64_t o = 0; o < rb; o += 64) _mm_clflushopt(p + o);
+    _mm_clflushopt(p + rb - 1);
+  }
+  _mm_mfence();
+}
+
+// Median seconds per call in `mode`: "warm" through timing.h; otherwise prepare(r) runs untimed
+// before timed call r (cold: the flush; fresh: new indices).
+inline double time_mode(const std::string& mode, const std::function<void()>& run,
+                        const std::function<void(int)>& prepare, int reps) {
+  if (mode == "warm") {
+    bench::TimingOptions t;
+    t.reps = reps;
+    return bench::time_median(run, t).median;
+  }
+  const int n = reps > 0 ? reps : 41;
+  std::vector<double> s;
+  for (int r = 0; r < n; ++r) {
+    prepare(r);
+    const double t0 = bench::now_seconds();
+    run();
+    s.push_back(bench::now_seconds() - t0);
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
 }
 
 }  // namespace qjb

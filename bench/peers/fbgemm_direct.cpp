@@ -84,6 +84,9 @@ void cblas_gemm_compute(matrix_op_t transa, int m, const float* A, const PackedG
 namespace {
 
 using qjb::settle_table;
+using qjb::flush_bytes;
+using qjb::flush_rows;
+using qjb::time_mode;
 using qjb::thp_share;
 using qjb::xorshift;
 
@@ -166,42 +169,6 @@ Lookups make_lookups(int64_t bags, int64_t rows, int64_t avg_len, uint64_t seed)
   return l;
 }
 
-__attribute__((target("clflushopt"))) void flush_bytes(const void* p, size_t n) {
-  const uint8_t* b = static_cast<const uint8_t*>(p);
-  for (size_t o = 0; o < n; o += 64) _mm_clflushopt(const_cast<uint8_t*>(b + o));
-  if (n) _mm_clflushopt(const_cast<uint8_t*>(b + n - 1));
-  _mm_mfence();
-}
-
-__attribute__((target("clflushopt"))) void flush_rows(uint8_t* t, int64_t rb, const std::vector<int64_t>& idx) {
-  for (int64_t r : idx) {
-    uint8_t* p = t + r * rb;
-    for (int64_t o = 0; o < rb; o += 64) _mm_clflushopt(p + o);
-    _mm_clflushopt(p + rb - 1);
-  }
-  _mm_mfence();
-}
-
-
-// As bench/driver/embedding.cpp's time_mode: warm through timing.h, else prepare + one call.
-double time_mode(const std::string& mode, const std::function<void()>& run, const std::function<void(int)>& prepare,
-                 int reps) {
-  if (mode == "warm") {
-    bench::TimingOptions t;
-    t.reps = reps;
-    return bench::time_median(run, t).median;
-  }
-  const int n = reps > 0 ? reps : 41;
-  std::vector<double> s;
-  for (int r = 0; r < n; ++r) {
-    prepare(r);
-    const double t0 = bench::now_seconds();
-    run();
-    s.push_back(bench::now_seconds() - t0);
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
 
 uint64_t g_fresh = 0x5851f42d4c957f2dull;
 
