@@ -149,11 +149,23 @@ void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {
 }
 
 
+// The K-blocked stages' accumulator tile of this panel, [panel][mr][nr] int32, into rax.
+void emit_acc_address(Assembler& a, const Plan& p) {
+  a.imul(rax, rbp, p.mr);
+  a.add(rax, ARG(acc));
+}
+
 bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   Plan p;
   if (!make_plan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
+  const uint32_t stage = key.param[2];  // K blocking (gemm_int.h)
+  const bool acc_in = stage >= 2, acc_out = stage == 1 || stage == 2;
+  if (stage > 3 || (stage != 0 && (p.grouped || key.param[0] != 0))) {
+    *why = "K blocking needs packed A and per-tensor / per-channel scales";
+    return false;
+  }
 
   cg::emit_save_callee_regs(a);
   a.mov(rdx, ARG(b));
@@ -176,9 +188,13 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   Label l_group = a.newLabel();
   a.bind(l_group);
   // The accumulators start from the A zero-point column correction of this group (col_corr):
-  // integer adds commute, and it saves an add per accumulator at the end of the group.
+  // integer adds commute, and it saves an add per accumulator at the end of the group. Later K
+  // blocks start from the sums the previous block stored.
+  if (acc_in) emit_acc_address(a, p);
   for (int i = 0; i < p.mr; ++i)
-    for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.acc0 + i * p.nrv + j, ptr(r13, r11, 0, j * s.bytes));
+    for (int j = 0; j < p.nrv; ++j)
+      load_vec(a, s, p.acc0 + i * p.nrv + j,
+               acc_in ? ptr(rax, (i * p.nrv + j) * s.bytes) : ptr(r13, r11, 0, j * s.bytes));
   if (p.dual) {
     zero_regs(a, s, p.acc1, n_acc);
     Label l_pairs = a.newLabel(), l_odd = a.newLabel(), l_done = a.newLabel();
@@ -209,6 +225,24 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.add(rdx, p.nr * 4);
     a.dec(r8);
     a.jnz(l_k);
+  }
+
+  if (stage != 0) a.add(rdx, ARG(b_skip));  // to this K block of the next panel
+  if (acc_out) {
+    // Not the last K block: the raw sums go to the accumulator tile, and on to the next panel.
+    emit_acc_address(a, p);
+    for (int r = 0; r < n_acc; ++r) {
+      const Mem m = ptr(rax, r * s.bytes);
+      if (s.zmm)
+        a.vmovdqu32(m, s.v(p.acc0 + r));
+      else
+        a.vmovdqu(m, s.v(p.acc0 + r));
+    }
+    a.add(rbp, p.nr * 4);
+    a.dec(r9);
+    a.jnz(l_panel);
+    cg::emit_restore_and_return(a);
+    return true;
   }
 
   // B zero-point correction of this group: acc -= row_sum * b_zp.
@@ -785,7 +819,14 @@ std::string name(const KernelKey& key) {
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "");
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s",
+  const uint32_t stage = key.param[2];
+  if (stage == 1 || stage == 2) {  // K blocks before the last: raw sums, no output stage
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_kblock_%s__%s_%dx%dc%d%s", vnni ? "u8" : "s16",
+                  vnni ? "s8" : "s16", stage == 1 ? "first" : "next", isa_suffix(key.isa), key.mr,
+                  key.nr, vnni ? 4 : 2, (key.flags & 1) ? "_dual" : "");
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
                 vnni ? "u8" : "s16", vnni ? "s8" : "s16",
                 key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
                 dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -794,7 +835,8 @@ std::string name(const KernelKey& key) {
                 key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                 (key.flags & 64) ? "_rows4" : (key.flags & 1) ? "_dual" : "",
-                key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str() : "");
+                key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str() : "",
+                stage == 3 ? "_klast" : "");
   return buf;
 }
 

@@ -29,6 +29,13 @@
 //                  columns x 16 K of a row; n_panels iterations of mr rows per call, A rows
 //                  args.lda apart, B patterns and per-column arrays in the plan's expanded layout,
 //                  key.param[1] = K (see emit_s8_rows4 in gemm_int.cpp)
+//   param[2]       (s8, not rows4) K blocking: 0 the whole K in one call; otherwise the call covers
+//                  k_groups of K and the accumulators pass through args.acc between calls:
+//                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle
+//                  block (start from acc, store to acc), 3 the last block (start from acc, then
+//                  the b_zp correction and the output stage). Panels are b_skip bytes apart
+//                  after their block. Stages 1 and 2 have no output stage: their keys leave the
+//                  epilogue fields (c_type, bias, activation, b_zp, row scale, beta, n_tail) zero.
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
 //                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
 //   int16-pair b_types (MXFP6 E3M2; BDR MX9 / MX6 / MX4, blocks of 16 whose exponent byte is
@@ -64,6 +71,10 @@ struct GemmIntArgs {
   const float* row_scale;    // [mr] dynamic-quantization row scales
   const float* row_group_scale;  // [groups][mr] per (group, row) scales of A (decoded, flags bit 4)
   int64_t lda;               // flags bit 6: bytes between rows of A (read in place)
+  int32_t* acc;              // K-blocked stages (key.param[2]): int32 accumulators of the call,
+                             // [panel][mr][nr]
+  int64_t b_skip;            // K-blocked stages: bytes from the end of one panel's K block to
+                             // the start of the next panel's
 };
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);

@@ -803,6 +803,84 @@ TEST_P(GemmInt8, ManyCacheBlocks) {
   EXPECT_CASE(c);
 }
 
+// --- K blocks: sums carried between K blocks through scratch (blocks forced small) -------------------
+struct ForceKBlock {
+  explicit ForceKBlock(int64_t kc) { qj::gemm_force_k_block(kc); }
+  ~ForceKBlock() { qj::gemm_force_k_block(-1); }
+};
+
+TEST_P(GemmInt8, KBlocks) {
+  if (isa() == QJ_ISA_SCALAR) GTEST_SKIP() << "the scalar tier has no cache blocking";
+  // 1 group per block: every block but the first and last is a middle stage; 5: odd blocks for
+  // the dual-set kernels of 1 and 2 rows, and a short last block (K = 130: 33 or 65 groups).
+  for (int64_t kc : {1, 5, 16}) {
+    ForceKBlock force(kc);
+    {  // the plan holds the three stages and uses them for tiles of every size
+      const int64_t k = 130, n = 40;
+      std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 7);
+      std::vector<float> scales(n, 0.01f);
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = k;
+      wd.n = n;
+      wd.granularity = QJ_GRAN_CHANNEL;
+      wd.scales = scales.data();
+      std::shared_ptr<qj::PackedWeights> w;
+      ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), n, isa(), &w), QJ_OK) << qj_last_error();
+      qj_gemm_desc d{};
+      d.a_type = QJ_U8;
+      d.a_scale = 0.1f;
+      d.c_type = QJ_U8;
+      d.c_scale = 0.5f;
+      std::unique_ptr<qj::GemmPlan> plan;
+      ASSERT_EQ(qj::gemm_plan_create(d, w, &plan), QJ_OK) << qj_last_error();
+      EXPECT_EQ(plan->blk.kc, kc);
+      EXPECT_EQ(plan->blk.kc_min_rows, 1);
+      for (const auto& stage : plan->kblock_kernels)
+        EXPECT_EQ(stage.size(), static_cast<size_t>(plan->blk.mr));
+    }
+    uint32_t seed = 2000 + static_cast<uint32_t>(kc) * 100;
+    for (int64_t m : m_values(257, 130, false, {13})) {
+      GemmCase c;
+      c.m = m;
+      c.n = 257;
+      c.k = 130;
+      c.b_zp = (m & 1) != 0;
+      c.relu = (m & 2) != 0;
+      c.seed = ++seed;
+      for (qj_dtype ct : kOutTypes) EXPECT_CASE(with_out(c, ct));
+    }
+    // Every A type, partitions, and the extreme sums of the full value range across blocks.
+    for (qj_dtype at : {QJ_U8, QJ_S8, QJ_F32, QJ_BF16}) {
+      GemmCase c;
+      c.m = 11;
+      c.n = 33;
+      c.k = 63;
+      c.a_type = at;
+      c.threads = 3;
+      c.seed = ++seed;
+      EXPECT_CASE(with_out(c, QJ_F32));
+      EXPECT_CASE(with_out(c, QJ_S8));
+    }
+    for (int v : {qjt::kMaxPos, qjt::kMaxNeg}) {
+      GemmCase c;
+      c.m = 7;
+      c.n = 17;
+      c.k = 513;
+      c.values = v;
+      c.b_zp = true;
+      c.c_type = QJ_S32;
+      c.bias = false;
+      c.seed = ++seed;
+      EXPECT_CASE(c);
+    }
+  }
+  {  // group scales fold each group in fp32: never K-blocked
+    ForceKBlock force(4);
+    EXPECT_EQ(qj::choose_blocking(isa(), 64, true, 1024, 4, qj::weights_kg(isa())).kc, 0);
+  }
+}
+
 // --- Weights packed at another tier: the plan repacks them ------------------------------------------
 TEST_P(GemmInt8, PlanRepacksWeightsOfAnotherTier) {
   uint32_t seed = 1300;

@@ -75,6 +75,15 @@ size_t l2_cache_bytes() {
   return bytes;
 }
 
+size_t l1d_cache_bytes() {
+  static const size_t bytes = [] {
+    size_t b = 0;
+    if (cpuinfo_initialize() && cpuinfo_get_l1d_caches_count() > 0) b = cpuinfo_get_l1d_cache(0)->size;
+    return b >= (size_t(16) << 10) ? b : (size_t(32) << 10);
+  }();
+  return bytes;
+}
+
 qj_isa max_isa() { return static_cast<qj_isa>(cap().load(std::memory_order_relaxed)); }
 
 qj_status set_max_isa(qj_isa isa) {

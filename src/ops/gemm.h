@@ -23,6 +23,10 @@ struct GemmBlocking {
   int mr = 0, nr = 0;
   int64_t mc = 0;      // rows of A packed at a time (L2-resident A block)
   int64_t nc_panels = 0;  // panels per N block (L2-resident B block)
+  int64_t kc = 0;      // K groups per K block (0: K is not blocked). With K blocks the B block
+                       // is nc_panels slices of kc groups, and the int32 sums of a tile pass
+                       // between the blocks' kernel calls through per-thread scratch.
+  int kc_min_rows = 0; // K blocks serve calls whose tiles have at least this many rows
 };
 
 // What the packed A tile and the kernels look like for the weight type.
@@ -37,6 +41,8 @@ struct GemmPlan {
   bool jit = false;
   GemmBlocking blk;
   std::vector<KernelRef> kernels;  // kernels[r - 1] computes r rows (r = 1..mr)
+  // K-blocked s8 plans (blk.kc > 0): the first, middle and last K-block stages (gemm_int.h).
+  std::vector<KernelRef> kblock_kernels[3];
   int32_t za = 0;                   // zero point of A as packed (s8 on VNNI is shifted by 128)
   int64_t n_pad = 0;
   AlignedBuffer col_corr, b_zp, group_scale, col_mult, col_bias;  // [groups][n_pad] / [n_pad]
@@ -78,5 +84,10 @@ void gemm_fp8_force_block_accumulators(int mode);
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
                              int kg);
+
+// K blocking of s8 plans created from now on: -1 the blocking's choice (default), 0 never,
+// > 0 blocks of that many K groups whenever K has more (tests use it to reach every stage with
+// small shapes).
+void gemm_force_k_block(int64_t kc);
 
 }  // namespace qj
