@@ -836,8 +836,10 @@ TEST_P(GemmInt8, KBlocks) {
       ASSERT_EQ(qj::gemm_plan_create(d, w, &plan), QJ_OK) << qj_last_error();
       EXPECT_EQ(plan->blk.kc, kc);
       EXPECT_EQ(plan->blk.kc_min_rows, 1);
-      for (const auto& stage : plan->kblock_kernels)
-        EXPECT_EQ(stage.size(), static_cast<size_t>(plan->blk.mr));
+      for (const auto& stage : plan->kblock_kernels) {
+        ASSERT_EQ(stage.size(), static_cast<size_t>(plan->blk.mr));
+        for (const qj::KernelRef& r : stage) EXPECT_NE(r.entry(), nullptr);
+      }
     }
     uint32_t seed = 2000 + static_cast<uint32_t>(kc) * 100;
     for (int64_t m : m_values(257, 130, false, {13})) {
@@ -871,6 +873,23 @@ TEST_P(GemmInt8, KBlocks) {
       c.b_zp = true;
       c.c_type = QJ_S32;
       c.bias = false;
+      c.seed = ++seed;
+      EXPECT_CASE(c);
+    }
+  }
+  {  // the blocking's own choice: tiles of A larger than half the L1, mixed tile sizes
+    const int64_t k = 4096, n = 40;
+    const int nr = qj::weights_nr(isa(), n), kg = qj::weights_kg(isa());
+    const qj::GemmBlocking b = qj::choose_blocking(isa(), nr, false, k, 1, kg);
+    ASSERT_GT(b.kc, 0);
+    ASSERT_GT(b.kc_min_rows, 1);
+    uint32_t seed = 2900;
+    for (int64_t m : {b.kc_min_rows - 1, 2 * b.kc_min_rows - 1, 3 * b.kc_min_rows - 1, 2 * b.mr + 1}) {
+      GemmCase c;
+      c.m = m;
+      c.n = n;
+      c.k = k;
+      c.b_zp = true;
       c.seed = ++seed;
       EXPECT_CASE(c);
     }

@@ -481,9 +481,15 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
           kk.has_bias = kk.activation = kk.has_b_zp = kk.has_row_scale = kk.has_beta = kk.n_tail = 0;
         }
         for (int r = 1; r <= p->blk.mr; ++r) {
+          KernelRef ref;
+          // Calls use K blocks when their largest tile has kc_min_rows rows; the others have at
+          // most one row fewer (gemm_run spreads rows evenly).
+          if (r + 1 < p->blk.kc_min_rows) {
+            p->kblock_kernels[stage - 1].push_back(std::move(ref));
+            continue;
+          }
           kk.mr = static_cast<uint8_t>(r);
           kk.flags = s8_flags(r);
-          KernelRef ref;
           if (acquire_kernel(kk, gemm_int_family(), &ref) != QJ_OK) {
             QJ_LOG(1, "gemm: JIT declined (%s); falling back to the scalar reference", last_error());
             p->kernels.clear();

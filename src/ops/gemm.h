@@ -41,7 +41,8 @@ struct GemmPlan {
   bool jit = false;
   GemmBlocking blk;
   std::vector<KernelRef> kernels;  // kernels[r - 1] computes r rows (r = 1..mr)
-  // K-blocked s8 plans (blk.kc > 0): the first, middle and last K-block stages (gemm_int.h).
+  // K-blocked s8 plans (blk.kc > 0): the first, middle and last K-block stages (gemm_int.h),
+  // [r - 1] for r rows; empty below blk.kc_min_rows - 1 rows (such calls are not K-blocked).
   std::vector<KernelRef> kblock_kernels[3];
   int32_t za = 0;                   // zero point of A as packed (s8 on VNNI is shifted by 128)
   int64_t n_pad = 0;
