@@ -583,12 +583,14 @@ TEST_P(GemmInt8, DynamicQuantizationRoundsHalfToEven) {
   qj_weights_destroy(w);
 }
 
-// u8 A without weight zero points and K a multiple of 4 is read by the VNNI kernels without packing:
-// in place when lda == K, else copied rows K bytes apart; long rows (MR * K > 16 KiB) are packed.
-// Other tiers pack as usual: the same cases check them too.
+// u8 A without weight zero points is read by the VNNI kernels without packing: in place when
+// lda == K, else copied rows K bytes apart; long rows (MR * K > 16 KiB) are packed. K not a
+// multiple of 4: each row's last quad reaches into the next row (against zero weights), and the
+// tile holding A's last row is copied (StaysInsideBuffersDeathTest checks the reads at a guard
+// page). Other tiers pack as usual: the same cases check them too.
 TEST_P(GemmInt8, U8AReadInPlace) {
   uint32_t seed = 1400;
-  for (int64_t k : {4, 64, 132, 512, 1024, 1028, 2048}) {
+  for (int64_t k : {1, 3, 4, 5, 64, 67, 132, 512, 1024, 1028, 1567, 2048}) {
     for (int64_t n : {16, 37, 100}) {
       const int r = mr(n, k, false);
       for (int64_t m : {int64_t{1}, int64_t{r - 1}, int64_t{r}, int64_t{r + 1}, int64_t{2 * r + 3}, int64_t{97}}) {

@@ -431,10 +431,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
     // group_size stays 0: the group length is a run-time loop count, so one kernel serves every G.
-    // u8 A on the VNNI path needs no packing when K is whole quads and no row sums are needed:
-    // the kernel reads the rows in place, K bytes apart (key.param[0]). Only while a tile of rows
-    // stays in L1 across the panels; longer rows are packed into K-group-major tiles.
-    p->direct_a = !decoded && p->blk.kc == 0 && desc.a_type == QJ_U8 && w->kg == 4 && w->k % 4 == 0 &&
+    // u8 A on the VNNI path needs no packing when no row sums are needed: the kernel reads the
+    // rows in place, K bytes apart (key.param[0]). Only while a tile of rows stays in L1 across
+    // the panels; longer rows are packed into K-group-major tiles. When K is not whole quads the
+    // last quad of a row reaches into the next row, against B's zero padding (gemm_run copies
+    // the tile that holds A's last row). 16x128x1567: 0.85 of the peak packed, 0.975 in place.
+    p->direct_a = !decoded && p->blk.kc == 0 && desc.a_type == QJ_U8 && w->kg == 4 &&
                   w->zero_points.empty() && static_cast<int64_t>(p->blk.mr) * w->k <= 16384;
     if (p->direct_a) key.param[0] = static_cast<uint32_t>(w->k);
     // MX: without 0x00 / 0xFF scale bytes (2^-127 and NaN) the kernels decode 2^(b - 127) with
@@ -909,6 +911,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   // no packing when K needs no padding and no row sums are needed: the GEMV case.
   const bool direct_row = d.a_type == QJ_U8 && w.kg == 4 && w.k == w.kp && w.zero_points.empty();
 
+  // A read in place by the p.direct_a kernels: rows K bytes apart, and a K that is not whole
+  // quads reads up to 3 bytes past a row, so never for the tile that holds A's last row.
+  auto a_in_place = [&](int64_t row0, int rows) {
+    return lda == w.k && (w.k == w.kp || row0 + rows < m);
+  };
+
   GemmIntArgs args{};
   args.consts = p.consts;
   args.ldc = ldc * out_bytes;
@@ -944,10 +952,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
       if (direct_row && rows == 1) continue;  // GEMV: the kernel streams the row of A in place
       if (p.direct_a) {
-        if (lda != w.k)  // rows K bytes apart, as the kernel was generated for
+        if (!a_in_place(row0, rows)) {  // rows K bytes apart, as the kernel was generated for
+          uint8_t* dst = s.a_pack.data<uint8_t>() + slot * tile_bytes;
           for (int i = 0; i < rows; ++i)
-            std::memcpy(s.a_pack.data<uint8_t>() + slot * tile_bytes + i * w.k,
-                        static_cast<const uint8_t*>(a) + (row0 + i) * lda, w.k);
+            std::memcpy(dst + i * w.k, static_cast<const uint8_t*>(a) + (row0 + i) * lda, w.k);
+          std::memset(dst + rows * w.k, 0, w.kp - w.k);  // the last row's quad over-read
+        }
         continue;
       }
       pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv, pre,
@@ -971,7 +981,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
           int64_t row0;
           const int rows = tile_rows(t, &row0);
           const int64_t slot = t - t0;
-          const bool in_place = (direct_row && rows == 1) || (p.direct_a && lda == w.k);
+          const bool in_place = (direct_row && rows == 1) || (p.direct_a && a_in_place(row0, rows));
           args.a = (in_place ? static_cast<const uint8_t*>(a) + row0 * lda
                              : s.a_pack.data<uint8_t>() + slot * tile_bytes) + kg0 * rows * 4;
           args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes() + kg0 * w.nr * 4;
