@@ -68,9 +68,15 @@ void store_rows4_dwords(Assembler& a, const EpilogueRegs& r, const Vec& A, int c
 
 // u8 / s8: the in-range int32 values narrowed to bytes (lane order), transposed by vpshufb so
 // that row i's 4 bytes are contiguous, then one 4-byte store per row.
-void store_rows4_bytes(Assembler& a, const EpilogueRegs& r, const Vec& A, int col_off) {
+void store_rows4_bytes(Assembler& a, const KernelKey& key, const EpilogueRegs& r, const Vec& A,
+                       int col_off) {
   const Xmm xa = xmm(A.id());
-  a.vpmovdb(xa, A);
+  if (!(key.epilogue & kEpiBoundedY))
+    a.vpmovdb(xa, A);
+  else if (key.c_type == QJ_U8)
+    a.vpmovusdb(xa, A);
+  else
+    a.vpmovsdb(xa, A);
   a.vpshufb(xa, xa, ptr(r.perm, 64));
   a.vmovd(ptr(r.c_row, col_off), xa);
   a.vpextrd(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
@@ -210,9 +216,14 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
 
   // u8 / s8 requantization: clamp to the output range less the zero point (NaN becomes the low
   // bound: vmaxps returns its second source), round half even, add the zero point. The value is
-  // then in range, so the narrowing store needs no saturation.
-  op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
-  op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
+  // then in range, so the narrowing store needs no saturation. Bounded y (kEpiBoundedY): round,
+  // add the zero point, raise to the lower bound; the saturating store caps it (|y| < 2^30: the
+  // conversion and the add cannot overflow, and y is never NaN).
+  const bool bounded = (key.epilogue & kEpiBoundedY) != 0;
+  if (!bounded) {
+    op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
+    op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
+  }
   if (s.zmm) {
     a.rn_sae().vcvtps2dq(A, A);  // embedded round-to-nearest-even, whatever MXCSR says
   } else {
@@ -220,19 +231,22 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     a.vcvttps2dq(A, A);   // exact: A holds integers
   }
   op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
+  if (bounded) op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
   if (r.rows4) {
-    store_rows4_bytes(a, r, A, rows4_off);
+    store_rows4_bytes(a, key, r, A, rows4_off);
     return;
   }
   if (s.zmm) {
+    const InstId narrow = !bounded ? Inst::kIdVpmovdb
+                          : key.c_type == QJ_U8 ? Inst::kIdVpmovusdb : Inst::kIdVpmovsdb;
     if (partial)
-      a.k(k1).vpmovdb(ptr(r.c_row, c_off), A);
+      a.k(k1).emit(narrow, ptr(r.c_row, c_off), A);
     else
-      a.vpmovdb(ptr(r.c_row, c_off), A);
+      a.emit(narrow, ptr(r.c_row, c_off), A);
   } else {
     Xmm xa = xmm(acc), xt = xmm(r.t0);
     a.vextracti128(xt, A.as<Ymm>(), 1);
-    a.vpackssdw(xa, xa, xt);  // values are already within the output range
+    a.vpackssdw(xa, xa, xt);  // saturating packs: bounded y may exceed the upper bound
     if (key.c_type == QJ_U8)
       a.vpackuswb(xa, xa, xa);
     else

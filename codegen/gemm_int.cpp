@@ -808,7 +808,7 @@ std::string name(const KernelKey& key) {
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
     std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
                   dec.int16 ? "s16" : dt(key.a_type), dt(key.b_type),
-                  key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
+                  key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                   key.has_b_zp ? "_bzp" : "", (key.flags & 4) ? "_rc" : "", (key.flags & 2) ? "_cc" : "",
                   key.has_bias ? "_bias" : "", key.activation == QJ_ACT_RELU ? "_relu" : "",
@@ -828,7 +828,7 @@ std::string name(const KernelKey& key) {
   }
   std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
                 vnni ? "u8" : "s16", vnni ? "s8" : "s16",
-                key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? "req" : "deq",
+                key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                 dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                 key.has_b_zp ? "_bzp" : "", key.has_bias ? "_bias" : "",
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",

@@ -805,6 +805,61 @@ TEST_P(GemmInt8, ManyCacheBlocks) {
   EXPECT_CASE(c);
 }
 
+// --- u8 / s8 output stages with and without the plan's bound on |y| (codegen/epilogue.h) -------------
+// Below 2^30 the kernels round, add the zero point, raise to the lower bound and store with
+// saturation; above it (or when the bound cannot be proved) they clamp in fp32 first. Both must
+// give the reference's bytes, including every saturating case.
+TEST_P(GemmInt8, BoundedRequantization) {
+  uint32_t seed = 3100;
+  const int64_t k = 70, n = 37;
+  // c_scale 0.7: |y| <= 70 * 255^2 * 0.05 * 0.02 / 0.7 (bounded, in range); 1e-4: bounded, mostly
+  // saturated; 1e-7: |y| up to ~1e10, not bounded.
+  for (float cs : {0.7f, 1e-4f, 1e-7f}) {
+    const bool bounded = cs > 1e-6f;
+    for (qj_dtype ct : {QJ_U8, QJ_S8}) {
+      if (isa() != QJ_ISA_SCALAR) {
+        std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 5);
+        std::vector<float> scales(n, 0.02f);
+        qj_weights_desc wd{};
+        wd.dtype = QJ_S8;
+        wd.k = k;
+        wd.n = n;
+        wd.granularity = QJ_GRAN_CHANNEL;
+        wd.scales = scales.data();
+        std::shared_ptr<qj::PackedWeights> w;
+        ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), n, isa(), &w), QJ_OK) << qj_last_error();
+        qj_gemm_desc d{};
+        d.a_type = QJ_U8;
+        d.a_scale = 0.05f;
+        d.c_type = ct;
+        d.c_scale = cs;
+        std::unique_ptr<qj::GemmPlan> plan;
+        ASSERT_EQ(qj::gemm_plan_create(d, w, &plan), QJ_OK) << qj_last_error();
+        for (const qj::KernelRef& r : plan->kernels)
+          EXPECT_EQ(r.name().find("_reqb_") != std::string::npos, bounded) << r.name() << " c_scale=" << cs;
+      }
+      for (int v : {qjt::kRandom, qjt::kExtremes, qjt::kMaxPos, qjt::kMaxNeg})
+        for (int32_t zc : {ct == QJ_U8 ? 0 : -128, ct == QJ_U8 ? 200 : 5, ct == QJ_U8 ? 255 : 127})
+          for (bool relu : {false, true}) {
+            GemmCase c;
+            c.m = 13;
+            c.n = n;
+            c.k = k;
+            c.c_type = ct;
+            c.c_scale = cs;
+            c.a_scale = 0.05f;
+            c.b_scale = 0.02f;
+            c.c_zp = zc;
+            c.relu = relu;
+            c.values = v;
+            c.b_zp = v == qjt::kMaxPos || v == qjt::kMaxNeg;
+            c.seed = ++seed;
+            EXPECT_CASE(c);
+          }
+    }
+  }
+}
+
 // --- K blocks: sums carried between K blocks through scratch (blocks forced small) -------------------
 struct ForceKBlock {
   explicit ForceKBlock(int64_t kc) { qj::gemm_force_k_block(kc); }

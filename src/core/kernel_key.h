@@ -39,7 +39,8 @@ struct KernelKey {
   uint8_t flags;        // family-specific switches (documented by each family)
   uint32_t group_size;  // K group of the weight scales (0 when not grouped)
   uint32_t param[6];    // family-specific parameters (documented by each family)
-  uint32_t reserved[5]; // zero; keeps the size at 64 bytes
+  uint32_t epilogue;    // output-stage variant bits shared by the GEMM families (codegen/epilogue.h)
+  uint32_t reserved[4]; // zero; keeps the size at 64 bytes
 
   static KernelKey zeroed() {
     KernelKey k;

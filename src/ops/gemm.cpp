@@ -430,6 +430,23 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     key.has_row_scale = dynamic && !group_a;
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
+    // The shorter u8 / s8 output stage when no input can take |y| to 2^30 (codegen/epilogue.h):
+    // |sum of (a - za)(b - zb)| <= K * 255^2, times the largest group scale (grouped) and the
+    // column's multiplier, plus its bias. Not with dynamic A (its scale comes with the data).
+    if ((desc.c_type == QJ_U8 || desc.c_type == QJ_S8) && !key.has_row_scale && !group_a) {
+      double smax = w->gran == QJ_GRAN_GROUP ? 0.0 : 1.0;
+      if (w->gran == QJ_GRAN_GROUP)
+        for (int64_t g = 0; g < groups; ++g)
+          for (int64_t c = 0; c < n; ++c) {
+            const double sc = std::fabs(static_cast<double>(w->scale(g, c)));
+            smax = std::isfinite(sc) ? std::max(smax, sc) : HUGE_VAL;
+          }
+      double ymax = 0.0;
+      for (int64_t c = 0; c < n; ++c)
+        ymax = std::max(ymax, static_cast<double>(w->k) * 65025.0 * smax * std::fabs(static_cast<double>(ml[c])) +
+                                  std::fabs(static_cast<double>(bi[c])));
+      if (ymax < 1073741824.0) key.epilogue = cg::kEpiBoundedY;  // false for inf / NaN
+    }
     // group_size stays 0: the group length is a run-time loop count, so one kernel serves every G.
     // u8 A on the VNNI path needs no packing when no row sums are needed: the kernel reads the
     // rows in place, K bytes apart (key.param[0]). Only while a tile of rows stays in L1 across
@@ -481,6 +498,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (stage < 3) {
           kk.c_type = 0;
           kk.has_bias = kk.activation = kk.has_b_zp = kk.has_row_scale = kk.has_beta = kk.n_tail = 0;
+          kk.epilogue = 0;
         }
         for (int r = 1; r <= p->blk.mr; ++r) {
           KernelRef ref;
