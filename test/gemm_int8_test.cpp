@@ -921,6 +921,19 @@ TEST_P(GemmInt8, KBlocks) {
       EXPECT_CASE(with_out(c, QJ_F32));
       EXPECT_CASE(with_out(c, QJ_S8));
     }
+    // u8 rows read in place (K whole quads, no weight zero points): one-row tiles of a
+    // partitioned call, and the in-place tiles of longer ones.
+    for (int64_t m : {1, 2, 9}) {
+      GemmCase c;
+      c.m = m;
+      c.n = 70;
+      c.k = 128;
+      c.b_zp = false;
+      c.threads = 2;
+      c.seed = ++seed;
+      EXPECT_CASE(c);
+      EXPECT_CASE(with_out(c, QJ_S32));
+    }
     for (int v : {qjt::kMaxPos, qjt::kMaxNeg}) {
       GemmCase c;
       c.m = 7;
