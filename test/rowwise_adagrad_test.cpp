@@ -394,6 +394,63 @@ TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
   }
 }
 
+// Non-finite and extreme values through every update path (register-held G, wide rows, tails,
+// nearest-even and stochastic rounding): table rows holding +-inf, NaNs and +-65504 (fp16) /
+// +-FLT_MAX (fp32) keep following the reference (the stochastic bits go to finite values only;
+// NaN and inf pass unchanged), and a large learning rate pushes finite values past the fp16 range.
+// SGD also takes inf / NaN gradients (in columns apart from the table's specials, so each result
+// has one NaN source).
+TEST(RowwiseAdagrad, NonFiniteValuesFollowTheReference) {
+  const uint16_t h_special[] = {0x7c00, 0xfc00, 0x7e00, 0x7d23, 0xfe01, 0x7bff, 0xfbff, 0x7bfe};
+  const float f_special[] = {INFINITY, -INFINITY, NAN, -NAN, 3.4028235e38f, -3.4028235e38f, 1e38f, -1e38f};
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (int64_t dim : {16, 40, 128, 256, 272, 1000}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        ++n;
+        const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;
+        const bool sr = variant >= 2;
+        const bool sgd = variant == 3;
+        BigCase c = make_big(tt, dim, false, QJ_POOL_SUM, sr, 32, 7000 + n);
+        c.d.learning_rate = 300.0f;  // steps of ~300: fp16 values near 65504 overflow
+        if (sgd) c.d.optimizer = QJ_OPT_SGD;
+        SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + (sgd ? " sgd" : "") + " dim " +
+                     std::to_string(dim));
+        // specials in columns 0..7 of every third row; gradients (SGD) in columns 8..9
+        for (int64_t r = 0; r < c.rows; r += 3)
+          for (int64_t col = 0; col < 8; ++col) {
+            if (tt == QJ_F16)
+              std::memcpy(&c.table[(r * dim + col) * 2], &h_special[(col + r) % 8], 2);
+            else
+              std::memcpy(&c.table[(r * dim + col) * 4], &f_special[(col + r) % 8], 4);
+          }
+        if (sgd)
+          for (int64_t b = 0; b < c.nbags; b += 4) {
+            c.g[b * dim + 8] = b % 8 ? INFINITY : -INFINITY;
+            c.g[b * dim + 9] = NAN;
+          }
+        std::vector<uint8_t> want = c.table;
+        std::vector<float> hw = c.h;
+        const int64_t ni = static_cast<int64_t>(c.idx64.size());
+        ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
+                                                   c.off.data(), nullptr, c.g.data(), 5));
+        for (int threads : {1, 2}) {
+          std::vector<uint8_t> got = c.table;
+          std::vector<float> hg = c.h;
+          ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(),
+                                             nullptr, c.g.data(), 5, threads),
+                    QJ_OK)
+              << qj_last_error();
+          ASSERT_EQ(got, want) << threads << " threads";
+          for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+        }
+      }
+    }
+  }
+}
+
 // The grouping's scratch is reused across calls (slots tagged with a call generation, never
 // cleared; the compact slots' 8-bit generation wraps every 255 calls) and its 16-byte slots are
 // used when num_rows does not fit 32 bits: a long sequence of calls with changing index sets and

@@ -302,9 +302,7 @@ struct Avx512Ops {
     auto step16 = [&](int64_t j, __mmask16 m, __m512i r) QJ_AVX512_LAMBDA {
       __m512 x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + j));
       __m512 v = _mm512_fmadd_ps(s5, _mm512_maskz_loadu_ps(m, G + j), x);
-      __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN / inf
-      __m512i vb = _mm512_mask_add_epi32(_mm512_castps_si512(v), finite, _mm512_castps_si512(v), r);
-      __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(vb), _MM_FROUND_TO_ZERO);
+      __m256i h = _mm512_cvtps_ph(sr_add(v, r), _MM_FROUND_TO_ZERO);
       QJ_IN_REGISTER(h);
       _mm256_mask_storeu_epi16(w + j, m, h);
     };
@@ -334,6 +332,15 @@ struct Avx512Ops {
                            _mm512_set1_epi32(static_cast<int>(0x9E3779B9u))),
         _mm512_set1_epi32(static_cast<int>(j0 * 0x9E3779B9u)));
     return _mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du)));
+  }
+  // The stochastic-rounding add of f32_to_f16_stochastic: the random bits r added to the bits of
+  // finite values; NaN and inf pass unchanged. vfixupimmps puts v back in the lanes it classifies
+  // as QNaN, SNaN, -inf or +inf (table nibbles 0, 1, 4, 5 = 1: pass the source; 0 elsewhere: keep
+  // the sum); it replaced vfpclassps + a masked add (fp16 dim 256 in L1: 7.2 -> 6.6 cycles per 16
+  // elements). The token responses used read no MXCSR state.
+  QJ_AVX512_INL static __m512 sr_add(__m512 v, __m512i r) {
+    const __m512 sum = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(v), r));
+    return _mm512_fixupimm_ps(sum, v, _mm512_set1_epi32(0x00110011), 0);
   }
   QJ_AVX512_INL static __m512i sr_top(__m512i P) { return _mm512_srli_epi32(P, 19); }
   QJ_AVX512_INL static __m512i sr_low(__m512i P) {
@@ -379,9 +386,7 @@ struct Avx512Ops {
             const __m512 val = _mm512_fmadd_ps(s, gv[v], x);
             if (v % 2 == 0) P = sr_products(keyv, 16u * v);
             const __m512i rnd = v % 2 == 0 ? sr_top(P) : sr_low(P);
-            const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(val, 0x99));
-            const __m512i vb = _mm512_mask_add_epi32(_mm512_castps_si512(val), finite, _mm512_castps_si512(val), rnd);
-            __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(vb), _MM_FROUND_TO_ZERO);
+            __m256i h = _mm512_cvtps_ph(sr_add(val, rnd), _MM_FROUND_TO_ZERO);
             QJ_IN_REGISTER(h);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 16 * v), h);
           }
