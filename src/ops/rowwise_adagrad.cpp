@@ -309,28 +309,33 @@ struct Avx512Ops {
     auto mask16 = [&](int64_t j) QJ_AVX512_LAMBDA {
       return dim - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (dim - j)) - 1u);
     };
+    // (j + lane) * golden advanced by a vector add: a broadcast of j * golden from a general
+    // register per block cost 10% of this loop (fp16 dim 256 in L1: 6.6 -> 5.9 cycles per 16).
+    __m512i jg = sr_lane_golden();
+    const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
     int64_t j = 0;
     for (; j + 32 <= dim; j += 32) {  // 64 bytes of the row: one prefetch
       prefetch_w(pf + 2 * j);
-      const __m512i P = sr_products(keyv, static_cast<uint32_t>(j));
+      const __m512i P = sr_mix(keyv, jg);
+      jg = _mm512_add_epi32(jg, jstep);
       step16(j, 0xffff, sr_top(P));  // constant masks: plain loads and stores
       step16(j + 16, 0xffff, sr_low(P));
     }
     if (j < dim) {
-      const __m512i P = sr_products(keyv, static_cast<uint32_t>(j));
+      const __m512i P = sr_mix(keyv, jg);
       step16(j, mask16(j), sr_top(P));
       if (j + 16 < dim) step16(j + 16, mask16(j + 16), sr_low(P));
     }
   }
   // sr_bits (src/formats/fp16_stochastic.h) for a block of 32 elements from j0 (a multiple of
   // 32): P(j0 + lane) for the 16 lanes, whose top fields serve w[j0..j0+16) and low fields
-  // w[j0+16..j0+32).
-  QJ_AVX512_INL static __m512i sr_products(__m512i keyv, uint32_t j0) {
-    // (j0 + lane) * golden as lane * golden (a constant the compiler folds) + j0 * golden
-    const __m512i jg = _mm512_add_epi32(
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(static_cast<int>(0x9E3779B9u))),
-        _mm512_set1_epi32(static_cast<int>(j0 * 0x9E3779B9u)));
+  // w[j0+16..j0+32). sr_mix makes P from jg = (j0 + lane) * golden, which the callers start at
+  // sr_lane_golden() and advance by 32 * golden per block.
+  QJ_AVX512_INL static __m512i sr_lane_golden() {  // lane * golden (a constant the compiler folds)
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)));
+  }
+  QJ_AVX512_INL static __m512i sr_mix(__m512i keyv, __m512i jg) {
     return _mm512_mullo_epi32(_mm512_xor_si512(keyv, jg), _mm512_set1_epi32(static_cast<int>(0x2C1B3C6Du)));
   }
   // The stochastic-rounding add of f32_to_f16_stochastic: the random bits r added to the bits of
@@ -366,7 +371,9 @@ struct Avx512Ops {
       } else {
         uint16_t* w = reinterpret_cast<uint16_t*>(r.w);
         const __m512i keyv = _mm512_set1_epi32(static_cast<int>(r.key));
-        __m512i P = _mm512_setzero_si512();  // sr_products of the block of 32 that vector v is in
+        __m512i P = _mm512_setzero_si512();  // sr_mix of the block of 32 that vector v is in
+        __m512i jg = sr_lane_golden();        // advanced by vector adds, as in upd16
+        const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
         for (int v = 0; v < NV; ++v) {
           if (v % 2 == 0) prefetch_w(r.pf + 32 * v);
           if constexpr (kTable == 1) {
@@ -384,7 +391,10 @@ struct Avx512Ops {
             // as upd16's step16: sr_bits added to finite values
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v)));
             const __m512 val = _mm512_fmadd_ps(s, gv[v], x);
-            if (v % 2 == 0) P = sr_products(keyv, 16u * v);
+            if (v % 2 == 0) {
+              P = sr_mix(keyv, jg);
+              jg = _mm512_add_epi32(jg, jstep);
+            }
             const __m512i rnd = v % 2 == 0 ? sr_top(P) : sr_low(P);
             __m256i h = _mm512_cvtps_ph(sr_add(val, rnd), _MM_FROUND_TO_ZERO);
             QJ_IN_REGISTER(h);
