@@ -805,6 +805,32 @@ TEST_P(GemmInt8, ManyCacheBlocks) {
   EXPECT_CASE(c);
 }
 
+// A driver plan (src/ops/gemm.h) over random s8 per-channel weights (every scale w_scale) and u8
+// A, for tests that look inside the plan; nullptr (and a test failure) if packing or planning fails.
+std::unique_ptr<qj::GemmPlan> internal_s8_plan(qj_isa isa, int64_t k, int64_t n, float w_scale, float a_scale,
+                                               qj_dtype c_type, float c_scale) {
+  std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 5);
+  std::vector<float> scales(n, w_scale);
+  qj_weights_desc wd{};
+  wd.dtype = QJ_S8;
+  wd.k = k;
+  wd.n = n;
+  wd.granularity = QJ_GRAN_CHANNEL;
+  wd.scales = scales.data();
+  std::shared_ptr<qj::PackedWeights> w;
+  std::unique_ptr<qj::GemmPlan> plan;
+  qj_gemm_desc d{};
+  d.a_type = QJ_U8;
+  d.a_scale = a_scale;
+  d.c_type = c_type;
+  d.c_scale = c_scale;
+  if (qj::pack_int_weights(wd, wq.data(), n, isa, &w) != QJ_OK || qj::gemm_plan_create(d, w, &plan) != QJ_OK) {
+    ADD_FAILURE() << qj_last_error();
+    return nullptr;
+  }
+  return plan;
+}
+
 // --- u8 / s8 output stages with and without the plan's bound on |y| (codegen/epilogue.h) -------------
 // Below 2^30 the kernels round, add the zero point, raise to the lower bound and store with
 // saturation; above it (or when the bound cannot be proved) they clamp in fp32 first. Both must
@@ -818,23 +844,8 @@ TEST_P(GemmInt8, BoundedRequantization) {
     const bool bounded = cs > 1e-6f;
     for (qj_dtype ct : {QJ_U8, QJ_S8}) {
       if (isa() != QJ_ISA_SCALAR) {
-        std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 5);
-        std::vector<float> scales(n, 0.02f);
-        qj_weights_desc wd{};
-        wd.dtype = QJ_S8;
-        wd.k = k;
-        wd.n = n;
-        wd.granularity = QJ_GRAN_CHANNEL;
-        wd.scales = scales.data();
-        std::shared_ptr<qj::PackedWeights> w;
-        ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), n, isa(), &w), QJ_OK) << qj_last_error();
-        qj_gemm_desc d{};
-        d.a_type = QJ_U8;
-        d.a_scale = 0.05f;
-        d.c_type = ct;
-        d.c_scale = cs;
-        std::unique_ptr<qj::GemmPlan> plan;
-        ASSERT_EQ(qj::gemm_plan_create(d, w, &plan), QJ_OK) << qj_last_error();
+        std::unique_ptr<qj::GemmPlan> plan = internal_s8_plan(isa(), k, n, 0.02f, 0.05f, ct, cs);
+        ASSERT_TRUE(plan);
         for (const qj::KernelRef& r : plan->kernels)
           EXPECT_EQ(r.name().find("_reqb_") != std::string::npos, bounded) << r.name() << " c_scale=" << cs;
       }
@@ -873,24 +884,8 @@ TEST_P(GemmInt8, KBlocks) {
   for (int64_t kc : {1, 5, 16}) {
     ForceKBlock force(kc);
     {  // the plan holds the three stages and uses them for tiles of every size
-      const int64_t k = 130, n = 40;
-      std::vector<int8_t> wq = qjt::random_ints<int8_t>(k * n, -128, 127, 7);
-      std::vector<float> scales(n, 0.01f);
-      qj_weights_desc wd{};
-      wd.dtype = QJ_S8;
-      wd.k = k;
-      wd.n = n;
-      wd.granularity = QJ_GRAN_CHANNEL;
-      wd.scales = scales.data();
-      std::shared_ptr<qj::PackedWeights> w;
-      ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), n, isa(), &w), QJ_OK) << qj_last_error();
-      qj_gemm_desc d{};
-      d.a_type = QJ_U8;
-      d.a_scale = 0.1f;
-      d.c_type = QJ_U8;
-      d.c_scale = 0.5f;
-      std::unique_ptr<qj::GemmPlan> plan;
-      ASSERT_EQ(qj::gemm_plan_create(d, w, &plan), QJ_OK) << qj_last_error();
+      std::unique_ptr<qj::GemmPlan> plan = internal_s8_plan(isa(), 130, 40, 0.01f, 0.1f, QJ_U8, 0.5f);
+      ASSERT_TRUE(plan);
       EXPECT_EQ(plan->blk.kc, kc);
       EXPECT_EQ(plan->blk.kc_min_rows, 1);
       for (const auto& stage : plan->kblock_kernels) {

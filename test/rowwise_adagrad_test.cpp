@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -321,6 +322,28 @@ BigCase make_big(qj_dtype tt, int64_t dim, bool weighted, qj_pooling pool, bool 
   return c;
 }
 
+// Runs c through src/ref and through the API at each thread count: the same table bytes and
+// momentum bits, and a table the update changed.
+void expect_big_matches_reference(const BigCase& c, bool weighted, uint64_t seed, std::initializer_list<int> threads) {
+  std::vector<uint8_t> want = c.table;
+  std::vector<float> hw = c.h;
+  const int64_t ni = static_cast<int64_t>(c.idx64.size());
+  const float* w = weighted ? c.w.data() : nullptr;
+  ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
+                                             c.off.data(), w, c.g.data(), seed));
+  ASSERT_NE(want, c.table) << "the update changed nothing: the test would not see a broken kernel";
+  for (int t : threads) {
+    std::vector<uint8_t> got = c.table;
+    std::vector<float> hg = c.h;
+    ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(), w,
+                                       c.g.data(), seed, t),
+              QJ_OK)
+        << qj_last_error();
+    ASSERT_EQ(got, want) << t << " threads";
+    for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+  }
+}
+
 TEST(RowwiseAdagrad, ManyIndicesEveryTierMatchReference) {
   const std::vector<int64_t> dims = {1, 4, 7, 8, 15, 16, 17, 31, 32, 33, 64, 96, 128, 163, 256, 512, 1000};
   for (qj_isa isa : qjt::supported_isas()) {
@@ -337,21 +360,7 @@ TEST(RowwiseAdagrad, ManyIndicesEveryTierMatchReference) {
         BigCase c = make_big(tt, dim, weighted, pool, sr, n % 2 ? 32 : 64, 1000 + n);
         SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim) +
                      (weighted ? " weighted" : "") + (pool == QJ_POOL_MEAN ? " mean" : " sum"));
-        std::vector<uint8_t> want = c.table;
-        std::vector<float> hw = c.h;
-        const int64_t ni = static_cast<int64_t>(c.idx64.size());
-        ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
-                                                   c.off.data(), weighted ? c.w.data() : nullptr, c.g.data(), 99));
-        for (int threads : {1, 2, 3, 8}) {
-          std::vector<uint8_t> got = c.table;
-          std::vector<float> hg = c.h;
-          ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(),
-                                             weighted ? c.w.data() : nullptr, c.g.data(), 99, threads),
-                    QJ_OK)
-              << qj_last_error();
-          ASSERT_EQ(got, want) << threads << " threads";
-          for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 99, {1, 2, 3, 8}));
       }
     }
   }
@@ -373,22 +382,7 @@ TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
         const qj_pooling pool = n % 2 ? QJ_POOL_SUM : QJ_POOL_MEAN;
         BigCase c = make_big(tt, dim, false, pool, sr, n % 2 ? 32 : 64, 5000 + n);
         SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim));
-        std::vector<uint8_t> want = c.table;
-        std::vector<float> hw = c.h;
-        const int64_t ni = static_cast<int64_t>(c.idx64.size());
-        ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
-                                                   c.off.data(), nullptr, c.g.data(), 11));
-        ASSERT_NE(want, c.table);
-        for (int threads : {1, 3}) {
-          std::vector<uint8_t> got = c.table;
-          std::vector<float> hg = c.h;
-          ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(),
-                                             nullptr, c.g.data(), 11, threads),
-                    QJ_OK)
-              << qj_last_error();
-          ASSERT_EQ(got, want) << threads << " threads";
-          for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, false, 11, {1, 3}));
       }
     }
   }
@@ -431,21 +425,7 @@ TEST(RowwiseAdagrad, NonFiniteValuesFollowTheReference) {
             c.g[b * dim + 8] = b % 8 ? INFINITY : -INFINITY;
             c.g[b * dim + 9] = NAN;
           }
-        std::vector<uint8_t> want = c.table;
-        std::vector<float> hw = c.h;
-        const int64_t ni = static_cast<int64_t>(c.idx64.size());
-        ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(c.d, want.data(), hw.data(), c.rows, c.nbags, c.idx.data(), ni,
-                                                   c.off.data(), nullptr, c.g.data(), 5));
-        for (int threads : {1, 2}) {
-          std::vector<uint8_t> got = c.table;
-          std::vector<float> hg = c.h;
-          ASSERT_EQ(qj_rowwise_adagrad_fused(&c.d, got.data(), hg.data(), c.rows, c.nbags, c.idx.data(), ni, c.off.data(),
-                                             nullptr, c.g.data(), 5, threads),
-                    QJ_OK)
-              << qj_last_error();
-          ASSERT_EQ(got, want) << threads << " threads";
-          for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, false, 5, {1, 2}));
       }
     }
   }

@@ -66,21 +66,25 @@ qj_isa cpu_isa() {
   return t;
 }
 
+namespace {
+// The size cpuinfo reports for the first cache of a level, or `fallback` when it reports none
+// (or less than `min`).
+size_t cache_size(uint32_t (*count)(), const cpuinfo_cache* (*first)(uint32_t), size_t min, size_t fallback) {
+  size_t b = 0;
+  if (cpuinfo_initialize() && count() > 0) b = first(0)->size;
+  return b >= min ? b : fallback;
+}
+}  // namespace
+
 size_t l2_cache_bytes() {
-  static const size_t bytes = [] {
-    size_t b = 0;
-    if (cpuinfo_initialize() && cpuinfo_get_l2_caches_count() > 0) b = cpuinfo_get_l2_cache(0)->size;
-    return b >= (size_t(128) << 10) ? b : (size_t(1) << 20);
-  }();
+  static const size_t bytes =
+      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, size_t(128) << 10, size_t(1) << 20);
   return bytes;
 }
 
 size_t l1d_cache_bytes() {
-  static const size_t bytes = [] {
-    size_t b = 0;
-    if (cpuinfo_initialize() && cpuinfo_get_l1d_caches_count() > 0) b = cpuinfo_get_l1d_cache(0)->size;
-    return b >= (size_t(16) << 10) ? b : (size_t(32) << 10);
-  }();
+  static const size_t bytes =
+      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, size_t(16) << 10, size_t(32) << 10);
   return bytes;
 }
 

@@ -431,8 +431,10 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     key.has_beta = desc.beta != 0.0f;
     key.n_tail = static_cast<uint8_t>(n_tail);
     // The shorter u8 / s8 output stage when no input can take |y| to 2^30 (codegen/epilogue.h):
-    // |sum of (a - za)(b - zb)| <= K * 255^2, times the largest group scale (grouped) and the
-    // column's multiplier, plus its bias. Not with dynamic A (its scale comes with the data).
+    // |sum of (a - za)(b - zb)| <= K * 255 * bmax, times the largest group scale (grouped) and the
+    // column's multiplier, plus its bias. bmax bounds |b - zb|: 255 for s8; 1024 for the decoded
+    // types' integer forms (4-bit codes with zero points; MX / BDR elements up to 448, E3M2).
+    // Not with dynamic A (its scale comes with the data).
     if ((desc.c_type == QJ_U8 || desc.c_type == QJ_S8) && !key.has_row_scale && !group_a) {
       double smax = w->gran == QJ_GRAN_GROUP ? 0.0 : 1.0;
       if (w->gran == QJ_GRAN_GROUP)
@@ -443,7 +445,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
           }
       double ymax = 0.0;
       for (int64_t c = 0; c < n; ++c)
-        ymax = std::max(ymax, static_cast<double>(w->k) * 65025.0 * smax * std::fabs(static_cast<double>(ml[c])) +
+        ymax = std::max(ymax, static_cast<double>(w->k) * 255.0 * (decoded ? 1024.0 : 255.0) * smax *
+                                      std::fabs(static_cast<double>(ml[c])) +
                                   std::fabs(static_cast<double>(bi[c])));
       if (ymax < 1073741824.0) key.epilogue = cg::kEpiBoundedY;  // false for inf / NaN
     }
