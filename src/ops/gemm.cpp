@@ -365,6 +365,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       if (w->is_mx() && has_vbmi()) probe.flags = 32;  // vpermb decoders
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
       p->blk.kc = 0;  // decoded weights: K is not blocked
+      p->blk.kc_min_rows = 0;
       // s8 A: kp bytes per row (s16 pairs for int16-pair weights: 2 kp)
       int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() ? 2 : 1), 1);
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
@@ -906,8 +907,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   // K blocks (s8 plans whose tiles of A outgrow the L1): sums of the MC x NC block in scratch.
-  const bool kblocked = !decoded && b.kc > 0 && !p.kblock_kernels[2].empty() &&
-                        tile_base + (tile_extra ? 1 : 0) >= b.kc_min_rows;
+  // (the plan holds K-block kernels only for s8 weights with b.kc > 0)
+  const bool kblocked = !p.kblock_kernels[2].empty() && tile_base + (tile_extra ? 1 : 0) >= b.kc_min_rows;
   const size_t acc_tile_bytes = static_cast<size_t>(b.nc_panels) * mr * w.nr * 4;
   if (kblocked && s.acc.size() < acc_tile_bytes * mc_tiles && !s.acc.allocate(acc_tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of K-block sums", acc_tile_bytes * mc_tiles);
