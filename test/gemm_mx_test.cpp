@@ -153,9 +153,18 @@ std::string run_case(const MxCase& t) {
       return std::string("deserialize: ") + qj_last_error();
   }
   qj_gemm_plan plan = nullptr;
+  qj_cache_stats_t before{}, after{};
+  qj_cache_stats(&before);
   st = qj_gemm_plan_create(&gd, w, &plan);
+  qj_cache_stats(&after);
   qj_weights_destroy(w);
   if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
+  // Every MX weight type has a JIT kernel at every JIT tier (MXINT8 / E2M3 through their BDR form
+  // where their int8 form has none): no plan may fall back to src/ref.
+  if (qj_max_isa() >= QJ_ISA_AVX2 && after.fallbacks != before.fallbacks) {
+    qj_gemm_plan_destroy(plan);
+    return std::string("plan fell back to the scalar reference at ") + qj_isa_name(qj_max_isa());
+  }
   const int64_t ldc = t.n + t.ldc_pad;
   const int eb = t.c_type == QJ_BF16 ? 2 : 4;
   std::vector<uint8_t> cbuf(t.m * ldc * eb, 0xEE);
@@ -305,7 +314,8 @@ TEST(GemmMx, SpecialScaleOnlyInTailColumn) {
 }
 
 // On the VNNI tier without VBMI (e.g. Cascade Lake) MXFP4 decodes with vpshufb + vpand ahead of
-// vpdpbusd (with VBMI, vpermb); E2M3 needs VBMI and runs the reference. Tails in M and N.
+// vpdpbusd (with VBMI, vpermb); E2M3, whose byte decoder needs VBMI, runs as MX6 weights of the
+// same values in the int16-pair kernel (vpdpwssd). Tails in M and N.
 TEST(GemmMx, VnniWithoutVbmi) {
   struct Hide {
     Hide() { qj::gemm_hide_vbmi_for_tests(true); }

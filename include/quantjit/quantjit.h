@@ -259,11 +259,13 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  +-M * 2^(1 - mu)); it is scaled by A's scale and by the block scale 2^(b - 127) (BDR:
  *  2^(E - 127)) in fp32 and accumulated in fp32 across blocks; the type's power of two (2^-shift)
  *  is applied with the output multiplier. E3M2 and BDR weights multiply as int16 pairs (vpdpwssd
- *  with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). MXFP4, MXFP6 E3M2 and the BDR types run JIT at
- *  every tier; MXINT8 and MXFP6 E2M3 need AVX512-VNNI (E2M3 also AVX512-VBMI); otherwise the
- *  scalar reference runs (logged at QJ_VERBOSE=1). The fp32 block partial sum * 2^(b - 127)
- *  overflows to +-Inf when it exceeds FLT_MAX (scale bytes near 0xFE); blocks quantized from fp32
- *  weights below 2^100 in magnitude never do.
+ *  with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). Every MX type runs JIT at every tier from AVX2:
+ *  MXINT8 and MXFP6 E2M3 in the int8 kernel at AVX512-VNNI (E2M3 there also needs AVX512-VBMI);
+ *  elsewhere the plan holds a converted copy of the weights (BDR MX9 / MX6 codes of exactly the
+ *  same values, same 32-element blocks and scale bytes: about 1.1 / 1.0 bytes per weight) for the
+ *  int16-pair kernel, with the same results (logged at QJ_VERBOSE=1). The fp32 block partial sum
+ *  * 2^(b - 127) overflows to +-Inf when it exceeds FLT_MAX (scale bytes near 0xFE); blocks
+ *  quantized from fp32 weights below 2^100 in magnitude never do.
  * GEMM with MXFP8 weights (E4M3, E5M2; MX.md section 9 decision 6, the fp32 path): like F16 / BF16
  *  weights (see above): a_type QJ_F32 or QJ_BF16, NOT quantized; c_type QJ_F32 or QJ_BF16; bias,
  *  ReLU, beta; a_scale, a_zero_point, c_scale, c_zero_point ignored. y = sum_k a * w + bias with

@@ -334,6 +334,21 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   auto p = std::make_unique<GemmPlan>();
   p->kind = decoded ? GemmKind::kDecoded : GemmKind::kInt8;
   QJ_TRY(plan_common(desc, &w, p.get()));
+  // MXINT8 and MXFP6 E2M3 weights where their int8 form has no exact kernel: below the VNNI tier
+  // (vpmaddubsw pairs of their decoded bytes, up to 255 and 120, overflow int16) and, for E2M3, on
+  // CPUs without AVX512-VBMI (its 64-entry decode table needs vpermb). The plan runs the BDR
+  // weights of exactly the same values and blocks (mx16_from_int8_mx: MX9 / MX6 codes in blocks of
+  // 32 with the E8M0 bytes) in the int16-pair kernel, which is exact at every tier.
+  if (p->isa >= QJ_ISA_AVX2 && (w->dtype == QJ_MXINT8 || w->dtype == QJ_MXFP6_E2M3) &&
+      (p->isa < QJ_ISA_AVX512_VNNI || (w->dtype == QJ_MXFP6_E2M3 && !has_vbmi()))) {
+    std::shared_ptr<PackedWeights> w16;
+    QJ_TRY(mx16_from_int8_mx(*w, p->isa, &w16));
+    QJ_LOG(1, "gemm: %s weights run as %s weights of the same values (int16-pair kernel, %s%s)",
+           qj_dtype_name(w->dtype), qj_dtype_name(w16->dtype), isa_name(p->isa),
+           p->isa >= QJ_ISA_AVX512_VNNI ? " without AVX512-VBMI" : "");
+    w = std::move(w16);
+    p->w = w;
+  }
   const int64_t n = w->n, groups = w->groups();
 
   // Zero point of A as the kernel sees it.

@@ -69,12 +69,12 @@ StepPos step_pos(const PackedWeights& w, int64_t c, int r) {
   return p;
 }
 
-// Packs q(kk, col) (integer forms) and scale(g, col) (E8M0 / BDR exponent bytes) into w (type and
-// shape set) for isa.
+// Packs q(kk, col) (integer forms) and scale(g, col) (E8M0 / BDR exponent bytes, one per group of
+// group_size along K) into w (type and shape set) for isa.
 template <class Q, class Scale>
-qj_status pack_mx16(PackedWeights* w, qj_isa isa, const Q& q, const Scale& scale) {
+qj_status pack_mx16(PackedWeights* w, qj_isa isa, int64_t group_size, const Q& q, const Scale& scale) {
   w->gran = QJ_GRAN_GROUP;
-  w->group_size = mx16_block(w->dtype);
+  w->group_size = group_size;
   set_weights_geometry(w, isa);
   const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
   if (!allocate_packed(w, bytes, true))
@@ -161,7 +161,8 @@ qj_status pack_mx16_weights(const qj_weights_desc& d, const void* data, int64_t 
                   (long long)md->scales_ld, (long long)blocks);
     const int16_t* iv = mx::e3m2_int_table();
     QJ_TRY(pack_mx16(
-        w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t { return iv[mx::get_code(f, el + c * ld, kk) & 63]; },
+        w.get(), isa, mx::kBlock,
+        [&](int64_t kk, int64_t c) -> int32_t { return iv[mx::get_code(f, el + c * ld, kk) & 63]; },
         [&](int64_t g, int64_t c) { return md->scales[c * md->scales_ld + g]; }));
     *out = std::move(w);
     return QJ_OK;
@@ -184,7 +185,7 @@ qj_status pack_mx16_weights(const qj_weights_desc& d, const void* data, int64_t 
     const int i = static_cast<int>(kk % bdr::kBlock);
     return bdr::int_value(f, b.code[i]) * (((b.mu >> (i / 2)) & 1) ? 1 : 2);
   };
-  QJ_TRY(pack_mx16(w.get(), isa, bq, [&](int64_t g, int64_t c) { return fl[c * blocks + g].e; }));
+  QJ_TRY(pack_mx16(w.get(), isa, mx16_block(w->dtype), bq, [&](int64_t g, int64_t c) { return fl[c * blocks + g].e; }));
   *out = std::move(w);
   return QJ_OK;
 }
@@ -225,7 +226,7 @@ qj_status quantize_mx16_weights(const qj_weights_desc& d, const float* src, int6
   w->k = k;
   w->n = n;
   QJ_TRY(pack_mx16(
-      w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t { return q[c * k + kk]; },
+      w.get(), isa, blk, [&](int64_t kk, int64_t c) -> int32_t { return q[c * k + kk]; },
       [&](int64_t g, int64_t c) { return sc[c * blocks + g]; }));
   *out = std::move(w);
   return QJ_OK;
@@ -237,7 +238,7 @@ qj_status repack_mx16_weights(const PackedWeights& src, qj_isa isa, std::shared_
   w->k = src.k;
   w->n = src.n;
   QJ_TRY(pack_mx16(
-      w.get(), isa, [&](int64_t kk, int64_t c) { return mx16_q(src, kk, c); },
+      w.get(), isa, src.group_size, [&](int64_t kk, int64_t c) { return mx16_q(src, kk, c); },
       [&](int64_t g, int64_t c) { return src.mx_scale_byte(g, c); }));
   *out = std::move(w);
   return QJ_OK;
@@ -264,8 +265,8 @@ qj_status mx16_from_int8_mx(const PackedWeights& src, qj_isa isa, std::shared_pt
   for (int64_t kk = 0; kk < src.k; ++kk)
     for (int64_t c = 0; c < src.n; ++c) q[c * src.k + kk] = static_cast<int16_t>(src.q(kk, c) * mul);
   QJ_TRY(pack_mx16(
-      w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t { return q[c * src.k + kk]; },
-      [&](int64_t g, int64_t c) { return src.mx_scale_byte(g * bdr::kBlock / mx::kBlock, c); }));
+      w.get(), isa, mx::kBlock, [&](int64_t kk, int64_t c) -> int32_t { return q[c * src.k + kk]; },
+      [&](int64_t g, int64_t c) { return src.mx_scale_byte(g, c); }));
   *out = std::move(w);
   return QJ_OK;
 }

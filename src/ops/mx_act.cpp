@@ -377,8 +377,9 @@ void decode_row_int16(qj_dtype t, const uint8_t* e, int64_t nb, int16_t* q) {
 }
 
 // kg == 2: the s16 pairs of the int16-pair weight kernels (E3M2, BDR). The weight groups are 32
-// (E3M2: one A block each) or 16 (BDR: A block g / 2 spans weight groups g and g + 1), so the A
-// factor and the row sums are taken per weight group of gk = k / groups values.
+// (E3M2 and the BDR form of OCP weights, mx16_from_int8_mx: one A block each) or 16 (BDR: A block
+// g / 2 spans weight groups g and g + 1), so the A factor and the row sums are taken per weight
+// group of gk = k / groups values.
 void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
                      uint8_t* dst, int32_t* row_sum, float* a_scale) {
   static thread_local std::vector<int16_t> buf;
