@@ -13,6 +13,7 @@
 
 #include "src/formats/fp16_stochastic.h"
 #include "src/formats/half.h"
+#include "src/ops/rowwise_adagrad.h"
 #include "src/ref/rowwise_adagrad_ref.h"
 #include "test/test_util.h"
 
@@ -383,6 +384,35 @@ TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
         BigCase c = make_big(tt, dim, false, pool, sr, n % 2 ? 32 : 64, 5000 + n);
         SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim));
         ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, false, 11, {1, 3}));
+      }
+    }
+  }
+}
+
+// Tables larger than the last-level cache prefetch rows into L2 (prefetcht1) instead of L1: a
+// separate instantiation of every update path, forced here on small tables (results identical),
+// coalesced and per-occurrence, at every tier.
+TEST(RowwiseAdagrad, L2PrefetchPathsMatchReference) {
+  struct Force {
+    Force() { qj::rowwise_adagrad_force_prefetch_l2(1); }
+    ~Force() { qj::rowwise_adagrad_force_prefetch_l2(-1); }
+  } force;
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    uint32_t n = 0;
+    for (int64_t dim : {7, 32, 128, 272, 1024}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        ++n;
+        const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;
+        const bool sr = variant == 2;
+        const bool weighted = n % 3 == 1;
+        BigCase c = make_big(tt, dim, weighted, n % 2 ? QJ_POOL_SUM : QJ_POOL_MEAN, sr, n % 2 ? 32 : 64, 7000 + n);
+        SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim) +
+                     (weighted ? " weighted" : ""));
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 23, {1, 3}));
+        c.d.mode = QJ_UPDATE_PER_OCCURRENCE_RACY;  // one thread: the reference's order
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 23, {1}));
       }
     }
   }

@@ -82,6 +82,12 @@ size_t l2_cache_bytes() {
   return bytes;
 }
 
+size_t l3_cache_bytes() {
+  static const size_t bytes =
+      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, size_t(1) << 20, size_t(32) << 20);
+  return bytes;
+}
+
 size_t l1d_cache_bytes() {
   static const size_t bytes =
       cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, size_t(16) << 10, size_t(32) << 10);

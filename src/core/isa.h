@@ -20,6 +20,7 @@ const CpuFeatures& cpu_features();
 qj_isa cpu_isa();              // best tier of this CPU
 size_t l2_cache_bytes();       // private L2 of one core (cpuinfo; 1 MiB if unknown): blocking
 size_t l1d_cache_bytes();      // L1 data cache of one core (cpuinfo; 32 KiB if unknown)
+size_t l3_cache_bytes();       // the first L3 cpuinfo reports (32 MiB if unknown)
 qj_isa max_isa();              // the cap in force (<= cpu_isa())
 qj_status set_max_isa(qj_isa isa);
 const char* isa_name(qj_isa isa);

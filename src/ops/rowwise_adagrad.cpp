@@ -28,6 +28,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <cstdlib>
@@ -60,6 +61,23 @@ int64_t load_int(const void* p, int bits, int64_t i) {
 // the row (the first and last may be shared with neighbours). Prefetching all of a row's lines
 // matters for cold rows: the first line only is 3x slower at dim 128.
 inline void prefetch_w(const void* p) { asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p))); }
+// The prefetch of a line of a row ahead (and of its momentum entry): prefetchw into L1, or
+// prefetcht1 into L2 (l2) for rows of 512 bytes or more in tables larger than the last-level
+// cache, whose rows come from DRAM. A prefetch into L1 holds one of L1's few miss buffers until
+// the line arrives, which caps the rows in flight; L2 tracks many more misses. Measured on Zen 4
+// (1M-row tables on 2 MiB pages, rows flushed before each call, ~1000 lookups, us per call,
+// prefetchw -> prefetcht1): fp32 dim 128 51 -> 27, dim 1024 385 -> 210; fp16 dim 256 66 -> 25,
+// dim 1024 275 -> 142; with the rows already cached within a few percent. Smaller rows are left
+// to prefetchw: there prefetcht1 was bimodal (fp16 dim 64: 14 or 53 against 24), slow whenever
+// the table sat on 4 KiB pages (measured with --pages 4k: a prefetcht1 that misses the TLB seems
+// to be dropped, prefetchw walks the page table). The flag is a constant in each instantiation
+// of the driver, so the branch folds away.
+__attribute__((always_inline)) inline void prefetch_ahead(const void* p, bool l2) {
+  if (l2)
+    asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+  else
+    prefetch_w(p);
+}
 // ---- scalar tails / scalar tier (the reference's formulas) ----
 float finish_mean(const float* P, int64_t dim) {
   return (((P[0] + P[1]) + (P[2] + P[3])) + ((P[4] + P[5]) + (P[6] + P[7]))) / static_cast<float>(dim);
@@ -108,8 +126,10 @@ struct ScalarOps {
   static void acc(float* G, const float* g, float e, int64_t dim) {
     for (int64_t j = 0; j < dim; ++j) G[j] = std::fma(e, g[j], G[j]);
   }
-  static void upd32(float* w, const float* G, float step, int64_t dim, const char*) { upd32_tail(w, G, step, 0, dim); }
-  static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char*) {
+  static void upd32(float* w, const float* G, float step, int64_t dim, const char*, bool) {
+    upd32_tail(w, G, step, 0, dim);
+  }
+  static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char*, bool) {
     upd16_tail(w, G, step, 0, dim, sr, key);
   }
 };
@@ -154,11 +174,11 @@ struct Avx2Ops {
       _mm256_storeu_ps(G + j, _mm256_fmadd_ps(ev, _mm256_loadu_ps(g + j), _mm256_loadu_ps(G + j)));
     for (; j < dim; ++j) G[j] = std::fma(e, g[j], G[j]);
   }
-  QJ_AVX2_INL static void upd32(float* w, const float* G, float step, int64_t dim, const char* pf) {
+  QJ_AVX2_INL static void upd32(float* w, const float* G, float step, int64_t dim, const char* pf, bool l2) {
     const __m256 s = _mm256_set1_ps(-step);
     int64_t j = 0;
     for (; j + 16 <= dim; j += 16) {
-      prefetch_w(pf + 4 * j);
+      prefetch_ahead(pf + 4 * j, l2);
       const __m256 a = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j), _mm256_loadu_ps(w + j));
       const __m256 b = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j + 8), _mm256_loadu_ps(w + j + 8));
       _mm256_storeu_ps(w + j, a);
@@ -166,10 +186,10 @@ struct Avx2Ops {
     }
     for (; j + 8 <= dim; j += 8)
       _mm256_storeu_ps(w + j, _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j), _mm256_loadu_ps(w + j)));
-    prefetch_w(pf + 4 * dim - 1);
+    prefetch_ahead(pf + 4 * dim - 1, l2);
     upd32_tail(w, G, step, j, dim);
   }
-  QJ_AVX2_INL static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char* pf) {
+  QJ_AVX2_INL static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char* pf, bool l2) {
     const __m256 s = _mm256_set1_ps(-step);
     // sr_bits: the vectors at j % 32 = 0 and 8 form the products P(j + lane) (j * golden advances
     // by 8 * golden per vector) and use their top fields; those at 16 and 24 reuse them (low fields)
@@ -182,9 +202,9 @@ struct Avx2Ops {
     const __m256i low13 = _mm256_set1_epi32(0x1fff);
     __m256i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     int64_t j = 0;
-    prefetch_w(pf + 2 * dim - 1);
+    prefetch_ahead(pf + 2 * dim - 1, l2);
     for (; j + 8 <= dim; j += 8) {
-      if ((j & 31) == 0) prefetch_w(pf + 2 * j);
+      if ((j & 31) == 0) prefetch_ahead(pf + 2 * j, l2);
       __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + j)));
       __m256 v = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j), x);
       __m128i h;
@@ -264,25 +284,25 @@ struct Avx512Ops {
       _mm256_mask_storeu_ps(G + j, m, _mm256_fmadd_ps(ev, _mm256_maskz_loadu_ps(m, g + j), _mm256_maskz_loadu_ps(m, G + j)));
     }
   }
-  QJ_AVX512_INL static void upd32(float* w, const float* G, float step, int64_t dim, const char* pf) {
+  QJ_AVX512_INL static void upd32(float* w, const float* G, float step, int64_t dim, const char* pf, bool l2) {
     const __m512 s = _mm512_set1_ps(-step);
     int64_t j = 0;
     for (; j + 16 <= dim; j += 16) {
-      prefetch_w(pf + 4 * j);
+      prefetch_ahead(pf + 4 * j, l2);
       _mm512_storeu_ps(w + j, _mm512_fmadd_ps(s, _mm512_loadu_ps(G + j), _mm512_loadu_ps(w + j)));
     }
-    prefetch_w(pf + 4 * dim - 1);
+    prefetch_ahead(pf + 4 * dim - 1, l2);
     if (j < dim) {
       const __mmask16 m = static_cast<__mmask16>((1u << (dim - j)) - 1u);
       _mm512_mask_storeu_ps(w + j, m, _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m, G + j), _mm512_maskz_loadu_ps(m, w + j)));
     }
   }
-  QJ_AVX512_INL static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char* pf) {
+  QJ_AVX512_INL static void upd16(uint16_t* w, const float* G, float step, int64_t dim, bool sr, uint32_t key, const char* pf, bool l2) {
     const __m256 s = _mm256_set1_ps(-step);
-    prefetch_w(pf + 2 * dim - 1);
+    prefetch_ahead(pf + 2 * dim - 1, l2);
     if (!sr) {
       for (int64_t j = 0; j < dim; j += 8) {
-        if ((j & 31) == 0) prefetch_w(pf + 2 * j);
+        if ((j & 31) == 0) prefetch_ahead(pf + 2 * j, l2);
         const __mmask8 m = tail8(dim - j);
         __m256 x = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, w + j));
         __m256 v = _mm256_fmadd_ps(s, _mm256_maskz_loadu_ps(m, G + j), x);
@@ -315,7 +335,7 @@ struct Avx512Ops {
     const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
     int64_t j = 0;
     for (; j + 32 <= dim; j += 32) {  // 64 bytes of the row: one prefetch
-      prefetch_w(pf + 2 * j);
+      prefetch_ahead(pf + 2 * j, l2);
       const __m512i P = sr_mix(keyv, jg);
       jg = _mm512_add_epi32(jg, jstep);
       step16(j, 0xffff, sr_top(P));  // constant masks: plain loads and stores
@@ -356,7 +376,7 @@ struct Avx512Ops {
   // us per call. fp32 rows use zmm in this form; fp16 rows take ymm halves through vcvtph2ps /
   // vcvtps2ph (faster than zmm there, see above), with the stochastic rounding on zmm as upd16.
   template <int kTable, int NV, class Next>
-  QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next) {
+  QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2) {
     __m512 gv[NV];
     for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
     for (int64_t i = 0; i < n; ++i) {
@@ -365,7 +385,7 @@ struct Avx512Ops {
       if constexpr (kTable == 0) {
         float* w = reinterpret_cast<float*>(r.w);
         for (int v = 0; v < NV; ++v) {
-          prefetch_w(r.pf + 64 * v);
+          prefetch_ahead(r.pf + 64 * v, l2);
           _mm512_storeu_ps(w + 16 * v, _mm512_fmadd_ps(s, gv[v], _mm512_loadu_ps(w + 16 * v)));
         }
       } else {
@@ -375,7 +395,7 @@ struct Avx512Ops {
         __m512i jg = sr_lane_golden();        // advanced by vector adds, as in upd16
         const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
         for (int v = 0; v < NV; ++v) {
-          if (v % 2 == 0) prefetch_w(r.pf + 32 * v);
+          if (v % 2 == 0) prefetch_ahead(r.pf + 32 * v, l2);
           if constexpr (kTable == 1) {
             const __m256 s8 = _mm512_castps512_ps256(s);
             for (int half = 0; half < 2; ++half) {
@@ -405,12 +425,12 @@ struct Avx512Ops {
     }
   }
   template <int kTable, class Next>
-  QJ_AVX512_INL static bool rows(const float* G, int64_t dim, int64_t n, Next&& next) {
+  QJ_AVX512_INL static bool rows(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
     if (dim % 16 == 0) {
       switch (dim / 16) {
 #define QJ_NV(nv)                       \
   case nv:                              \
-    rows_nv<kTable, nv>(G, n, next);    \
+    rows_nv<kTable, nv>(G, n, next, l2); \
     return true;
         QJ_NV(1) QJ_NV(2) QJ_NV(3) QJ_NV(4) QJ_NV(5) QJ_NV(6) QJ_NV(7) QJ_NV(8)
         QJ_NV(9) QJ_NV(10) QJ_NV(11) QJ_NV(12) QJ_NV(13) QJ_NV(14) QJ_NV(15) QJ_NV(16)
@@ -419,7 +439,7 @@ struct Avx512Ops {
           break;
       }
       if (kTable == 0) {
-        rows_f32_wide(G, dim, n, next);
+        rows_f32_wide(G, dim, n, next, l2);
         return true;
       }
     }
@@ -428,7 +448,7 @@ struct Avx512Ops {
   // fp32 rows with dim = 16 NV > 256: the first 256 values of G in registers, the rest loaded
   // (steady-state harness, 1000 rows, dim 512: 49.3 -> 41.5 us per call; FBGEMM 39.6).
   template <class Next>
-  QJ_AVX512_INL static void rows_f32_wide(const float* G, int64_t dim, int64_t n, Next&& next) {
+  QJ_AVX512_INL static void rows_f32_wide(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
     __m512 gv[16];
     for (int v = 0; v < 16; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
     for (int64_t i = 0; i < n; ++i) {
@@ -436,11 +456,11 @@ struct Avx512Ops {
       const __m512 s = _mm512_set1_ps(-r.step);
       float* w = reinterpret_cast<float*>(r.w);
       for (int v = 0; v < 16; ++v) {
-        prefetch_w(r.pf + 64 * v);
+        prefetch_ahead(r.pf + 64 * v, l2);
         _mm512_storeu_ps(w + 16 * v, _mm512_fmadd_ps(s, gv[v], _mm512_loadu_ps(w + 16 * v)));
       }
       for (int64_t j = 256; j < dim; j += 16) {
-        prefetch_w(r.pf + 4 * j);
+        prefetch_ahead(r.pf + 4 * j, l2);
         _mm512_storeu_ps(w + j, _mm512_fmadd_ps(s, _mm512_loadu_ps(G + j), _mm512_loadu_ps(w + j)));
       }
     }
@@ -488,18 +508,19 @@ struct Job {
   const Scratch* s;
   int64_t gstride, unique;
   int64_t pf_dist;    // rows ahead to prefetch
+  bool pf_l2;         // prefetch into L2 (prefetcht1), not L1 (see prefetch_ahead)
   int64_t row_bytes;  // table row bytes
   uint32_t seed_key;  // sr_seed_key(seed)
 };
 
-inline void prefetch_lines(const char* p, int64_t bytes) {
+__attribute__((always_inline)) inline void prefetch_lines(const char* p, int64_t bytes, bool l2) {
   const char* end = p + bytes;
   for (const char* q = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}); q < end; q += 64)
-    prefetch_w(q);
+    prefetch_ahead(q, l2);
 }
-inline void prefetch_row(const Job& job, int64_t row) {
-  prefetch_lines(static_cast<const char*>(job.c->table) + row * job.row_bytes, job.row_bytes);
-  if (job.d->optimizer == QJ_OPT_ROWWISE_ADAGRAD) prefetch_w(job.c->momentum + row);
+__attribute__((always_inline)) inline void prefetch_row(const Job& job, int64_t row, bool l2) {
+  prefetch_lines(static_cast<const char*>(job.c->table) + row * job.row_bytes, job.row_bytes, l2);
+  if (job.d->optimizer == QJ_OPT_ROWWISE_ADAGRAD) prefetch_ahead(job.c->momentum + row, l2);
 }
 
 // The bag factor of unweighted pooling: 1, or 1 / len for mean pooling (as the reference: 1.0f *
@@ -668,6 +689,8 @@ qj_status report_bad_index(const qj_rowwise_adagrad_desc& d, const AdagradCall& 
   return st != QJ_OK ? st : fail(QJ_ERR_INTERNAL, "qj_rowwise_adagrad_fused: index check disagreement");
 }
 
+std::atomic<int> g_force_prefetch_l2{-1};
+
 template <class K>
 qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32_t num_threads) {
   Scratch& s = scratch();
@@ -685,6 +708,10 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   // Keep about 96 lines in flight (rows are written back too), 2 to 16 rows ahead.
   const int64_t lines = (job.row_bytes + 63) / 64 + 1;
   job.pf_dist = std::clamp<int64_t>(96 / lines, 2, 16);
+  const int force = g_force_prefetch_l2.load(std::memory_order_relaxed);
+  job.pf_l2 = force >= 0 ? force == 1
+                         : job.row_bytes >= 512 &&
+                               static_cast<uint64_t>(c.num_rows) * static_cast<uint64_t>(job.row_bytes) > l3_cache_bytes();
   const int64_t n = c.num_indices;
   const size_t nb = static_cast<size_t>(c.num_bags);
   s.bstart.resize(nb + 1);
@@ -743,6 +770,8 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
 }
 
 }  // namespace
+
+void rowwise_adagrad_force_prefetch_l2(int mode) { g_force_prefetch_l2.store(mode, std::memory_order_relaxed); }
 
 qj_status rowwise_adagrad_fused(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32_t num_threads) {
   const char* fn = "qj_rowwise_adagrad_fused";
