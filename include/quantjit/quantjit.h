@@ -603,7 +603,10 @@ typedef struct qj_rowwise_adagrad_desc {
  *  gradients grad[num_bags][grad_stride] of one embedding-bag call. Inputs are validated like
  *  qj_embedding_bag_run (bad index: QJ_ERR_OUT_OF_RANGE naming bag and index; bad offsets or
  *  lengths: QJ_ERR_INVALID_ARGUMENT) before anything is written. num_threads >= 1 threads of the
- *  installed pool (qj_set_parallel_for) share the work. */
+ *  installed pool (qj_set_parallel_for) share the work. Rows a few places ahead are prefetched:
+ *  with prefetchw, or, for rows of 512 bytes or more in tables larger than the last-level cache,
+ *  into L2 (prefetcht1, which keeps more rows in flight from DRAM); the results do not depend on
+ *  it. Large tables belong on huge pages (qj_embedding_table_alloc). */
 QJ_API qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* desc, void* table,
                                           float* momentum, int64_t num_rows, int64_t num_bags,
                                           const void* indices, int64_t num_indices,
