@@ -101,12 +101,98 @@ void emit_rows4_consts(Assembler& a, const EpilogueRegs& r) {
   a.embed(b, sizeof b);  // [perm + 64, perm + 80): byte shuffle (vpshufb)
 }
 
+bool packed_rows(const Simd& s, const KernelKey& key, int nrv) {
+  return s.zmm && nrv == 4 && (key.c_type == QJ_U8 || key.c_type == QJ_S8);
+}
+
+void emit_pack_consts(Assembler& a, const EpilogueRegs& r) {
+  // After vpackssdw / vpackuswb of vectors v0..v3, dword 4 l + v holds columns [4 l, 4 l + 4) of
+  // vector v; column order wants it at 4 v + l.
+  a.align(AlignMode::kData, 64);
+  a.bind(r.pack_perm);
+  uint32_t d[16];
+  for (int v = 0; v < 4; ++v)
+    for (int l = 0; l < 4; ++l) d[4 * v + l] = static_cast<uint32_t>(4 * l + v);
+  a.embed(d, sizeof d);
+}
+
+namespace {
+
+// y of vector j of `row`: float(acc) [* row_scale[row]], then * mult (+ bias), per column.
+void scale_vec(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r, const Vec& A,
+               bool acc_is_float, int row, int j) {
+  const Vec T0 = s.v(r.t0), T1 = s.v(r.t1);
+  const int col_bytes = j * s.bytes;
+  if (!acc_is_float) a.vcvtdq2ps(A, A);
+  if (key.has_row_scale) {
+    if (s.zmm) {
+      a.vmulps(A, A, dword_ptr(r.row_scale, row * 4)._1to16());
+    } else {
+      a.vbroadcastss(T1, dword_ptr(r.row_scale, row * 4));
+      a.vmulps(A, A, T1);
+    }
+  }
+  if (key.has_bias) {
+    a.vmovups(T0, ptr(r.mult, col_bytes));
+    a.vfmadd213ps(A, T0, ptr(r.bias, col_bytes));  // A = A * mult + bias
+  } else {
+    a.vmulps(A, A, ptr(r.mult, col_bytes));
+  }
+}
+
+// u8 / s8: y rounded half even to int32, clamped first to the bounds less the zero point unless
+// the plan bounded y (see epilogue.h); the zero point is not added yet.
+void round_q(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r, const Vec& A) {
+  if (!(key.epilogue & kEpiBoundedY)) {
+    op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
+    op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
+  }
+  if (s.zmm) {
+    a.rn_sae().vcvtps2dq(A, A);  // embedded round-to-nearest-even, whatever MXCSR says
+  } else {
+    a.vroundps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
+    a.vcvttps2dq(A, A);   // exact: A holds integers
+  }
+}
+
+// One whole u8 / s8 row of four zmm vectors acc..acc+3 (see packed_rows).
+void emit_output_row_packed(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
+                            int acc, bool acc_is_float, int row) {
+  for (int j = 0; j < 4; ++j) {
+    scale_vec(a, s, key, r, s.v(acc + j), acc_is_float, row, j);
+    round_q(a, s, key, r, s.v(acc + j));
+  }
+  const Vec A0 = s.v(acc), A2 = s.v(acc + 2), P = s.v(r.t0);
+  a.vpackssdw(A0, A0, s.v(acc + 1));  // int16, saturated: the bounds are inside its range
+  a.vpackssdw(A2, A2, s.v(acc + 3));
+  // (word instructions take no embedded broadcast: the int16 constants go through T1)
+  const Vec W = s.v(r.t1);
+  a.vpbroadcastd(W, dword_ptr(r.consts, static_cast<int32_t>(offsetof(EpilogueConsts, c_zp_w))));
+  a.vpaddsw(A0, A0, W);
+  a.vpaddsw(A2, A2, W);
+  if ((key.epilogue & kEpiBoundedY) && key.activation == QJ_ACT_RELU) {
+    // bounded y skipped the float clamp: the ReLU bound (zero point) in int16; the type's own
+    // bounds are the packs' saturation
+    a.vpbroadcastd(W, dword_ptr(r.consts, static_cast<int32_t>(offsetof(EpilogueConsts, q_lo_w))));
+    a.vpmaxsw(A0, A0, W);
+    a.vpmaxsw(A2, A2, W);
+  }
+  if (key.c_type == QJ_U8)
+    a.vpackuswb(A0, A0, A2);
+  else
+    a.vpacksswb(A0, A0, A2);
+  a.vmovdqu32(P, ptr(r.pack_perm));
+  a.vpermd(A0, P, A0);
+  a.vmovdqu8(ptr(r.c_row, 0), A0);
+}
+
+}  // namespace
+
 void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
                      int acc, bool acc_is_float, int row, int j, int lanes) {
   if (lanes <= 0) return;
   const Vec A = s.v(acc), T0 = s.v(r.t0), T1 = s.v(r.t1);
   const int eb = out_elem_bytes(key);
-  const int col_bytes = j * s.bytes;  // offset of this vector in per-column fp32/int32 arrays
   const int c_off = j * s.lanes32 * eb;
   const bool partial = lanes < s.lanes32;
   const int tail_mask_off = static_cast<int>(offsetof(EpilogueConsts, tail_mask)) + j * s.bytes;
@@ -136,21 +222,7 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     return;
   }
 
-  if (!acc_is_float) a.vcvtdq2ps(A, A);
-  if (key.has_row_scale) {
-    if (s.zmm) {
-      a.vmulps(A, A, dword_ptr(r.row_scale, row * 4)._1to16());
-    } else {
-      a.vbroadcastss(T1, dword_ptr(r.row_scale, row * 4));
-      a.vmulps(A, A, T1);
-    }
-  }
-  if (key.has_bias) {
-    a.vmovups(T0, ptr(r.mult, col_bytes));
-    a.vfmadd213ps(A, T0, ptr(r.bias, col_bytes));  // A = A * mult + bias
-  } else {
-    a.vmulps(A, A, ptr(r.mult, col_bytes));
-  }
+  scale_vec(a, s, key, r, A, acc_is_float, row, j);
 
   if (key.c_type == QJ_F32 || key.c_type == QJ_BF16) {
     if (key.activation == QJ_ACT_RELU) op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, zero), r.t0);
@@ -220,16 +292,7 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
   // add the zero point, raise to the lower bound; the saturating store caps it (|y| < 2^30: the
   // conversion and the add cannot overflow, and y is never NaN).
   const bool bounded = (key.epilogue & kEpiBoundedY) != 0;
-  if (!bounded) {
-    op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, f_lo), r.t0);
-    op_const(a, s, Inst::kIdVminps, A, r, offsetof(EpilogueConsts, f_hi), r.t0);
-  }
-  if (s.zmm) {
-    a.rn_sae().vcvtps2dq(A, A);  // embedded round-to-nearest-even, whatever MXCSR says
-  } else {
-    a.vroundps(A, A, 8);  // round to nearest even, no exceptions, whatever MXCSR says
-    a.vcvttps2dq(A, A);   // exact: A holds integers
-  }
+  round_q(a, s, key, r, A);
   op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
   if (bounded) op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
   if (r.rows4) {
@@ -274,9 +337,15 @@ void emit_restore_and_return(Assembler& a) {
 
 void emit_panel_end(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
                     const PanelEnd& pe) {
+  const bool packed = packed_rows(s, key, pe.nrv) && !r.rows4 && r.pack_perm.isValid();
   auto stores = [&](int n_live) {
     a.mov(rbx, rcx);
     for (int i = 0; i < pe.mr; ++i) {
+      if (packed && n_live == pe.nr) {
+        emit_output_row_packed(a, s, key, r, pe.acc + i * pe.nrv, pe.acc_is_float, i);
+        if (i + 1 < pe.mr) a.add(rbx, qword_ptr(rdi, pe.ldc_off));
+        continue;
+      }
       for (int j = 0; j < pe.nrv; ++j) {
         int lanes = n_live - j * s.lanes32;
         lanes = lanes < 0 ? 0 : (lanes > s.lanes32 ? s.lanes32 : lanes);

@@ -13,6 +13,11 @@
 //   (from K, the value ranges, the multipliers and the bias), so the same result takes one
 //   instruction fewer: round half even, add the zero point, raise to the lower bound in int32,
 //   and let a saturating narrowing store apply the upper bound (vpmovusdb / vpmovsdb).
+// Whole u8/s8 rows of four zmm vectors (64 columns, packed_rows): the four rounded int32 vectors
+//   are narrowed together by saturating packs (vpackssdw, + zero point with vpaddsw, ReLU bound
+//   with vpmaxsw, vpackuswb / vpacksswb), put back in column order by one vpermd and stored with
+//   one 64-byte store: the same bytes (each saturation is monotone and the bounds lie inside the
+//   int16 range), 1.2 instructions fewer per vector.
 // Constants come from an EpilogueConsts block inside the kernel's argument struct.
 #pragma once
 #include <asmjit/x86.h>
@@ -33,10 +38,12 @@ struct EpilogueConsts {
   float f_lo, f_hi;    // q_lo - c_zp, q_hi - c_zp (the bounds before the zero point is added)
   float beta;          // C = y + beta * C (f32 output)
   float zero;          // 0.0f for ReLU
-  int32_t pad;
+  int32_t c_zp_w;      // c_zp in both 16-bit halves (the packed u8 / s8 row store)
   int32_t tail_mask[16];  // AVX2: -1 for the live lanes of a partial vector (set per kernel call)
+  int32_t q_lo_w;      // q_lo in both 16-bit halves (the packed u8 / s8 row store, ReLU)
+  int32_t pad[3];
 };
-static_assert(sizeof(EpilogueConsts) == 96);
+static_assert(sizeof(EpilogueConsts) == 112);
 
 struct EpilogueRegs {
   asmjit::x86::Gp consts;     // -> EpilogueConsts
@@ -54,7 +61,15 @@ struct EpilogueRegs {
   bool rows4 = false;
   asmjit::x86::Gp ldc1, ldc3;
   asmjit::Label perm;
+  // Packed u8 / s8 rows (zmm, four vectors per row; see emit_panel_end): the dword permutation
+  // emit_pack_consts placed in the code. Unset (invalid label): one store per vector.
+  asmjit::Label pack_perm;
 };
+
+// Whether emit_panel_end stores whole u8 / s8 rows of four zmm vectors with one 64-byte store
+// (then the kernel must emit_pack_consts after its code, binding r.pack_perm).
+bool packed_rows(const Simd& s, const KernelKey& key, int nrv);
+void emit_pack_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);
 
 // The transposition constants of Rows4 stores (bind r.perm to them), emitted after the code.
 void emit_rows4_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);

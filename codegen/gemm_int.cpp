@@ -135,8 +135,10 @@ void emit_panel_output(Assembler& a, const cg::Simd& s, const KernelKey& key, in
   pe.ldc_off = static_cast<int32_t>(offsetof(GemmIntArgs, ldc));
   pe.last_is_tail_off = static_cast<int32_t>(offsetof(GemmIntArgs, last_is_tail));
   pe.l_panel = l_panel;
+  if (cg::packed_rows(s, key, nrv)) er.pack_perm = a.newLabel();
   cg::emit_panel_end(a, s, key, er, pe);
   cg::emit_restore_and_return(a);
+  if (er.pack_perm.isValid()) cg::emit_pack_consts(a, er);
 }
 
 void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {

@@ -427,6 +427,9 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     // kernel clamps before rounding, so round(clamp(y)) + zp needs no integer clamp afterwards.
     k.f_lo = static_cast<float>(k.q_lo - k.c_zp);
     k.f_hi = static_cast<float>(k.q_hi - k.c_zp);
+    // The packed row store's int16 constants (both halves of a dword: embedded broadcasts).
+    k.c_zp_w = static_cast<int32_t>((static_cast<uint32_t>(k.c_zp) & 0xffffu) * 0x10001u);
+    k.q_lo_w = static_cast<int32_t>((static_cast<uint32_t>(k.q_lo) & 0xffffu) * 0x10001u);
     k.beta = desc.beta;
     k.zero = 0.0f;
     const int64_t n_tail = n % w->nr;
