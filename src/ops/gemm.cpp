@@ -1017,6 +1017,19 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
           args.k_groups = kgn;
           args.b_skip = static_cast<int64_t>(w.panel_bytes()) - kgn * w.nr * 4;
         }
+        // What is the same for every tile of this N (and K) block is set once (the kernel gets
+        // the struct's address, so the compiler cannot keep these out of the loop itself).
+        args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes() + kg0 * w.nr * 4;
+        args.n_panels = p1 - p0;
+        args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;
+        args.col_corr = p.col_corr.data<int32_t>() + p0 * w.nr;
+        args.b_zp = p.b_zp.data<int32_t>() + p0 * w.nr;
+        args.group_scale = p.group_scale.data<float>() + p0 * w.nr;
+        args.col_mult = p.col_mult.data<float>() + p0 * w.nr;
+        args.col_bias = p.col_bias.data<float>() + p0 * w.nr;
+        uint8_t* const c_block = static_cast<uint8_t*>(c) + p0 * w.nr * out_bytes;
+        GemmIntKernel fns[256];  // by row count (mr <= 255); empty for counts no tile has
+        for (size_t r = 0; r < kernels.size(); ++r) fns[r] = kernels[r].fn<GemmIntKernel>();
         for (int64_t t = t0; t < t1; ++t) {
           int64_t row0;
           const int rows = tile_rows(t, &row0);
@@ -1024,20 +1037,12 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
           const bool in_place = (direct_row && rows == 1) || (p.direct_a && a_in_place(row0, rows));
           args.a = (in_place ? static_cast<const uint8_t*>(a) + row0 * lda
                              : s.a_pack.data<uint8_t>() + slot * tile_bytes) + kg0 * rows * 4;
-          args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes() + kg0 * w.nr * 4;
-          args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
-          args.n_panels = p1 - p0;
-          args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;
-          args.col_corr = p.col_corr.data<int32_t>() + p0 * w.nr;
-          args.b_zp = p.b_zp.data<int32_t>() + p0 * w.nr;
-          args.group_scale = p.group_scale.data<float>() + p0 * w.nr;
+          args.c = c_block + row0 * ldc * out_bytes;
           args.row_sum = s.row_sum.data() + slot * groups * mr;
-          args.col_mult = p.col_mult.data<float>() + p0 * w.nr;
-          args.col_bias = p.col_bias.data<float>() + p0 * w.nr;
           args.row_scale = s.row_scale.data() + slot * mr;
           args.row_group_scale = s.rg_scale.data() + slot * scale_slots;
           if (kblocked) args.acc = reinterpret_cast<int32_t*>(s.acc.data<uint8_t>() + slot * acc_tile_bytes);
-          kernels[rows - 1].fn<GemmIntKernel>()(&args);
+          fns[rows - 1](&args);
         }
       }
     }
