@@ -185,7 +185,8 @@ qj_status pack_mx16_weights(const qj_weights_desc& d, const void* data, int64_t 
     const int i = static_cast<int>(kk % bdr::kBlock);
     return bdr::int_value(f, b.code[i]) * (((b.mu >> (i / 2)) & 1) ? 1 : 2);
   };
-  QJ_TRY(pack_mx16(w.get(), isa, mx16_block(w->dtype), bq, [&](int64_t g, int64_t c) { return fl[c * blocks + g].e; }));
+  QJ_TRY(pack_mx16(w.get(), isa, mx16_block(w->dtype), bq,
+                   [&](int64_t g, int64_t c) { return fl[c * blocks + g].e; }));
   *out = std::move(w);
   return QJ_OK;
 }
