@@ -834,39 +834,42 @@ std::unique_ptr<qj::GemmPlan> internal_s8_plan(qj_isa isa, int64_t k, int64_t n,
 // --- u8 / s8 output stages with and without the plan's bound on |y| (codegen/epilogue.h) -------------
 // Below 2^30 the kernels round, add the zero point, raise to the lower bound and store with
 // saturation; above it (or when the bound cannot be proved) they clamp in fp32 first. Both must
-// give the reference's bytes, including every saturating case.
+// give the reference's bytes, including every saturating case. N = 128 fills 64-column panels,
+// whose whole rows the AVX-512 kernels narrow with saturating packs (one store per row).
 TEST_P(GemmInt8, BoundedRequantization) {
   uint32_t seed = 3100;
-  const int64_t k = 70, n = 37;
+  const int64_t k = 70;
   // c_scale 0.7: |y| <= 70 * 255^2 * 0.05 * 0.02 / 0.7 (bounded, in range); 1e-4: bounded, mostly
   // saturated; 1e-7: |y| up to ~1e10, not bounded.
-  for (float cs : {0.7f, 1e-4f, 1e-7f}) {
-    const bool bounded = cs > 1e-6f;
-    for (qj_dtype ct : {QJ_U8, QJ_S8}) {
-      if (isa() != QJ_ISA_SCALAR) {
-        std::unique_ptr<qj::GemmPlan> plan = internal_s8_plan(isa(), k, n, 0.02f, 0.05f, ct, cs);
-        ASSERT_TRUE(plan);
-        for (const qj::KernelRef& r : plan->kernels)
-          EXPECT_EQ(r.name().find("_reqb_") != std::string::npos, bounded) << r.name() << " c_scale=" << cs;
+  for (int64_t n : {37, 128}) {
+    for (float cs : {0.7f, 1e-4f, 1e-7f}) {
+      const bool bounded = cs > 1e-6f;
+      for (qj_dtype ct : {QJ_U8, QJ_S8}) {
+        if (isa() != QJ_ISA_SCALAR) {
+          std::unique_ptr<qj::GemmPlan> plan = internal_s8_plan(isa(), k, n, 0.02f, 0.05f, ct, cs);
+          ASSERT_TRUE(plan);
+          for (const qj::KernelRef& r : plan->kernels)
+            EXPECT_EQ(r.name().find("_reqb_") != std::string::npos, bounded) << r.name() << " c_scale=" << cs;
+        }
+        for (int v : {qjt::kRandom, qjt::kExtremes, qjt::kMaxPos, qjt::kMaxNeg})
+          for (int32_t zc : {ct == QJ_U8 ? 0 : -128, ct == QJ_U8 ? 200 : 5, ct == QJ_U8 ? 255 : 127})
+            for (bool relu : {false, true}) {
+              GemmCase c;
+              c.m = 13;
+              c.n = n;
+              c.k = k;
+              c.c_type = ct;
+              c.c_scale = cs;
+              c.a_scale = 0.05f;
+              c.b_scale = 0.02f;
+              c.c_zp = zc;
+              c.relu = relu;
+              c.values = v;
+              c.b_zp = v == qjt::kMaxPos || v == qjt::kMaxNeg;
+              c.seed = ++seed;
+              EXPECT_CASE(c);
+            }
       }
-      for (int v : {qjt::kRandom, qjt::kExtremes, qjt::kMaxPos, qjt::kMaxNeg})
-        for (int32_t zc : {ct == QJ_U8 ? 0 : -128, ct == QJ_U8 ? 200 : 5, ct == QJ_U8 ? 255 : 127})
-          for (bool relu : {false, true}) {
-            GemmCase c;
-            c.m = 13;
-            c.n = n;
-            c.k = k;
-            c.c_type = ct;
-            c.c_scale = cs;
-            c.a_scale = 0.05f;
-            c.b_scale = 0.02f;
-            c.c_zp = zc;
-            c.relu = relu;
-            c.values = v;
-            c.b_zp = v == qjt::kMaxPos || v == qjt::kMaxNeg;
-            c.seed = ++seed;
-            EXPECT_CASE(c);
-          }
     }
   }
 }
