@@ -357,6 +357,11 @@ TEST(GemmMx, LargeThreadsRepackSerialize) {
       t.serialize = true;
       t.pack_isa = QJ_ISA_AVX2;
       EXPECT_EQ(run_case(t), "") << t.str();
+      // packed for the CPU's best tier, planned at this one (MXINT8 / E2M3 below VNNI: converted
+      // straight from that layout to the int16-pair form)
+      t.serialize = false;
+      t.pack_isa = qj_cpu_isa();
+      EXPECT_EQ(run_case(t), "") << t.str();
     }
   }
 }

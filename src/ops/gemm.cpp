@@ -298,18 +298,33 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
-    // E3M2 A x int8-form MX weights: the same weight values as BDR (int16-pair kernel).
-    if (desc.a_type == QJ_MXFP6_E3M2 && w->is_mx() && !w->is_mx16()) {
-      std::shared_ptr<PackedWeights> w16;
-      QJ_TRY(mx16_from_int8_mx(*w, w->isa, &w16));
-      w = std::move(w16);
-    }
     // MXFP8 A x integer-form MX / BDR weights: fp32 route, weights of the same values as E4M3 /
     // BF16 for the float kernels.
     if ((desc.a_type == QJ_MXFP8_E4M3 || desc.a_type == QJ_MXFP8_E5M2) && w->is_mx()) {
       std::shared_ptr<PackedWeights> wf;
       QJ_TRY(mx_weights_for_fp32_a(*w, w->isa, &wf));
       w = std::move(wf);
+    }
+  }
+  // Int8-form MX weights (MXFP4, E2M3, MXINT8) run as the BDR weights of exactly the same values
+  // and blocks (mx16_from_int8_mx: MX6 / MX9 codes in blocks of 32 with the E8M0 bytes) in the
+  // int16-pair kernel, exact at every tier: with E3M2 A (no int8 form), and for MXINT8 / E2M3
+  // where their int8 form has no exact kernel: below the VNNI tier (vpmaddubsw pairs of their
+  // decoded bytes, up to 255 and 120, overflow int16) and, for E2M3, on CPUs without AVX512-VBMI
+  // (its 64-entry decode table needs vpermb). Converted for the tier the plan will run at, so
+  // plan_common finds nothing to repack.
+  if (w->is_mx() && !w->is_mx16()) {
+    const qj_isa isa = max_isa();
+    const bool no_int8_kernel = isa >= QJ_ISA_AVX2 && (w->dtype == QJ_MXINT8 || w->dtype == QJ_MXFP6_E2M3) &&
+                                (isa < QJ_ISA_AVX512_VNNI || (w->dtype == QJ_MXFP6_E2M3 && !has_vbmi()));
+    if (desc.a_type == QJ_MXFP6_E3M2 || no_int8_kernel) {
+      std::shared_ptr<PackedWeights> w16;
+      QJ_TRY(mx16_from_int8_mx(*w, isa, &w16));
+      if (no_int8_kernel)
+        QJ_LOG(1, "gemm: %s weights run as %s weights of the same values (int16-pair kernel, %s%s)",
+               qj_dtype_name(w->dtype), qj_dtype_name(w16->dtype), isa_name(isa),
+               isa >= QJ_ISA_AVX512_VNNI ? " without AVX512-VBMI" : "");
+      w = std::move(w16);
     }
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
@@ -334,21 +349,6 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   auto p = std::make_unique<GemmPlan>();
   p->kind = decoded ? GemmKind::kDecoded : GemmKind::kInt8;
   QJ_TRY(plan_common(desc, &w, p.get()));
-  // MXINT8 and MXFP6 E2M3 weights where their int8 form has no exact kernel: below the VNNI tier
-  // (vpmaddubsw pairs of their decoded bytes, up to 255 and 120, overflow int16) and, for E2M3, on
-  // CPUs without AVX512-VBMI (its 64-entry decode table needs vpermb). The plan runs the BDR
-  // weights of exactly the same values and blocks (mx16_from_int8_mx: MX9 / MX6 codes in blocks of
-  // 32 with the E8M0 bytes) in the int16-pair kernel, which is exact at every tier.
-  if (p->isa >= QJ_ISA_AVX2 && (w->dtype == QJ_MXINT8 || w->dtype == QJ_MXFP6_E2M3) &&
-      (p->isa < QJ_ISA_AVX512_VNNI || (w->dtype == QJ_MXFP6_E2M3 && !has_vbmi()))) {
-    std::shared_ptr<PackedWeights> w16;
-    QJ_TRY(mx16_from_int8_mx(*w, p->isa, &w16));
-    QJ_LOG(1, "gemm: %s weights run as %s weights of the same values (int16-pair kernel, %s%s)",
-           qj_dtype_name(w->dtype), qj_dtype_name(w16->dtype), isa_name(p->isa),
-           p->isa >= QJ_ISA_AVX512_VNNI ? " without AVX512-VBMI" : "");
-    w = std::move(w16);
-    p->w = w;
-  }
   const int64_t n = w->n, groups = w->groups();
 
   // Zero point of A as the kernel sees it.
