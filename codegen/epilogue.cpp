@@ -54,22 +54,28 @@ void store_partial_xmm(Assembler& a, const Xmm& x, const Gp& base, int off, int 
   }
 }
 
-// Rows4 stores (see EpilogueRegs; zmm only: 4 columns per vector). A holds the final 32-bit
-// values (fp32 or int32): vpermd makes chunk i = row i, one 16-byte store per row.
-void store_rows4_dwords(Assembler& a, const EpilogueRegs& r, const Vec& A, int col_off) {
+// Narrow-N stores (see EpilogueRegs; zmm only). A holds the final 32-bit values (fp32 or int32):
+// vpermd puts them in row order, then one store of N dwords per row.
+void store_narrow_dwords(Assembler& a, const EpilogueRegs& r, const Vec& A) {
   const Vec P = zmm(r.t1);
-  a.vmovdqu32(P, ptr(r.perm));  // dword permutation: out[i * 4 + c] = in[c * 4 + i]
+  a.vmovdqu32(P, ptr(r.perm));
   a.vpermd(A, P, A);
-  a.vmovdqu(ptr(r.c_row, col_off), xmm(A.id()));
-  a.vextracti32x4(ptr(r.c_row, r.ldc1, 0, col_off), A, 1);
-  a.vextracti32x4(ptr(r.c_row, r.ldc1, 1, col_off), A, 2);
-  a.vextracti32x4(ptr(r.c_row, r.ldc3, 0, col_off), A, 3);
+  if (r.narrow_compact) {
+    a.vmovdqu32(ptr(r.c_row), A);
+  } else if (r.narrow_n == 4) {
+    a.vmovdqu(ptr(r.c_row), xmm(A.id()));
+    a.vextracti32x4(ptr(r.c_row, r.ldc1, 0), A, 1);
+    a.vextracti32x4(ptr(r.c_row, r.ldc1, 1), A, 2);
+    a.vextracti32x4(ptr(r.c_row, r.ldc3, 0), A, 3);
+  } else {
+    a.vmovdqu(ptr(r.c_row), ymm(A.id()));
+    a.vextracti64x4(ptr(r.c_row, r.ldc1, 0), A, 1);
+  }
 }
 
-// u8 / s8: the in-range int32 values narrowed to bytes (lane order), transposed by vpshufb so
-// that row i's 4 bytes are contiguous, then one 4-byte store per row.
-void store_rows4_bytes(Assembler& a, const KernelKey& key, const EpilogueRegs& r, const Vec& A,
-                       int col_off) {
+// u8 / s8: the in-range int32 values narrowed to bytes (lane order), put in row order by
+// vpshufb, then one store of N bytes per row.
+void store_narrow_bytes(Assembler& a, const KernelKey& key, const EpilogueRegs& r, const Vec& A) {
   const Xmm xa = xmm(A.id());
   if (!(key.epilogue & kEpiBoundedY))
     a.vpmovdb(xa, A);
@@ -78,25 +84,32 @@ void store_rows4_bytes(Assembler& a, const KernelKey& key, const EpilogueRegs& r
   else
     a.vpmovsdb(xa, A);
   a.vpshufb(xa, xa, ptr(r.perm, 64));
-  a.vmovd(ptr(r.c_row, col_off), xa);
-  a.vpextrd(ptr(r.c_row, r.ldc1, 0, col_off), xa, 1);
-  a.vpextrd(ptr(r.c_row, r.ldc1, 1, col_off), xa, 2);
-  a.vpextrd(ptr(r.c_row, r.ldc3, 0, col_off), xa, 3);
+  if (r.narrow_compact) {
+    a.vmovdqu(ptr(r.c_row), xa);
+  } else if (r.narrow_n == 4) {
+    a.vmovd(ptr(r.c_row), xa);
+    a.vpextrd(ptr(r.c_row, r.ldc1, 0), xa, 1);
+    a.vpextrd(ptr(r.c_row, r.ldc1, 1), xa, 2);
+    a.vpextrd(ptr(r.c_row, r.ldc3, 0), xa, 3);
+  } else {
+    a.vmovq(ptr(r.c_row), xa);
+    a.vpextrq(ptr(r.c_row, r.ldc1, 0), xa, 1);
+  }
 }
 
 }  // namespace
 
-void emit_rows4_consts(Assembler& a, const EpilogueRegs& r) {
-  // Element c * 4 + i (column c, row i) moves to i * 4 + c.
+void emit_narrow_consts(Assembler& a, const EpilogueRegs& r) {
+  // Row-order position row * N + col takes the lane holding (row, col).
   a.align(AlignMode::kData, 64);
   a.bind(r.perm);
   uint32_t d[16];
   uint8_t b[16];
-  for (int i = 0; i < 4; ++i)
-    for (int c = 0; c < 4; ++c) {
-      d[i * 4 + c] = static_cast<uint32_t>(c * 4 + i);
-      b[i * 4 + c] = static_cast<uint8_t>(c * 4 + i);
-    }
+  for (int l = 0; l < 16; ++l) {
+    const int pos = narrow_lane_row(r.narrow_n, l) * r.narrow_n + narrow_lane_col(r.narrow_n, l);
+    d[pos] = static_cast<uint32_t>(l);
+    b[pos] = static_cast<uint8_t>(l);
+  }
   a.embed(d, sizeof d);  // [perm, perm + 64): dword permutation (vpermd)
   a.embed(b, sizeof b);  // [perm + 64, perm + 80): byte shuffle (vpshufb)
 }
@@ -201,10 +214,9 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     a.kmovw(k1, r.tmp.r32());
   }
 
-  // Rows4 tiles (zmm): vector j covers columns [4j, 4j + 4) of 4 rows (always whole).
-  const int rows4_off = j * 4 * eb;
-  if (key.c_type == QJ_S32 && r.rows4) {
-    store_rows4_dwords(a, r, A, rows4_off);
+  // Narrow-N tiles (zmm): the vector is whole rows x all N columns (j = 0).
+  if (key.c_type == QJ_S32 && r.narrow_n) {
+    store_narrow_dwords(a, r, A);
     return;
   }
   if (key.c_type == QJ_S32) {
@@ -226,8 +238,8 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
 
   if (key.c_type == QJ_F32 || key.c_type == QJ_BF16) {
     if (key.activation == QJ_ACT_RELU) op_const(a, s, Inst::kIdVmaxps, A, r, offsetof(EpilogueConsts, zero), r.t0);
-    if (key.c_type == QJ_F32 && r.rows4) {  // (no beta: the plan does not ask for it)
-      store_rows4_dwords(a, r, A, rows4_off);
+    if (key.c_type == QJ_F32 && r.narrow_n) {  // (no beta: the plan does not ask for it)
+      store_narrow_dwords(a, r, A);
       return;
     }
     if (key.c_type == QJ_F32) {
@@ -295,8 +307,8 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
   round_q(a, s, key, r, A);
   op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
   if (bounded) op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
-  if (r.rows4) {
-    store_rows4_bytes(a, key, r, A, rows4_off);
+  if (r.narrow_n) {
+    store_narrow_bytes(a, key, r, A);
     return;
   }
   if (s.zmm) {
@@ -337,7 +349,7 @@ void emit_restore_and_return(Assembler& a) {
 
 void emit_panel_end(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
                     const PanelEnd& pe) {
-  const bool packed = packed_rows(s, key, pe.nrv) && !r.rows4 && r.pack_perm.isValid();
+  const bool packed = packed_rows(s, key, pe.nrv) && !r.narrow_n && r.pack_perm.isValid();
   auto stores = [&](int n_live) {
     a.mov(rbx, rcx);
     for (int i = 0; i < pe.mr; ++i) {

@@ -53,12 +53,13 @@ struct EpilogueRegs {
   asmjit::x86::Gp row_scale;  // per-row fp32 scale of this tile (if key.has_row_scale)
   asmjit::x86::Gp tmp;        // scratch GPR
   int t0, t1;                 // scratch vector register indices
-  // Row-interleaved tiles (Rows4, zmm only): each 128-bit chunk of a vector holds 4 rows of one
-  // column (lane = chunk * 4 + row), so a vector covers 4 rows x 4 columns. The store then
-  // transposes: row i of the group goes to c_row + i * ldc (ldc1 = ldc, ldc3 = 3 * ldc), at
-  // column j * 4. `perm` labels the constants emit_rows4_consts placed in the code.
-  // f32 without beta, s32, u8 and s8 outputs only.
-  bool rows4 = false;
+  // Narrow-N tiles (zmm only; N = narrow_n, 4 or 8): one vector holds 16 / N rows x N columns,
+  // lane l in row narrow_lane_row(N, l), column narrow_lane_col(N, l) (the layout the narrow
+  // kernel's pair reduction leaves; codegen/gemm_int). The store transposes to rows: row i of
+  // the vector goes to c_row + i * ldc (ldc1 = ldc, ldc3 = 3 * ldc). `perm` labels the
+  // constants emit_narrow_consts placed in the code. f32 without beta, s32, u8 and s8 outputs.
+  int narrow_n = 0;
+  bool narrow_compact = false;  // C rows are contiguous (ldc = N elements): one store per vector
   asmjit::x86::Gp ldc1, ldc3;
   asmjit::Label perm;
   // Packed u8 / s8 rows (zmm, four vectors per row; see emit_panel_end): the dword permutation
@@ -71,8 +72,14 @@ struct EpilogueRegs {
 bool packed_rows(const Simd& s, const KernelKey& key, int nrv);
 void emit_pack_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);
 
-// The transposition constants of Rows4 stores (bind r.perm to them), emitted after the code.
-void emit_rows4_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);
+// The narrow-N vector layout: 128-bit chunk q of lane l = 4 q + e belongs to row pair
+// q / (N / 2); within the pair, chunk q % (N / 2) holds columns 2 (q % (N / 2)) + {0, 1} of its
+// two rows as [row 0 col 0, row 0 col 1, row 1 col 0, row 1 col 1].
+inline int narrow_lane_row(int n, int l) { return 2 * ((l / 4) / (n / 2)) + (l % 4) / 2; }
+inline int narrow_lane_col(int n, int l) { return 2 * ((l / 4) % (n / 2)) + l % 2; }
+
+// The transposition constants of narrow-N stores (bind r.perm to them), emitted after the code.
+void emit_narrow_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);
 
 // Bytes per output element for key.c_type.
 int out_elem_bytes(const KernelKey& key);

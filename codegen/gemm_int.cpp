@@ -275,38 +275,44 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Narrow N (flags bit 6, "rows4"; VNNI, u8 A read in place): with N = 4 or 8 a column-vectorized
-// tile wastes 3/4 or 1/2 of every vpdpbusd, and a row costs a whole epilogue vector. Here one
-// vpdpbusd does 4 columns x 16 K of one row: the row's next 16 bytes are copied to every 128-bit
-// chunk (vbroadcasti32x4, straight from A), and the plan's B patterns hold, in chunk c, dword d,
-// the 4 weights of column v * 4 + c at those 16 K (GemmPlan::rows4_b; vector v covers columns
-// 4v..4v+3). K runs in 16-byte chunks; when K is not a multiple of 16 the last chunk is the row's
-// final 16 bytes and its pattern is zero for the K the previous chunk covered (no read past a
-// row, every k counted once). Per 4 rows the 4 partial sums of each chunk are reduced with
-// unpacks into one vector whose lane c * 4 + i is (row i, column c): the epilogue's Rows4 layout.
-// key.param[1] = K; key.mr = rows per iteration (a multiple of 4); key.nr = N (4 or 8).
+// Narrow N (flags bit 6; VNNI, u8 A read in place), N = 4 or 8: a column-vectorized tile would
+// waste 3/4 or 1/2 of every vpdpbusd, and a row would cost a whole epilogue vector. Here a row's
+// accumulator has 2N dwords (ymm for N = 4, zmm for N = 8) and lane 2c + d sums column c over
+// quad d of each 8-byte K chunk: the row's next 8 bytes go to every qword (vpbroadcastq straight
+// from A) and the plan's B pattern holds, in qword c, the 8 weights of column c at those K
+// (GemmPlan::narrow_b). The accumulators start from the plan's column corrections (A zero point)
+// in the d = 0 lanes. K runs in 8-byte chunks; when K is not a multiple of 8 the last chunk is
+// the row's final 8 bytes and its pattern is zero for the K the previous chunk covered (no read
+// past a row, every k counted once). Per pair of rows, vshufps + vpaddd add the two quads of
+// each column: chunk q holds [r0 c, r0 c+1, r1 c, r1 c+1] for c = 2q. For N = 4 two pairs are
+// joined into one zmm; the epilogue then works on whole vectors of 16 / N rows x N columns (the
+// narrow layout of codegen/epilogue.h) with the per-lane arrays of the plan.
+// key.param[1] = K; key.mr = rows per iteration (4, 8, 12 or 16); key.nr = N.
 // The kernel runs n_panels iterations (rows K apart in A by args.lda, C rows ldc apart).
 // Supported output stages: not grouped, no weight zero points, no row scale, no beta,
 // u8 / s8 / f32 / s32 output (the plan asks for nothing else).
-bool emit_s8_rows4(const KernelKey& key, Assembler& a, std::string* why) {
+bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]);
-  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k < 16 || key.mr % 4 != 0 ||
-      key.mr == 0 || key.mr > 8 || (key.nr != 4 && key.nr != 8)) {
-    *why = "rows4 tiles need avx512_vnni, u8 A, k >= 16, mr 4 or 8 and nr 4 or 8";
+  const int n = key.nr, mr = key.mr;
+  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k < 8 || mr % 4 != 0 || mr == 0 ||
+      mr > 16 || (n != 4 && n != 8)) {
+    *why = "narrow-N tiles need avx512_vnni, u8 A, k >= 8, mr 4 to 16 (a multiple of 4) and nr 4 or 8";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta ||
       key.n_tail || !(key.c_type == QJ_U8 || key.c_type == QJ_S8 || key.c_type == QJ_F32 || key.c_type == QJ_S32)) {
-    *why = "rows4 tiles: unsupported output stage";
+    *why = "narrow-N tiles: unsupported output stage";
     return false;
   }
-  const int nrv = key.nr / 4, ng = key.mr / 4;
-  const int n_full = k / 16;
-  const bool tail = k % 16 != 0;
-  // Registers: accumulators (row, v), B patterns of the chunk, two A copies, four temps.
-  auto acc = [&](int row, int v) { return row * nrv + v; };
-  const int n_acc = key.mr * nrv, breg = n_acc, areg = breg + nrv, treg = areg + 2;
+  const bool half = n == 4;  // row vectors of 8 dwords
+  auto rv = [&](int id) -> Vec { return half ? Vec(ymm(id)) : Vec(zmm(id)); };
+  const int vbytes = 8 * n;  // one chunk's B pattern, one row vector
+  const int n_full = k / 8, chunks = n_full + (k % 8 != 0 ? 1 : 0);
+  const bool unrolled = chunks <= 8;
+  const int ng = mr / 4;
+  // Registers: one accumulator per row, the chunk's B pattern, two A copies, four temps.
+  const int breg = mr, areg = mr + 1, treg = mr + 3;
   if (treg + 4 > s.regs) {
     *why = "register tile too large for the ISA";
     return false;
@@ -315,13 +321,11 @@ bool emit_s8_rows4(const KernelKey& key, Assembler& a, std::string* why) {
   cg::emit_save_callee_regs(a);
   a.mov(rsi, ARG(a));
   a.mov(rcx, ARG(c));
-  a.mov(r9, ARG(n_panels));  // iterations of key.mr rows
+  a.mov(r9, ARG(n_panels));  // iterations of mr rows
   a.mov(r12, ARG(lda));
   a.lea(r13, ptr(r12, r12, 1));
   a.mov(r14, ARG(ldc));
   a.lea(r15, ptr(r14, r14, 1));
-  a.mov(r11, ARG(col_mult));
-  a.mov(rbp, ARG(col_bias));
 
   cg::EpilogueRegs er;
   er.consts = rdi;
@@ -332,77 +336,90 @@ bool emit_s8_rows4(const KernelKey& key, Assembler& a, std::string* why) {
   er.tmp = rax;
   er.t0 = treg;
   er.t1 = treg + 1;
-  er.rows4 = true;
+  er.narrow_n = n;
   er.ldc1 = r14;
   er.ldc3 = r15;
   er.perm = a.newLabel();
 
-  // One 16-byte chunk of K: A of row (g, i) at [base_g + i * lda + a_off], B at [rdx].
-  const Gp base[2] = {rax, r10};
-  auto chunk = [&](int a_off) {
-    for (int v = 0; v < nrv; ++v) load_vec(a, s, breg + v, ptr(rdx, v * s.bytes));
+  // One 8-byte chunk of K: A of row (g, i) at [base_g + i * lda + a_off], B at [rdx + b_off].
+  const Gp base[4] = {rax, r10, r11, rbp};
+  auto chunk = [&](int a_off, int b_off) {
+    const Vec b = rv(breg);
+    a.vmovdqu32(b, ptr(rdx, b_off));  // (EVEX: registers 16-31)
     for (int g = 0; g < ng; ++g)
       for (int i = 0; i < 4; ++i) {
-        const Vec av = s.v(areg + (i & 1));
-        const Mem m = i == 0 ? ptr(base[g], a_off) : i == 3 ? ptr(base[g], r13, 0, a_off)
-                                                            : ptr(base[g], r12, i - 1, a_off);
-        a.vbroadcasti32x4(av, m);
-        for (int v = 0; v < nrv; ++v) a.emit(Inst::kIdVpdpbusd, s.v(acc(g * 4 + i, v)), av, s.v(breg + v));
+        const Vec av = rv(areg + (i & 1));
+        const Mem m = i == 0 ? qword_ptr(base[g], a_off) : i == 3 ? qword_ptr(base[g], r13, 0, a_off)
+                                                                  : qword_ptr(base[g], r12, i - 1, a_off);
+        a.vpbroadcastq(av, m);
+        a.emit(Inst::kIdVpdpbusd, rv(g * 4 + i), av, b);
       }
-    a.add(rdx, nrv * s.bytes);
   };
 
-  Label l_iter = a.newLabel();
-  a.bind(l_iter);
-  zero_regs(a, s, 0, n_acc);
-  a.mov(rdx, ARG(b));
-  a.mov(rax, rsi);
-  if (ng > 1) a.lea(r10, ptr(rsi, r12, 2));  // rows 4..7
-  if (n_full > 1) {
-    Label l_k = a.newLabel();
-    a.mov(r8, n_full);
-    a.bind(l_k);
-    chunk(0);
-    a.add(rax, 16);
-    if (ng > 1) a.add(r10, 16);
-    a.dec(r8);
-    a.jnz(l_k);
-  } else {
-    chunk(0);
-    a.add(rax, 16);
-    if (ng > 1) a.add(r10, 16);
-  }
-  if (tail) chunk(k % 16 - 16);  // the row's last 16 bytes (rax is 16 * n_full into it)
-
-  // Reduce, correct, store: per group of 4 rows and vector of 4 columns.
-  a.mov(rbx, rcx);
-  for (int g = 0; g < ng; ++g) {
-    for (int v = 0; v < nrv; ++v) {
-      const Vec a0 = s.v(acc(g * 4, v)), a1 = s.v(acc(g * 4 + 1, v)), a2 = s.v(acc(g * 4 + 2, v)),
-                a3 = s.v(acc(g * 4 + 3, v));
-      const Vec t0 = s.v(treg), t1 = s.v(treg + 1), t2 = s.v(treg + 2), t3 = s.v(treg + 3);
-      a.vpunpckldq(t0, a0, a1);  // chunk: [r0 d0, r1 d0, r0 d1, r1 d1]
-      a.vpunpckhdq(t1, a0, a1);  //        [r0 d2, r1 d2, r0 d3, r1 d3]
-      a.vpaddd(t0, t0, t1);
-      a.vpunpckldq(t2, a2, a3);
-      a.vpunpckhdq(t3, a2, a3);
-      a.vpaddd(t2, t2, t3);
-      a.vpunpcklqdq(t1, t0, t2);  // [r0, r1, r2, r3] (d0 + d2)
-      a.vpunpckhqdq(t3, t0, t2);  // [r0, r1, r2, r3] (d1 + d3)
-      a.vpaddd(a0, t1, t3);
-      a.mov(rax, ARG(col_corr));
-      a.vpaddd(a0, a0, ptr(rax, v * s.bytes));
-      cg::emit_output_vec(a, s, key, er, acc(g * 4, v), false, 0, v, s.lanes32);
+  // One iteration of mr rows; emitted twice, for contiguous rows of C (one store per vector) and
+  // for any ldc.
+  auto iteration = [&](Label l_iter) {
+    a.bind(l_iter);
+    a.mov(r8, ARG(col_corr));  // the accumulators' start: column corrections in the d = 0 lanes
+    for (int r = 0; r < mr; ++r) a.vmovdqu32(rv(r), ptr(r8));
+    a.mov(rdx, ARG(b));
+    a.mov(rax, rsi);
+    for (int g = 1; g < ng; ++g) a.lea(base[g], ptr(base[g - 1], r12, 2));  // rows 4g.. (4 lda on)
+    if (unrolled) {
+      for (int t = 0; t < n_full; ++t) chunk(8 * t, t * vbytes);
+      if (k % 8 != 0) chunk(k - 8, n_full * vbytes);  // the row's last 8 bytes
+    } else {
+      Label l_k = a.newLabel();
+      a.mov(r8, n_full);
+      a.bind(l_k);
+      chunk(0, 0);
+      for (int g = 0; g < ng; ++g) a.add(base[g], 8);
+      a.add(rdx, vbytes);
+      a.dec(r8);
+      a.jnz(l_k);
+      if (k % 8 != 0) chunk(k % 8 - 8, 0);  // the row's last 8 bytes (bases are 8 * n_full on)
     }
-    a.lea(rbx, ptr(rbx, r14, 2));  // the next 4 rows of C
-  }
-  a.mov(rcx, rbx);
-  a.lea(rsi, ptr(rsi, r12, 2));  // the next 4 rows of A
-  if (ng > 1) a.lea(rsi, ptr(rsi, r12, 2));
-  a.dec(r9);
-  a.jnz(l_iter);
+
+    // Reduce, store: per group of 4 rows, two row pairs.
+    a.mov(r11, ARG(col_mult));
+    a.mov(rbp, ARG(col_bias));
+    a.mov(rbx, rcx);
+    const Vec t0 = rv(treg + 2), t1 = rv(treg + 3);
+    for (int g = 0; g < ng; ++g) {
+      for (int pr = 0; pr < 2; ++pr) {
+        const int r0 = g * 4 + pr * 2;
+        a.vshufps(t0, rv(r0), rv(r0 + 1), 0x88);  // [r0 d0 of c, r0 d0 of c+1, r1 .., r1 ..]
+        a.vshufps(t1, rv(r0), rv(r0 + 1), 0xDD);  // the same for d1
+        a.vpaddd(rv(r0), t0, t1);
+      }
+      if (half) {
+        a.vinserti64x4(zmm(g * 4), zmm(g * 4), ymm(g * 4 + 2), 1);
+        cg::emit_output_vec(a, s, key, er, g * 4, false, 0, 0, s.lanes32);
+        a.lea(rbx, ptr(rbx, r14, 2));  // 4 rows on
+      } else {
+        cg::emit_output_vec(a, s, key, er, g * 4, false, 0, 0, s.lanes32);
+        a.lea(rbx, ptr(rbx, r14, 1));
+        cg::emit_output_vec(a, s, key, er, g * 4 + 2, false, 0, 0, s.lanes32);
+        a.lea(rbx, ptr(rbx, r14, 1));
+      }
+    }
+    a.mov(rcx, rbx);
+    a.lea(rsi, ptr(rsi, r12, 2));  // the next mr rows of A
+    for (int g = 1; g < ng; ++g) a.lea(rsi, ptr(rsi, r12, 2));
+    a.dec(r9);
+    a.jnz(l_iter);
+  };
+  const Label l_any = a.newLabel(), l_compact = a.newLabel(), l_done = a.newLabel();
+  a.cmp(r14, n * cg::out_elem_bytes(key));
+  a.jne(l_any);
+  er.narrow_compact = true;
+  iteration(l_compact);
+  a.jmp(l_done);
+  er.narrow_compact = false;
+  iteration(l_any);
+  a.bind(l_done);
   cg::emit_restore_and_return(a);
-  cg::emit_rows4_consts(a, er);
+  cg::emit_narrow_consts(a, er);
   return true;
 }
 
@@ -796,7 +813,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 bool emit(const KernelKey& key, Assembler& a, std::string* why) {
-  if (key.b_type == QJ_S8) return (key.flags & 64) ? emit_s8_rows4(key, a, why) : emit_s8(key, a, why);
+  if (key.b_type == QJ_S8) return (key.flags & 64) ? emit_s8_narrow(key, a, why) : emit_s8(key, a, why);
   return emit_decoded(key, a, why);
 }
 
@@ -836,7 +853,7 @@ std::string name(const KernelKey& key) {
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",
                 key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                (key.flags & 64) ? "_rows4" : (key.flags & 1) ? "_dual" : "",
+                (key.flags & 64) ? "_narrow" : (key.flags & 1) ? "_dual" : "",
                 key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str() : "",
                 stage == 3 ? "_klast" : "");
   return buf;

@@ -25,11 +25,12 @@
 //                  on the VNNI tier)
 //   flags bit 6    (decoded MX) no E8M0 byte of the weights is 0x00 or 0xFF: block scales decode
 //                  by a shift alone (the plan scans the bytes; OCP MX int8 types only).
-//                  (s8, VNNI, u8 A in place) narrow N = 4 or 8 ("rows4"): one vpdpbusd covers 4
-//                  columns x 16 K of a row; n_panels iterations of mr rows per call, A rows
-//                  args.lda apart, B patterns and per-column arrays in the plan's expanded layout,
-//                  key.param[1] = K (see emit_s8_rows4 in gemm_int.cpp)
-//   param[2]       (s8, not rows4) K blocking: 0 the whole K in one call; otherwise the call covers
+//                  (s8, VNNI, u8 A in place) narrow N = 4 or 8: a row's accumulator holds
+//                  2 quads x N columns of each 8-byte K chunk (vpbroadcastq of A); n_panels
+//                  iterations of mr rows per call, A rows args.lda apart, B patterns and
+//                  per-lane arrays in the plan's expanded layout, key.param[1] = K (see
+//                  emit_s8_narrow in gemm_int.cpp)
+//   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle
 //                  block (start from acc, store to acc), 3 the last block (start from acc, then

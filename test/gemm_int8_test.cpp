@@ -611,12 +611,13 @@ TEST_P(GemmInt8, U8AReadInPlace) {
 }
 
 // N = 4 and 8 with u8 A on VNNI run the narrow-N kernel (codegen/gemm_int flags bit 6) for whole
-// groups of 8 rows and the ordinary kernels for the rows left over: K chunks of 16 with an
-// overlapping last chunk (K % 16 != 0), every output type, bias / ReLU, zero points, odd lda,
-// partitions. Other tiers and A types take the ordinary kernels on the same cases.
+// groups of 8 rows and the ordinary kernels for the rows left over: K chunks of 8 with an
+// overlapping last chunk (K % 8 != 0), unrolled up to 8 chunks and looped above, every output
+// type, bias / ReLU, zero points, odd lda, contiguous and padded rows of C (the kernel's two
+// store paths), partitions. Other tiers and A types take the ordinary kernels on the same cases.
 TEST_P(GemmInt8, NarrowN) {
   uint32_t seed = 2600;
-  for (int64_t k : {16, 20, 32, 36, 100, 288, 1500})
+  for (int64_t k : {7, 8, 9, 12, 16, 20, 36, 64, 68, 100, 288, 1500})
     for (int64_t n : {4, 8})
       for (int64_t m : {8, 9, 15, 16, 17, 40, 97}) {
         if (k >= 1500 && m > 17) continue;
@@ -1108,9 +1109,9 @@ int guarded_runs(qj_isa isa) {
             if (r >= 100) return r;
             bad += r;
           }
-  // Narrow N (u8 A in place, 16-byte K chunks ending at each row's last byte).
+  // Narrow N (u8 A in place, 8-byte K chunks ending at each row's last byte).
   for (qj_dtype ct : {QJ_U8, QJ_S8, QJ_S32, QJ_F32})
-    for (int64_t k : {16, 20, 36, 100})
+    for (int64_t k : {8, 12, 20, 36, 100})
       for (int64_t n : {4, 8})
         for (int64_t m : {8, 9, 16}) {
           const int r = guarded_run(QJ_U8, ct, m, n, k, 11);
