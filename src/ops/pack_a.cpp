@@ -1,7 +1,11 @@
 #include "src/ops/pack_a.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "src/core/isa.h"
@@ -204,6 +208,83 @@ static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t 
   }
 }
 
+// Integer A in s16 pairs (the vpmaddwd layout of the AVX2 / AVX-512 tiers): each pair of K values
+// widened (u8 zero-, s8 sign-extended) into one dword, the partial last pair and the padding
+// pairs zero-filled, rows past mr_t zero. Same result as the general loop, without its per-value
+// type dispatch (which made packing most of a tall GEMM with small N and K on these tiers).
+// With AVX2, 4 rows x 16 K at a time: widened to 8 pairs per row, transposed 4 x 8 by unpacks so
+// that each pair's 4 rows are one 16-byte store; when the whole pairs are not a multiple of 8 the
+// last block is the row's last 8 whole pairs (rewriting some: same values). Returns the pairs
+// done for rows [0, rows4): all whole pairs, or 0 when there are fewer than 8.
+template <class T>
+__attribute__((target("avx2"))) static int64_t pairs_x4_avx2(const T* a, int64_t lda, int rows4, int mr,
+                                                             int64_t kfull, uint8_t* dst) {
+  if (kfull < 8) return 0;
+  const int64_t blocks = (kfull + 7) / 8;
+  const int64_t stride = static_cast<int64_t>(mr) * 4;
+  for (int i0 = 0; i0 < rows4; i0 += 4) {
+    const T* r = a + i0 * lda;
+    uint8_t* o = dst + i0 * 4;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t kk0 = std::min(8 * b, kfull - 8);
+      __m256i y[4];
+      for (int q = 0; q < 4; ++q) {
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + q * lda + 2 * kk0));
+        y[q] = std::is_signed_v<T> ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x);
+      }
+      // y[q] 128-bit half h holds pairs kk0 + 4h .. kk0 + 4h + 3 of row q
+      const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+      const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+      const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                            _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+      uint8_t* ob = o + kk0 * stride;
+      for (int p = 0; p < 4; ++p) {  // u[p]: pair p (low half) and pair p + 4 (high half), rows 0..3
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ob + p * stride), _mm256_castsi256_si128(u[p]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(ob + (p + 4) * stride), _mm256_extracti128_si256(u[p], 1));
+      }
+    }
+  }
+  return kfull;
+}
+
+template <class T>
+static void pack_a_tile_int_pairs(const PackASpec& s, const T* a, int64_t lda, int mr, int mr_t,
+                                  uint8_t* dst, int32_t* row_sum) {
+  const int64_t kgroups = s.kp / 2, kfull = s.k / 2;
+  const int rows4 = max_isa() >= QJ_ISA_AVX2 ? mr_t / 4 * 4 : 0;
+  const int64_t done = rows4 > 0 ? pairs_x4_avx2(a, lda, rows4, mr, kfull, dst) : 0;
+  // Rows the vector loop finished (no odd K value, no padding pair, no row sums) need no more.
+  const int first = done == kgroups && !s.row_sums ? rows4 : 0;
+  const int64_t gk = s.row_sums ? s.k / s.groups : 0;
+  for (int i = first; i < mr; ++i) {
+    uint8_t* o = dst + i * 4;
+    if (i >= mr_t) {
+      for (int64_t kk = 0; kk < kgroups; ++kk) std::memset(o + kk * mr * 4, 0, 4);
+      if (s.row_sums)
+        for (int64_t g = 0; g < s.groups; ++g) row_sum[g * mr + i] = 0;
+      continue;
+    }
+    const T* r = a + i * lda;
+    for (int64_t kk = i < rows4 ? done : 0; kk < kfull; ++kk) {
+      const uint32_t w = static_cast<uint16_t>(static_cast<int16_t>(r[2 * kk])) |
+                         static_cast<uint32_t>(static_cast<uint16_t>(static_cast<int16_t>(r[2 * kk + 1]))) << 16;
+      std::memcpy(o + kk * mr * 4, &w, 4);
+    }
+    for (int64_t kk = kfull; kk < kgroups; ++kk) {
+      const int64_t j = 2 * kk;
+      const uint32_t w = j < s.k ? static_cast<uint16_t>(static_cast<int16_t>(r[j])) : 0u;
+      std::memcpy(o + kk * mr * 4, &w, 4);
+    }
+    if (s.row_sums) {
+      for (int64_t g = 0; g < s.groups; ++g) {
+        int32_t sum = 0;
+        for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += r[j];
+        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
+      }
+    }
+  }
+}
+
 void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_scale) {
   *pre_scale = 1.0f;
   *inv_scale = amax > 0.0f ? 127.0f / amax : 0.0f;
@@ -222,6 +303,14 @@ void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_
   }
   if (s.a_type == QJ_F32 || s.a_type == QJ_BF16) {
     pack_a_tile_dynamic(s, a, lda, mr, mr_t, inv_scale, pre_scale, dst, row_sum);
+    return;
+  }
+  if (s.kg == 2 && s.a_type == QJ_U8) {
+    pack_a_tile_int_pairs(s, static_cast<const uint8_t*>(a), lda, mr, mr_t, dst, row_sum);
+    return;
+  }
+  if (s.kg == 2 && s.a_type == QJ_S8) {
+    pack_a_tile_int_pairs(s, static_cast<const int8_t*>(a), lda, mr, mr_t, dst, row_sum);
     return;
   }
   const int64_t kgroups = s.kp / s.kg;
