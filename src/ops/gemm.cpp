@@ -985,7 +985,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
             dynamic_scales(s.amax[(row0 + i) * groups + g], &inv[g * rows + i], &pre[g * rows + i],
                            &rg[g * rows + i]);
       } else if (dynamic) {
-        for (int i = 0; i < rows; ++i) dynamic_scales(s.amax[row0 + i], &inv[i], &pre[i], &rsc[i]);
+        dynamic_scales_n(&s.amax[row0], rows, inv, pre, rsc);
       }
       const size_t esz = (d.a_type == QJ_U8 || d.a_type == QJ_S8) ? 1 : (d.a_type == QJ_BF16 ? 2 : 4);
       if (direct_row && rows == 1) continue;  // GEMV: the kernel streams the row of A in place

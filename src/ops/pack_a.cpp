@@ -13,7 +13,32 @@
 
 namespace qj {
 
+namespace {
+
+// fp32 rows with AVX-512: the same integer maximum of the magnitude bits, 16 at a time, the tail
+// under a mask. Returns the first row holding a non-finite value, or -1.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t row_amax_f32_avx512(
+    const float* a, int64_t lda, int64_t m, int64_t k, float* amax) {
+  const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* r = a + i * lda;
+    __m512i mx = _mm512_setzero_si512();
+    for (int64_t j = 0; j < k; j += 16) {
+      const __mmask16 msk = k - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - j)) - 1u);
+      mx = _mm512_max_epi32(mx, _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(msk, r + j)), mag));
+    }
+    const int32_t v = _mm512_reduce_max_epi32(mx);
+    if (v >= 0x7f800000) return i;  // inf or nan
+    amax[i] = bits_f32(static_cast<uint32_t>(v));
+  }
+  return -1;
+}
+
+}  // namespace
+
 int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, float* amax) {
+  if (t == QJ_F32 && max_isa() >= QJ_ISA_AVX512)
+    return row_amax_f32_avx512(static_cast<const float*>(a), lda, m, k, amax);
   // On the magnitude bits as int32: for non-negative floats the integer order is the value order,
   // inf / nan are the patterns >= 0x7f800000, and an integer max reduction vectorizes (a float one
   // does not without -ffast-math).
@@ -71,14 +96,14 @@ inline int32_t quant(float v, float inv, float pre) {
 // AVX-512 tiers). So every copy gives the same bytes as quant() element by element.
 template <class Src>
 inline __attribute__((always_inline)) void quant_span_impl(const Src* src, int64_t n, float inv,
-                                                           float pre, int8_t* dst) {
+                                                           float pre, uint8_t flip, int8_t* dst) {
   for (int64_t j = 0; j < n; ++j) {
     float v;
     if constexpr (sizeof(Src) == 4)
       v = src[j];
     else
       v = bits_f32(static_cast<uint32_t>(src[j]) << 16);
-    dst[j] = static_cast<int8_t>(quant(v, inv, pre));
+    dst[j] = static_cast<int8_t>(static_cast<uint8_t>(quant(v, inv, pre)) ^ flip);
   }
 }
 
@@ -92,30 +117,81 @@ inline __attribute__((always_inline)) int32_t sum_span_impl(const int8_t* q, int
 }
 
 #define QJ_SPAN_FUNCS(suffix, attr)                                                             \
-  attr void quant_f32_##suffix(const float* s, int64_t n, float inv, float pre, int8_t* d) {    \
-    quant_span_impl(s, n, inv, pre, d);                                                         \
+  attr void quant_f32_##suffix(const float* s, int64_t n, float inv, float pre, uint8_t flip,      \
+                               int8_t* d) {                                                     \
+    quant_span_impl(s, n, inv, pre, flip, d);                                                   \
   }                                                                                             \
-  attr void quant_bf16_##suffix(const uint16_t* s, int64_t n, float inv, float pre, int8_t* d) { \
-    quant_span_impl(s, n, inv, pre, d);                                                         \
+  attr void quant_bf16_##suffix(const uint16_t* s, int64_t n, float inv, float pre, uint8_t flip, \
+                                int8_t* d) {                                                    \
+    quant_span_impl(s, n, inv, pre, flip, d);                                                   \
   }                                                                                             \
   attr int32_t sum_##suffix(const int8_t* q, int64_t n, bool as_u8) { return sum_span_impl(q, n, as_u8); }
 
 #define QJ_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 QJ_SPAN_FUNCS(base, QJ_NO_CONTRACT)
 QJ_SPAN_FUNCS(avx2, QJ_NO_CONTRACT __attribute__((target("avx2"))))
-QJ_SPAN_FUNCS(avx512, QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+QJ_SPAN_FUNCS(avx512, QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), unused)))
+
+// AVX-512 f32 span written out (the loop above leaves a scalar tail of up to 15 values, which
+// for short rows such as K = 36 was most of the work): the same IEEE operations in the same order
+// as quant(), the tail under a mask.
+QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void quant_f32_avx512_x(
+    const float* s, int64_t n, float inv, float pre, uint8_t flip, int8_t* d) {
+  const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
+  const __m512 vinv = _mm512_set1_ps(inv), vpre = _mm512_set1_ps(pre), magic = _mm512_set1_ps(12582912.0f);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vpre), vinv);
+    t = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
+    t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);  // (finite rows only: the plan rejects inf / nan)
+    // Narrowed in a register (the empty asm keeps GCC from folding it into a masked narrowing store
+    // to memory, which is slow on Zen 4), then a masked byte store.
+    __m128i b = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), vflip);
+    asm("" : "+v"(b));
+    _mm_mask_storeu_epi8(d + j, m, b);
+  }
+}
 
 struct SpanFuncs {
-  void (*f32)(const float*, int64_t, float, float, int8_t*);
-  void (*bf16)(const uint16_t*, int64_t, float, float, int8_t*);
+  // q = quant(v) ^ flip (flip 0x80: the u8 form q + 128)
+  void (*f32)(const float*, int64_t, float, float, uint8_t, int8_t*);
+  void (*bf16)(const uint16_t*, int64_t, float, float, uint8_t, int8_t*);
   int32_t (*sum)(const int8_t*, int64_t, bool);
 };
 
 SpanFuncs span_funcs() {
   const qj_isa isa = max_isa();
-  if (isa >= QJ_ISA_AVX512) return {quant_f32_avx512, quant_bf16_avx512, sum_avx512};
+  if (isa >= QJ_ISA_AVX512) return {quant_f32_avx512_x, quant_bf16_avx512, sum_avx512};
   if (isa >= QJ_ISA_AVX2) return {quant_f32_avx2, quant_bf16_avx2, sum_avx2};
   return {quant_f32_base, quant_bf16_base, sum_base};
+}
+
+// dst[(kk * mr + i) * 4, + 4) = src[i * ld + 4 kk, + 4) for rows [0, mr) and quads [0, kq): 4 rows x
+// 4 quads per step by a 4 x 4 dword transpose (SSE2), the last step of a row group overlapping
+// the one before when kq is not a multiple of 4; leftover rows (and kq < 4) quad by quad.
+void transpose_quads(const uint8_t* src, int64_t ld, int mr, int64_t kq, uint8_t* dst) {
+  const int rows4 = kq >= 4 ? mr / 4 * 4 : 0;
+  const int64_t stride = static_cast<int64_t>(mr) * 4;
+  for (int i0 = 0; i0 < rows4; i0 += 4) {
+    for (int64_t k0 = 0; k0 < kq; k0 += 4) {
+      const int64_t kk = k0 + 4 <= kq ? k0 : kq - 4;
+      const uint8_t* r = src + i0 * ld + 4 * kk;
+      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r));
+      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + ld));
+      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * ld));
+      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * ld));
+      const __m128i t0 = _mm_unpacklo_epi32(x0, x1), t1 = _mm_unpackhi_epi32(x0, x1);
+      const __m128i t2 = _mm_unpacklo_epi32(x2, x3), t3 = _mm_unpackhi_epi32(x2, x3);
+      uint8_t* o = dst + kk * stride + i0 * 4;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + stride), _mm_unpackhi_epi64(t0, t2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * stride), _mm_unpacklo_epi64(t1, t3));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * stride), _mm_unpackhi_epi64(t1, t3));
+    }
+  }
+  for (int i = rows4; i < mr; ++i)
+    for (int64_t kk = 0; kk < kq; ++kk) std::memcpy(dst + kk * stride + i * 4, src + i * ld + 4 * kk, 4);
 }
 
 // Dynamic (fp32 / bf16) A: each row quantized into a contiguous int8 buffer first, then laid out
@@ -130,43 +206,47 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
   const int64_t gk = s.k / s.groups;
   const size_t esz = s.a_type == QJ_F32 ? 4 : 2;
   const bool to_u8 = s.kg == 4 && !s.signed_quads;  // the INT8 VNNI layout: q + 128
-  // One row of quads is the quantized row itself: write it in place (the GEMV case).
+  // One row of quads is the quantized row itself: write it in place (the GEMV case). Otherwise
+  // quads: the tile's rows one after another in buf (kp apart), then transpose_quads; pairs: row
+  // by row.
   const bool in_place = s.kg == 4 && mr == 1;
-  if (!in_place) buf.resize(static_cast<size_t>(s.kp));
+  const bool tile = s.kg == 4 && !in_place;
+  if (!in_place) buf.resize(static_cast<size_t>(s.kp) * (tile ? mr : 1));
   for (int i = 0; i < mr; ++i) {
     if (i >= mr_t) {  // padding rows of a partial tile: zeros
-      for (int64_t kk = 0; kk < kgroups; ++kk) std::memset(dst + (kk * mr + i) * 4, 0, 4);
+      if (tile)
+        std::memset(buf.data() + i * s.kp, 0, static_cast<size_t>(s.kp));
+      else
+        for (int64_t kk = 0; kk < kgroups; ++kk) std::memset(dst + (kk * mr + i) * 4, 0, 4);
       if (s.row_sums)
         for (int64_t g = 0; g < s.groups; ++g) row_sum[g * mr + i] = 0;
       continue;
     }
-    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data();
+    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data() + (tile ? i * s.kp : 0);
     const uint8_t* r = static_cast<const uint8_t*>(a) + i * lda * esz;
     const int64_t spans = s.group_quant ? s.groups : 1, len = s.group_quant ? gk : s.k;
+    const uint8_t flip = to_u8 ? 0x80 : 0;
     for (int64_t g = 0; g < spans; ++g) {
       const int64_t f = s.group_quant ? g * mr + i : i;
       if (s.a_type == QJ_F32)
-        fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], q + g * len);
+        fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
       else
-        fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], q + g * len);
+        fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
     }
-    if (to_u8)
-      for (int64_t j = 0; j < s.k; ++j) q[j] = static_cast<int8_t>(static_cast<uint8_t>(q[j]) ^ 0x80u);
-    for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
+    // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
+    const int64_t k = s.k, kp = s.kp;
+    for (int64_t j = k; j < kp; ++j) q[j] = 0;
     if (s.row_sums)
       for (int64_t g = 0; g < s.groups; ++g)
         row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(fn.sum(q + g * gk, gk, to_u8)) *
                                                    static_cast<uint32_t>(s.row_sum_mult));
-    if (in_place) continue;
-    if (s.kg == 4) {
-      for (int64_t kk = 0; kk < kgroups; ++kk) std::memcpy(dst + (kk * mr + i) * 4, q + kk * 4, 4);
-    } else {
-      for (int64_t kk = 0; kk < kgroups; ++kk) {
-        const int16_t w[2] = {q[2 * kk], q[2 * kk + 1]};
-        std::memcpy(dst + (kk * mr + i) * 4, w, 4);
-      }
+    if (in_place || tile) continue;
+    for (int64_t kk = 0; kk < kgroups; ++kk) {
+      const int16_t w[2] = {q[2 * kk], q[2 * kk + 1]};
+      std::memcpy(dst + (kk * mr + i) * 4, w, 4);
     }
   }
+  if (tile) transpose_quads(reinterpret_cast<const uint8_t*>(buf.data()), s.kp, mr, kgroups, dst);
 }
 
 }  // namespace
@@ -293,6 +373,41 @@ void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_s
     *pre_scale = 0x1p100f;
     *inv_scale = 127.0f / (amax * 0x1p100f);
   }
+}
+
+namespace {
+
+// 16 rows per step: both divisions of dynamic_scales as vdivps, the tiny-amax rows (127 / amax
+// overflows) redone by the scalar function.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void dynamic_scales_avx512(
+    const float* amax, int64_t n, float* inv_scale, float* pre_scale, float* row_scale) {
+  const __m512 c127 = _mm512_set1_ps(127.0f), one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(m, amax + i);
+    const __mmask16 pos = _mm512_mask_cmp_ps_mask(m, x, zero, _CMP_GT_OQ);
+    const __m512 inv = _mm512_maskz_div_ps(pos, c127, x);                     // else 0
+    const __m512 rsc = _mm512_mask_div_ps(one, pos, x, c127);                 // else 1
+    _mm512_mask_storeu_ps(inv_scale + i, m, inv);
+    _mm512_mask_storeu_ps(row_scale + i, m, rsc);
+    _mm512_mask_storeu_ps(pre_scale + i, m, one);
+    uint32_t big = _mm512_mask_cmp_ps_mask(m, inv, inf, _CMP_EQ_OQ);
+    for (; big; big &= big - 1) {
+      const int64_t r = i + __builtin_ctz(big);
+      dynamic_scales(amax[r], &inv_scale[r], &pre_scale[r], &row_scale[r]);
+    }
+  }
+}
+
+}  // namespace
+
+void dynamic_scales_n(const float* amax, int64_t n, float* inv_scale, float* pre_scale, float* row_scale) {
+  if (max_isa() >= QJ_ISA_AVX512) {
+    dynamic_scales_avx512(amax, n, inv_scale, pre_scale, row_scale);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dynamic_scales(amax[i], &inv_scale[i], &pre_scale[i], &row_scale[i]);
 }
 
 void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,

@@ -46,6 +46,8 @@ void pack_a_tile(const PackASpec& spec, const void* a, int64_t lda, int mr, int 
                  const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum);
 // The per-row factors above and the row's dequantization scale (amax / 127; 1 when amax = 0).
 void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_scale);
+// The same for n rows (vectorized where the ISA cap allows; the same IEEE divisions).
+void dynamic_scales_n(const float* amax, int64_t n, float* inv_scale, float* pre_scale, float* row_scale);
 
 // Packs rows [0, mr_t) of fp32 / bf16 A into `dst` as kp x mr floats (dst[k * mr + i]); rows past
 // mr_t and k past K are +0.
