@@ -11,6 +11,7 @@
 
 #include <sys/mman.h>
 
+#include "src/core/isa.h"
 #include "src/core/log.h"
 #include "src/core/status.h"
 #include "src/formats/half.h"
@@ -461,6 +462,158 @@ qj_status pack_int_weights(const qj_weights_desc& d, const void* data, int64_t l
   return QJ_OK;
 }
 
+namespace {
+
+// fp32 weights to integer codes, in the source's own memory order (so that the loops run along
+// contiguous memory and vectorize; -O3 turns nearbyint into vroundps in the AVX2 copy):
+//   stats:  per scale index (tensor: 0; channel / group: (kk / gk) * n + c) the amax (symmetric)
+//           or the min / max with 0 (asymmetric), and whether any value is not finite;
+//   codes:  q = clamp(nearbyint(x / scale) + zp, lo, hi) as int8, at q[kk * n + c] (KN) or
+//           q[c * k + kk] (NK).
+// The same operations as the per-element definition (finite values only: the comparisons below
+// equal fmin / fmax there), compiled twice and chosen by the CPU (quantization is not a kernel
+// tier: the result is the same either way).
+struct QuantGeom {
+  const float* src;
+  int64_t ld, k, n, gk;
+  bool nk, tensor;
+};
+
+inline __attribute__((always_inline)) bool not_finite(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return (b & 0x7f800000u) == 0x7f800000u;
+}
+
+// amax (sym) or lo / hi (asym) per scale index; returns true if a value is not finite.
+inline __attribute__((always_inline)) bool weight_stats_impl(const QuantGeom& q, bool sym, float* amax,
+                                                            float* lo, float* hi) {
+  bool bad = false;
+  const int64_t k = q.k, n = q.n, gk = q.gk, ld = q.ld;
+  if (!q.nk) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float* r = q.src + kk * ld;
+      const int64_t base = q.tensor ? 0 : (kk / gk) * n;
+      if (q.tensor) {
+        float m0 = sym ? amax[0] : lo[0], m1 = sym ? 0.0f : hi[0];
+        for (int64_t c = 0; c < n; ++c) {
+          const float x = r[c];
+          bad |= not_finite(x);
+          if (sym) {
+            const float a = std::fabs(x);
+            m0 = a > m0 ? a : m0;
+          } else {
+            m0 = x < m0 ? x : m0;
+            m1 = x > m1 ? x : m1;
+          }
+        }
+        if (sym) amax[0] = m0; else lo[0] = m0, hi[0] = m1;
+        continue;
+      }
+      for (int64_t c = 0; c < n; ++c) {
+        const float x = r[c];
+        bad |= not_finite(x);
+        if (sym) {
+          const float a = std::fabs(x);
+          amax[base + c] = a > amax[base + c] ? a : amax[base + c];
+        } else {
+          lo[base + c] = x < lo[base + c] ? x : lo[base + c];
+          hi[base + c] = x > hi[base + c] ? x : hi[base + c];
+        }
+      }
+    }
+    return bad;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const float* r = q.src + c * ld;
+    for (int64_t g0 = 0; g0 < k; g0 += gk) {
+      const int64_t i = q.tensor ? 0 : (g0 / gk) * n + c;
+      float m0 = sym ? amax[i] : lo[i], m1 = sym ? 0.0f : hi[i];
+      for (int64_t kk = g0; kk < g0 + gk; ++kk) {
+        const float x = r[kk];
+        bad |= not_finite(x);
+        if (sym) {
+          const float a = std::fabs(x);
+          m0 = a > m0 ? a : m0;
+        } else {
+          m0 = x < m0 ? x : m0;
+          m1 = x > m1 ? x : m1;
+        }
+      }
+      if (sym) amax[i] = m0; else lo[i] = m0, hi[i] = m1;
+    }
+  }
+  return bad;
+}
+
+inline __attribute__((always_inline)) float quant_code(float x, float scale, float zp, float lo, float hi) {
+  float t = std::nearbyint(x / scale) + zp;
+  t = t < lo ? lo : t;
+  return t > hi ? hi : t;
+}
+
+inline __attribute__((always_inline)) void weight_codes_impl(const QuantGeom& q, const float* scales,
+                                                            const int32_t* zps, float lo, float hi, int8_t* out) {
+  const int64_t k = q.k, n = q.n, gk = q.gk, ld = q.ld;
+  if (!q.nk) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float* r = q.src + kk * ld;
+      int8_t* o = out + kk * n;
+      if (q.tensor) {
+        const float sc = scales[0], z = zps ? static_cast<float>(zps[0]) : 0.0f;
+        for (int64_t c = 0; c < n; ++c) o[c] = static_cast<int8_t>(static_cast<int32_t>(quant_code(r[c], sc, z, lo, hi)));
+        continue;
+      }
+      const float* sc = scales + (kk / gk) * n;
+      const int32_t* zz = zps ? zps + (kk / gk) * n : nullptr;
+      if (zz)
+        for (int64_t c = 0; c < n; ++c)
+          o[c] = static_cast<int8_t>(static_cast<int32_t>(quant_code(r[c], sc[c], static_cast<float>(zz[c]), lo, hi)));
+      else
+        for (int64_t c = 0; c < n; ++c)
+          o[c] = static_cast<int8_t>(static_cast<int32_t>(quant_code(r[c], sc[c], 0.0f, lo, hi)));
+    }
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const float* r = q.src + c * ld;
+    int8_t* o = out + c * k;
+    for (int64_t g0 = 0; g0 < k; g0 += gk) {
+      const int64_t i = q.tensor ? 0 : (g0 / gk) * n + c;
+      const float sc = scales[i], z = zps ? static_cast<float>(zps[i]) : 0.0f;
+      for (int64_t kk = g0; kk < g0 + gk; ++kk)
+        o[kk] = static_cast<int8_t>(static_cast<int32_t>(quant_code(r[kk], sc, z, lo, hi)));
+    }
+  }
+}
+
+bool weight_stats_base(const QuantGeom& q, bool sym, float* amax, float* lo, float* hi) {
+  return weight_stats_impl(q, sym, amax, lo, hi);
+}
+__attribute__((target("avx2"))) bool weight_stats_avx2(const QuantGeom& q, bool sym, float* amax, float* lo,
+                                                       float* hi) {
+  return weight_stats_impl(q, sym, amax, lo, hi);
+}
+void weight_codes_base(const QuantGeom& q, const float* scales, const int32_t* zps, float lo, float hi, int8_t* out) {
+  weight_codes_impl(q, scales, zps, lo, hi, out);
+}
+__attribute__((target("avx2"))) void weight_codes_avx2(const QuantGeom& q, const float* scales, const int32_t* zps,
+                                                       float lo, float hi, int8_t* out) {
+  weight_codes_impl(q, scales, zps, lo, hi, out);
+}
+
+bool weight_stats(const QuantGeom& q, bool sym, float* amax, float* lo, float* hi) {
+  return cpu_isa() >= QJ_ISA_AVX2 ? weight_stats_avx2(q, sym, amax, lo, hi) : weight_stats_base(q, sym, amax, lo, hi);
+}
+void weight_codes(const QuantGeom& q, const float* scales, const int32_t* zps, float lo, float hi, int8_t* out) {
+  if (cpu_isa() >= QJ_ISA_AVX2)
+    weight_codes_avx2(q, scales, zps, lo, hi, out);
+  else
+    weight_codes_base(q, scales, zps, lo, hi, out);
+}
+
+}  // namespace
+
 qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64_t ld, qj_isa isa,
                                std::shared_ptr<PackedWeights>* out) {
   if (mx_weights_type(d.dtype)) return quantize_mx_weights(d, src, ld, isa, out);
@@ -493,25 +646,29 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
     return QJ_OK;
   }
 
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t c = 0; c < n; ++c)
-      if (!std::isfinite(at(kk, c)))
-        return fail(QJ_ERR_INVALID_ARGUMENT, "w[k=%lld][n=%lld]=%g is not finite", (long long)kk,
-                    (long long)c, (double)at(kk, c));
   const int64_t groups = w->gran == QJ_GRAN_GROUP ? k / w->group_size : 1;
   const int64_t gk = k / groups;
   const int64_t count = w->gran == QJ_GRAN_TENSOR ? 1 : groups * n;
-  auto idx_of = [&](int64_t kk, int64_t c) { return w->gran == QJ_GRAN_TENSOR ? 0 : (kk / gk) * n + c; };
+  const QuantGeom geom{src, ld, k, n, gk, d.layout != QJ_LAYOUT_KN, w->gran == QJ_GRAN_TENSOR};
+  const bool sym = d.dtype != QJ_U4;
+  std::vector<float> amax(sym ? count : 0, 0.0f), lo(sym ? 0 : count, 0.0f), hi(sym ? 0 : count, 0.0f);
+  if (weight_stats(geom, sym, amax.data(), lo.data(), hi.data())) {
+    for (int64_t kk = 0; kk < k; ++kk)  // the first one, as the message names it
+      for (int64_t c = 0; c < n; ++c)
+        if (!std::isfinite(at(kk, c)))
+          return fail(QJ_ERR_INVALID_ARGUMENT, "w[k=%lld][n=%lld]=%g is not finite", (long long)kk,
+                      (long long)c, (double)at(kk, c));
+  }
   w->scales.resize(count);
-  if (d.dtype == QJ_U4) {
+  std::vector<int8_t> q(static_cast<size_t>(k) * static_cast<size_t>(n));
+  // pack_int reads the codes through one of two getters (no layout test per element)
+  const int8_t* const qd = q.data();
+  auto pack_codes = [&]() -> qj_status {
+    if (geom.nk) return pack_int(w.get(), isa, [qd, k](int64_t kk, int64_t c) -> int32_t { return qd[c * k + kk]; });
+    return pack_int(w.get(), isa, [qd, n](int64_t kk, int64_t c) -> int32_t { return qd[kk * n + c]; });
+  };
+  if (!sym) {
     // Asymmetric: the range [min(0, lo), max(0, hi)] mapped onto 0..15.
-    std::vector<float> lo(count, 0.0f), hi(count, 0.0f);
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t c = 0; c < n; ++c) {
-        const int64_t i = idx_of(kk, c);
-        lo[i] = std::fmin(lo[i], at(kk, c));
-        hi[i] = std::fmax(hi[i], at(kk, c));
-      }
     std::vector<int32_t> zp(count);
     bool any = false;
     for (int64_t i = 0; i < count; ++i) {
@@ -521,28 +678,17 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
       zp[i] = static_cast<int32_t>(std::fmin(std::fmax(z, 0.0f), 15.0f));
       any |= zp[i] != 0;
     }
+    weight_codes(geom, w->scales.data(), zp.data(), 0.0f, 15.0f, q.data());
     if (any) w->zero_points = zp;
-    QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t {
-      const int64_t i = idx_of(kk, c);
-      float t = std::nearbyint(at(kk, c) / w->scales[i]) + static_cast<float>(w->zp(kk / gk, c));
-      return static_cast<int32_t>(std::fmin(std::fmax(t, 0.0f), 15.0f));
-    }));
+    QJ_TRY(pack_codes());
     *out = std::move(w);
     return QJ_OK;
   }
   // Symmetric: scale = amax / qmax over each channel (tensor: everything; group: the group).
   const float qmax = d.dtype == QJ_S8 ? 127.0f : 7.0f;
-  std::vector<float> amax(count, 0.0f);
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t c = 0; c < n; ++c) {
-      const int64_t i = idx_of(kk, c);
-      amax[i] = std::fmax(amax[i], std::fabs(at(kk, c)));
-    }
   for (int64_t i = 0; i < count; ++i) w->scales[i] = amax[i] > 0.0f ? amax[i] / qmax : 1.0f;
-  QJ_TRY(pack_int(w.get(), isa, [&](int64_t kk, int64_t c) -> int32_t {
-    float t = std::nearbyint(at(kk, c) / w->scales[idx_of(kk, c)]);
-    return static_cast<int32_t>(std::fmin(std::fmax(t, -qmax), qmax));
-  }));
+  weight_codes(geom, w->scales.data(), nullptr, -qmax, qmax, q.data());
+  QJ_TRY(pack_codes());
   *out = std::move(w);
   return QJ_OK;
 }
