@@ -11,6 +11,8 @@
 #include "src/core/status.h"
 #include "src/formats/mx.h"
 #include "src/formats/mx_bdr.h"
+#include "src/ops/mx_convert.h"
+#include "src/ops/mx_weights.h"
 
 namespace qj {
 
@@ -195,32 +197,32 @@ qj_status quantize_mx16_weights(const qj_weights_desc& d, const float* src, int6
                                 std::shared_ptr<PackedWeights>* out) {
   const int64_t k = d.k, n = d.n;
   const int blk = mx16_block(d.dtype), blocks = static_cast<int>(k / blk);
-  auto at = [&](int64_t kk, int64_t c) { return d.layout == QJ_LAYOUT_KN ? src[kk * ld + c] : src[c * ld + kk]; };
   // Integer forms (n x k, int16) and scale bytes (n x blocks): the transient input of the packer.
+  // Each column through the vectorized row quantizers (mx_quantize FLOOR / bdr_quantize: the same
+  // bytes as the scalar codecs), then read back per element.
   std::vector<int16_t> q(static_cast<size_t>(n) * k);
   std::vector<uint8_t> sc(static_cast<size_t>(n) * blocks);
-  float v[32];
   if (d.dtype == QJ_MXFP6_E3M2) {
     const mx::ElemFormat& f = *mx::format(d.dtype);
     const int16_t* iv = mx::e3m2_int_table();
-    uint8_t codes[32];
-    for (int64_t c = 0; c < n; ++c)
-      for (int b = 0; b < blocks; ++b) {
-        for (int i = 0; i < 32; ++i) v[i] = at(b * 32 + i, c);
-        sc[c * blocks + b] = mx::quantize_block(f, QJ_ROUND_FLOOR, v, 32, codes);
-        for (int i = 0; i < 32; ++i) q[c * k + b * 32 + i] = iv[codes[i] & 63];
-      }
+    std::vector<uint8_t> el(static_cast<size_t>(mx::split_elem_bytes(f, k)));
+    for_weight_columns(d, src, ld, [&](int64_t c, const float* v) {
+      mx_quantize(d.dtype, QJ_ROUND_FLOOR, QJ_F32, v, k, el.data(), &sc[c * blocks]);
+      for (int64_t i = 0; i < k; ++i) q[c * k + i] = iv[mx::get_code(f, el.data(), i) & 63];
+    });
   } else {
     const bdr::BdrFormat& f = *bdr::format(d.dtype);
+    std::vector<uint8_t> bl(static_cast<size_t>(bdr::storage_bytes(f, k)));
     bdr::Fields fl;
-    for (int64_t c = 0; c < n; ++c)
+    for_weight_columns(d, src, ld, [&](int64_t c, const float* v) {
+      bdr_quantize(d.dtype, QJ_F32, v, k, bl.data());
       for (int b = 0; b < blocks; ++b) {
-        for (int i = 0; i < 16; ++i) v[i] = at(b * 16 + i, c);
-        bdr::quantize_fields(f, v, 16, &fl);
+        bdr::unpack(f, bl.data() + b * f.block_bytes, &fl);
         sc[c * blocks + b] = fl.e;
         for (int i = 0; i < 16; ++i)
           q[c * k + b * 16 + i] = static_cast<int16_t>(bdr::int_value(f, fl.code[i]) * (((fl.mu >> (i / 2)) & 1) ? 1 : 2));
       }
+    });
   }
   auto w = std::make_shared<PackedWeights>();
   w->dtype = d.dtype;

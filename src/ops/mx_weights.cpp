@@ -18,6 +18,7 @@
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
 #include "src/ops/mx16_weights.h"
+#include "src/ops/mx_convert.h"
 
 namespace qj {
 
@@ -101,9 +102,17 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
     // Padding columns: code 0 (+0) and scale 2^-127 (finite, so no NaN leaks into padding lanes).
   }
   if (fp8) return QJ_OK;  // float kernels: no integer column sums
+  // Column sums of the integer forms per block, column by column (code(kk, c) callers keep a
+  // column's codes together) through a table of the 256 code values.
+  int32_t ival[256];
+  for (int v = 0; v < 256; ++v) ival[v] = mx_int_value(w->dtype, static_cast<uint8_t>(v));
   w->colsum.assign(groups * n, 0);
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t c = 0; c < n; ++c) w->colsum[(kk / 32) * n + c] += mx_int_value(w->dtype, code(kk, c));
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t kk = g * mx::kBlock; kk < (g + 1) * mx::kBlock; ++kk) sum += ival[code(kk, c)];
+      w->colsum[g * n + c] = sum;
+    }
   return QJ_OK;
 }
 
@@ -141,16 +150,20 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_
   const mx::ElemFormat& f = *mx::format(d.dtype);
   const int64_t k = d.k, n = d.n, blocks = k / mx::kBlock;
   // Codes one per byte (n x k) and scales (n x blocks): the transient form of the packer's input.
+  // Each column through the vectorized row quantizer (mx_quantize, FLOOR: the same bytes as
+  // mx::quantize_block), its SPLIT codes then spread to one byte each.
   std::vector<uint8_t> codes(static_cast<size_t>(n) * k), scales(static_cast<size_t>(n) * blocks);
-  float v[mx::kBlock];
-  for (int64_t c = 0; c < n; ++c)
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int i = 0; i < mx::kBlock; ++i) {
-        const int64_t kk = b * mx::kBlock + i;
-        v[i] = d.layout == QJ_LAYOUT_KN ? src[kk * ld + c] : src[c * ld + kk];
-      }
-      scales[c * blocks + b] = mx::quantize_block(f, QJ_ROUND_FLOOR, v, mx::kBlock, &codes[c * k + b * mx::kBlock]);
-    }
+  std::vector<uint8_t> el(static_cast<size_t>(mx::split_elem_bytes(f, k)));
+  for_weight_columns(d, src, ld, [&](int64_t c, const float* v) {
+    mx_quantize(d.dtype, QJ_ROUND_FLOOR, QJ_F32, v, k, el.data(), &scales[c * blocks]);
+    uint8_t* out = &codes[c * k];
+    if (f.bits == 8)
+      std::memcpy(out, el.data(), static_cast<size_t>(k));
+    else if (f.bits == 4)
+      for (int64_t i = 0; i < k; ++i) out[i] = (el[i / 2] >> (4 * (i & 1))) & 15;
+    else
+      for (int64_t i = 0; i < k; ++i) out[i] = mx::get_code(f, el.data(), i);
+  });
   auto w = std::make_shared<PackedWeights>();
   w->dtype = d.dtype;
   w->k = k;

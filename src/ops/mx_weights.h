@@ -12,8 +12,10 @@
 #pragma once
 #include <quantjit/quantjit.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "src/ops/int_weights.h"
 
@@ -37,6 +39,25 @@ qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld
 qj_status quantize_mx_weights(const qj_weights_desc& d, const float* w, int64_t ld, qj_isa isa,
                               std::shared_ptr<PackedWeights>* out);
 qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out);
+
+// Calls fn(c, v) for every column c of the fp32 weights (K x N or N x K, ld in floats) with v its
+// K values contiguous: the rows themselves for N x K, else gathered 16 columns at a time (reading
+// whole lines of each K row).
+template <class Fn>
+void for_weight_columns(const qj_weights_desc& d, const float* w, int64_t ld, const Fn& fn) {
+  const int64_t k = d.k, n = d.n;
+  if (d.layout != QJ_LAYOUT_KN) {
+    for (int64_t c = 0; c < n; ++c) fn(c, w + c * ld);
+    return;
+  }
+  std::vector<float> cols(static_cast<size_t>(16 * k));
+  for (int64_t c0 = 0; c0 < n; c0 += 16) {
+    const int64_t nc = std::min<int64_t>(16, n - c0);
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < nc; ++j) cols[j * k + kk] = w[kk * ld + c0 + j];
+    for (int64_t j = 0; j < nc; ++j) fn(c0 + j, cols.data() + j * k);
+  }
+}
 
 // Integer-form MX weights (MXFP4, E2M3, E3M2, MXINT8, BDR MX9 / MX6 / MX4) as weights of the
 // float kernels with exactly the same values, for fp32 A (MXFP8 A dequantized exactly: no small
