@@ -399,6 +399,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     float* gs = p->group_scale.data<float>();
     float* ml = p->col_mult.data<float>();
     float* bi = p->col_bias.data<float>();
+    const std::vector<float> wsc = w->all_scales();  // [groups][n]
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t c = 0; c < n; ++c) {
         // Decoded: in terms of d = q + off and z = zb + off (the column sum of d is colsum + gk*off).
@@ -408,13 +409,13 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         int64_t corr = gk * static_cast<int64_t>(p->za) * zb - static_cast<int64_t>(p->za) * csum;
         cc[g * p->n_pad + c] = static_cast<int32_t>(static_cast<uint32_t>(corr));
         bz[g * p->n_pad + c] = static_cast<int32_t>(zb);
-        gs[g * p->n_pad + c] = w->scale(g, c);
+        gs[g * p->n_pad + c] = wsc[g * n + c];
       }
     const double a_scale = dynamic || mx_a ? 1.0 : desc.a_scale;
     // MX: the kernel folds 2^(b - 127) per block; the element type's 2^-int_shift is applied here.
     const double grp_mult = w->is_mx() ? std::ldexp(1.0, -mx_int_shift(w->dtype)) : 1.0;
     for (int64_t c = 0; c < n; ++c) {
-      ml[c] = ref::out_multiplier(desc, a_scale, w->gran == QJ_GRAN_GROUP ? grp_mult : w->scale(0, c));
+      ml[c] = ref::out_multiplier(desc, a_scale, w->gran == QJ_GRAN_GROUP ? grp_mult : wsc[c]);
       bi[c] = ref::out_bias(desc, c);
     }
     cg::EpilogueConsts& k = p->consts;
@@ -458,7 +459,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       if (w->gran == QJ_GRAN_GROUP)
         for (int64_t g = 0; g < groups; ++g)
           for (int64_t c = 0; c < n; ++c) {
-            const double sc = std::fabs(static_cast<double>(w->scale(g, c)));
+            const double sc = std::fabs(static_cast<double>(wsc[g * n + c]));
             smax = std::isfinite(sc) ? std::max(smax, sc) : HUGE_VAL;
           }
       double ymax = 0.0;

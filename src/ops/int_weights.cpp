@@ -193,6 +193,25 @@ float PackedWeights::scale(int64_t g, int64_t col) const {
   return scales[g * n + col];
 }
 
+std::vector<float> PackedWeights::all_scales() const {
+  const int64_t gs = groups();
+  std::vector<float> out(static_cast<size_t>(gs * n));
+  if (is_mx() || is_mx_fp8()) {
+    const size_t pb = panel_bytes(), sb = mx_steps_bytes();
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const uint8_t* sc = packed.data<uint8_t>() + p * pb + sb;
+      const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
+      for (int64_t g = 0; g < gs; ++g)
+        for (int64_t c = 0; c < live; ++c) out[g * n + c0 + c] = mx::e8m0_to_f32(sc[g * nr + c]);
+    }
+    return out;
+  }
+  for (int64_t g = 0; g < gs; ++g)
+    for (int64_t c = 0; c < n; ++c)
+      out[g * n + c] = gran == QJ_GRAN_TENSOR ? scales[0] : gran == QJ_GRAN_CHANNEL ? scales[c] : scales[g * n + c];
+  return out;
+}
+
 int32_t PackedWeights::zp(int64_t g, int64_t col) const {
   if (zero_points.empty()) return 0;
   if (gran == QJ_GRAN_TENSOR) return zero_points[0];

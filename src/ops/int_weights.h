@@ -109,6 +109,9 @@ struct PackedWeights {
   uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)
   float value(int64_t kk, int64_t col) const;     // decoded float weight (float; MXFP8: code * scale)
   float scale(int64_t g, int64_t col) const;   // MX: 2^(b-127) of the E8M0 byte (NaN for 0xFF)
+  // Every scale(g, col) as [groups()][n] floats, in one pass (over the panels' scale bytes for
+  // MX / BDR): for the per-(group, column) loops of plan creation.
+  std::vector<float> all_scales() const;
   uint8_t mx_code(int64_t kk, int64_t col) const;      // MX: element code
   uint8_t mx_scale_byte(int64_t g, int64_t col) const; // MX: E8M0 byte of block g of column col
   int32_t zp(int64_t g, int64_t col) const;

@@ -1,5 +1,10 @@
 #include "src/ops/pack_a.h"
 
+// GCC 12's AVX-512 intrinsic headers trip -W(maybe-)uninitialized on their own "undefined" vector
+// temporaries ('__Y') once inlined here (as in rowwise_adagrad.cpp); the values are never used.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
