@@ -257,37 +257,41 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
 }  // namespace
 
 // Integer A in quads (the VNNI layout, and the s8 quads of decoded weights): whole 4-byte groups
-// are copied as words, sign bits flipped where the type changes (s8 -> u8 for VNNI, u8 -> s8 for
-// signed_quads), the partial last group and the padding groups zero-filled. Same result as the
+// laid out by transpose_quads and then sign-flipped in place where the type changes (s8 -> u8 for
+// VNNI, u8 -> s8 for signed_quads), the partial last group and the padding groups filled per row.
+// Row sums per group over the flipped values, in a loop that vectorizes. Same result as the
 // general loop.
 static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t lda, int mr,
                                   uint8_t* dst, int32_t* row_sum) {
-  const int64_t kgroups = s.kp / 4, kfull = s.k / 4;
-  const int64_t gk = s.k / s.groups;
+  const int64_t kgroups = s.kp / 4, kfull = s.k / 4, k = s.k;
   const bool flip_sign = s.signed_quads ? s.a_type == QJ_U8 : s.a_type == QJ_S8;
-  const uint32_t flip = flip_sign ? 0x80808080u : 0u;
+  const uint8_t flip = flip_sign ? 0x80 : 0;
+  transpose_quads(a, lda, mr, kfull, dst);
+  if (flip)
+    for (int64_t j = 0, n = kfull * mr * 4; j < n; ++j) dst[j] ^= flip;
   for (int i = 0; i < mr; ++i) {
     const uint8_t* r = a + i * lda;
-    for (int64_t kk = 0; kk < kfull; ++kk) {
-      uint32_t w;
-      std::memcpy(&w, r + kk * 4, 4);
-      w ^= flip;
-      std::memcpy(dst + (kk * mr + i) * 4, &w, 4);
-    }
     for (int64_t kk = kfull; kk < kgroups; ++kk) {
       uint8_t tail[4] = {0, 0, 0, 0};
-      for (int64_t j = kk * 4; j < s.k && j < kk * 4 + 4; ++j)
-        tail[j - kk * 4] = r[j] ^ static_cast<uint8_t>(flip);
+      for (int64_t j = kk * 4; j < k && j < kk * 4 + 4; ++j) tail[j - kk * 4] = r[j] ^ flip;
       std::memcpy(dst + (kk * mr + i) * 4, tail, 4);
     }
     if (s.row_sums) {
+      // psadbw sums 16 bytes as u8: a signed value v is (v ^ 0x80) - 128 as u8.
+      const int64_t gk = k / s.groups;
+      const uint32_t mult = static_cast<uint32_t>(s.row_sum_mult);
+      const uint8_t f2 = s.signed_quads ? flip ^ 0x80 : flip;
+      const __m128i vf = _mm_set1_epi8(static_cast<char>(f2)), zero = _mm_setzero_si128();
       for (int64_t g = 0; g < s.groups; ++g) {
-        int32_t sum = 0;
-        if (s.signed_quads)
-          for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += static_cast<int8_t>(r[j] ^ static_cast<uint8_t>(flip));
-        else
-          for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += static_cast<uint8_t>(r[j] ^ static_cast<uint8_t>(flip));
-        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
+        const uint8_t* x = r + g * gk;
+        __m128i acc = zero;
+        int64_t j = 0;
+        for (; j + 16 <= gk; j += 16)
+          acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j)), vf), zero));
+        int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+        for (; j < gk; ++j) sum += static_cast<uint8_t>(x[j] ^ f2);
+        if (s.signed_quads) sum -= static_cast<int32_t>(128 * gk);
+        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
       }
     }
   }
