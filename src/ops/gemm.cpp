@@ -709,6 +709,7 @@ struct Scratch {
   AlignedBuffer acc;  // K-blocked plans: int32 sums of the tiles of one MC x NC block
   std::vector<int32_t> row_sum;
   std::vector<float> amax, inv, pre, row_scale, rg_scale;
+  std::vector<float> amax_col;  // group-quantized A: one group's amax over a tile's rows
 };
 
 Scratch& scratch() {
@@ -827,6 +828,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     // Block scales come with the data (no pass over A needed).
   } else if (group_a) {
     s.amax.resize(m * w.groups());
+    s.amax_col.resize(256);  // >= any tile's rows (mr <= 255)
     int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
     if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
   } else if (dynamic) {
@@ -981,10 +983,11 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       }
       if (group_a) {
         float* rg = s.rg_scale.data() + slot * scale_slots;
-        for (int64_t g = 0; g < groups; ++g)
-          for (int i = 0; i < rows; ++i)
-            dynamic_scales(s.amax[(row0 + i) * groups + g], &inv[g * rows + i], &pre[g * rows + i],
-                           &rg[g * rows + i]);
+        float* col = s.amax_col.data();  // this group's amax of the tile's rows, contiguous
+        for (int64_t g = 0; g < groups; ++g) {
+          for (int i = 0; i < rows; ++i) col[i] = s.amax[(row0 + i) * groups + g];
+          dynamic_scales_n(col, rows, &inv[g * rows], &pre[g * rows], &rg[g * rows]);
+        }
       } else if (dynamic) {
         dynamic_scales_n(&s.amax[row0], rows, inv, pre, rsc);
       }

@@ -71,6 +71,12 @@ int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, f
 int64_t row_group_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, int64_t gk,
                        float* amax) {
   const int64_t groups = k / gk;
+  if (t == QJ_F32 && max_isa() >= QJ_ISA_AVX512) {  // a row's groups as rows gk apart: one call per row
+    for (int64_t i = 0; i < m; ++i)
+      if (row_amax_f32_avx512(static_cast<const float*>(a) + i * lda, gk, groups, gk, &amax[i * groups]) >= 0)
+        return i;
+    return -1;
+  }
   const size_t esz = t == QJ_F32 ? 4 : 2;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t g = 0; g < groups; ++g) {
@@ -112,13 +118,17 @@ inline __attribute__((always_inline)) void quant_span_impl(const Src* src, int64
   }
 }
 
-inline __attribute__((always_inline)) int32_t sum_span_impl(const int8_t* q, int64_t n, bool as_u8) {
-  int32_t sum = 0;
-  if (as_u8)
-    for (int64_t j = 0; j < n; ++j) sum += static_cast<uint8_t>(q[j]);
-  else
-    for (int64_t j = 0; j < n; ++j) sum += q[j];
-  return sum;
+// Sum of n bytes as u8 (as_u8) or as s8, 16 at a time with psadbw (SSE2, every tier): psadbw
+// adds bytes as u8, and an s8 value v is (v ^ 0x80) - 128.
+int32_t sum_bytes(const int8_t* q, int64_t n, bool as_u8) {
+  const __m128i f = _mm_set1_epi8(static_cast<char>(as_u8 ? 0x00 : 0x80)), zero = _mm_setzero_si128();
+  __m128i acc = zero;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j)), f), zero));
+  int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+  for (; j < n; ++j) sum += as_u8 ? static_cast<uint8_t>(q[j]) : q[j] + 128;
+  return as_u8 ? sum : sum - static_cast<int32_t>(128 * n);
 }
 
 #define QJ_SPAN_FUNCS(suffix, attr)                                                             \
@@ -129,8 +139,7 @@ inline __attribute__((always_inline)) int32_t sum_span_impl(const int8_t* q, int
   attr void quant_bf16_##suffix(const uint16_t* s, int64_t n, float inv, float pre, uint8_t flip, \
                                 int8_t* d) {                                                    \
     quant_span_impl(s, n, inv, pre, flip, d);                                                   \
-  }                                                                                             \
-  attr int32_t sum_##suffix(const int8_t* q, int64_t n, bool as_u8) { return sum_span_impl(q, n, as_u8); }
+  }
 
 #define QJ_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 QJ_SPAN_FUNCS(base, QJ_NO_CONTRACT)
@@ -158,18 +167,53 @@ QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) voi
   }
 }
 
+// A row of fp32 A in groups of gk (AVX-512): group g quantized with inv[g * sc_stride] and
+// pre[g * sc_stride] (sc_stride 0: one scale for the row), as quant_f32_avx512_x does per span;
+// and, when sums is set, each group's sum of the stored bytes (as u8 when flip is 0x80, else as
+// s8: the sums pack_a_tile_dynamic takes), times mult, into sums[g * sum_stride], computed from
+// the registers (summing the stored bytes back would wait on the masked stores). psadbw adds
+// bytes as u8; an s8 value v is (v ^ 0x80) - 128.
+QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void quant_groups_f32_avx512(
+    const float* s, int64_t groups, int64_t gk, const float* inv, const float* pre, int64_t sc_stride,
+    uint8_t flip, int8_t* d, int32_t* sums, int64_t sum_stride, uint32_t mult) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
+  const __m128i vsum = _mm_set1_epi8(static_cast<char>(flip ? 0x00 : 0x80));  // to u8 for psadbw
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512 vinv = _mm512_set1_ps(inv[g * sc_stride]), vpre = _mm512_set1_ps(pre[g * sc_stride]);
+    const float* x = s + g * gk;
+    int8_t* o = d + g * gk;
+    __m128i acc = _mm_setzero_si128();
+    for (int64_t j = 0; j < gk; j += 16) {
+      const __mmask16 m = gk - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (gk - j)) - 1u);
+      __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), vpre), vinv);
+      t = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
+      t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+      __m128i b = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), vflip);
+      asm("" : "+v"(b));  // (see quant_f32_avx512_x)
+      _mm_mask_storeu_epi8(o + j, m, b);
+      // (lanes past the group zeroed: they add nothing)
+      acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_maskz_mov_epi8(m, _mm_xor_si128(b, vsum)), _mm_setzero_si128()));
+    }
+    if (sums) {
+      int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+      if (!flip) sum -= static_cast<int32_t>(128 * gk);
+      sums[g * sum_stride] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
+    }
+  }
+}
+
 struct SpanFuncs {
   // q = quant(v) ^ flip (flip 0x80: the u8 form q + 128)
   void (*f32)(const float*, int64_t, float, float, uint8_t, int8_t*);
   void (*bf16)(const uint16_t*, int64_t, float, float, uint8_t, int8_t*);
-  int32_t (*sum)(const int8_t*, int64_t, bool);
 };
 
 SpanFuncs span_funcs() {
   const qj_isa isa = max_isa();
-  if (isa >= QJ_ISA_AVX512) return {quant_f32_avx512_x, quant_bf16_avx512, sum_avx512};
-  if (isa >= QJ_ISA_AVX2) return {quant_f32_avx2, quant_bf16_avx2, sum_avx2};
-  return {quant_f32_base, quant_bf16_base, sum_base};
+  if (isa >= QJ_ISA_AVX512) return {quant_f32_avx512_x, quant_bf16_avx512};
+  if (isa >= QJ_ISA_AVX2) return {quant_f32_avx2, quant_bf16_avx2};
+  return {quant_f32_base, quant_bf16_base};
 }
 
 // dst[(kk * mr + i) * 4, + 4) = src[i * ld + 4 kk, + 4) for rows [0, mr) and quads [0, kq): 4 rows x
@@ -231,6 +275,20 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
     const uint8_t* r = static_cast<const uint8_t*>(a) + i * lda * esz;
     const int64_t spans = s.group_quant ? s.groups : 1, len = s.group_quant ? gk : s.k;
     const uint8_t flip = to_u8 ? 0x80 : 0;
+    // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
+    const int64_t k = s.k, kp = s.kp;
+    if ((s.group_quant || s.row_sums) && s.a_type == QJ_F32 && max_isa() >= QJ_ISA_AVX512) {
+      quant_groups_f32_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
+                              s.group_quant ? mr : 0, flip, q, s.row_sums ? row_sum + i : nullptr, mr,
+                              static_cast<uint32_t>(s.row_sum_mult));
+      for (int64_t j = k; j < kp; ++j) q[j] = 0;
+      if (in_place || tile) continue;
+      for (int64_t kk = 0; kk < kgroups; ++kk) {
+        const int16_t w[2] = {q[2 * kk], q[2 * kk + 1]};
+        std::memcpy(dst + (kk * mr + i) * 4, w, 4);
+      }
+      continue;
+    }
     for (int64_t g = 0; g < spans; ++g) {
       const int64_t f = s.group_quant ? g * mr + i : i;
       if (s.a_type == QJ_F32)
@@ -238,12 +296,10 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
       else
         fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
     }
-    // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
-    const int64_t k = s.k, kp = s.kp;
     for (int64_t j = k; j < kp; ++j) q[j] = 0;
     if (s.row_sums)
       for (int64_t g = 0; g < s.groups; ++g)
-        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(fn.sum(q + g * gk, gk, to_u8)) *
+        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum_bytes(q + g * gk, gk, to_u8)) *
                                                    static_cast<uint32_t>(s.row_sum_mult));
     if (in_place || tile) continue;
     for (int64_t kk = 0; kk < kgroups; ++kk) {
