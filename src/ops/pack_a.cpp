@@ -20,6 +20,11 @@ namespace qj {
 
 namespace {
 
+// The lanes of a 16-lane step with `left` elements left (all 16 when left >= 16).
+inline __mmask16 tail_mask16(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
 // fp32 rows with AVX-512: the same integer maximum of the magnitude bits, 16 at a time, the tail
 // under a mask. Returns the first row holding a non-finite value, or -1.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t row_amax_f32_avx512(
@@ -29,8 +34,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t row_amax_f
     const float* r = a + i * lda;
     __m512i mx = _mm512_setzero_si512();
     for (int64_t j = 0; j < k; j += 16) {
-      const __mmask16 msk = k - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - j)) - 1u);
-      mx = _mm512_max_epi32(mx, _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(msk, r + j)), mag));
+      const __m512 x = _mm512_maskz_loadu_ps(tail_mask16(k - j), r + j);
+      mx = _mm512_max_epi32(mx, _mm512_and_si512(_mm512_castps_si512(x), mag));
     }
     const int32_t v = _mm512_reduce_max_epi32(mx);
     if (v >= 0x7f800000) return i;  // inf or nan
@@ -149,22 +154,27 @@ QJ_SPAN_FUNCS(avx512, QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx
 // AVX-512 f32 span written out (the loop above leaves a scalar tail of up to 15 values, which
 // for short rows such as K = 36 was most of the work): the same IEEE operations in the same order
 // as quant(), the tail under a mask.
-QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void quant_f32_avx512_x(
-    const float* s, int64_t n, float inv, float pre, uint8_t flip, int8_t* d) {
+#define QJ_AVX512_Q QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+// Lanes m of x quantized as quant() does, ^ flip, stored to d under the mask; returns the bytes
+// (lanes outside m: garbage). Narrowed in a register (the empty asm keeps GCC from folding it
+// into a masked narrowing store to memory, which is slow on Zen 4).
+QJ_AVX512_Q inline __attribute__((always_inline)) __m128i quant16_avx512(const float* x, __mmask16 m, __m512 vpre,
+                                                                         __m512 vinv, __m128i vflip, int8_t* d) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x), vpre), vinv);
+  t = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
+  t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);  // (finite rows only: the plan rejects inf / nan)
+  __m128i b = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), vflip);
+  asm("" : "+v"(b));
+  _mm_mask_storeu_epi8(d, m, b);
+  return b;
+}
+
+QJ_AVX512_Q void quant_f32_avx512_x(const float* s, int64_t n, float inv, float pre, uint8_t flip, int8_t* d) {
   const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
-  const __m512 vinv = _mm512_set1_ps(inv), vpre = _mm512_set1_ps(pre), magic = _mm512_set1_ps(12582912.0f);
-  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
-    __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vpre), vinv);
-    t = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
-    t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);  // (finite rows only: the plan rejects inf / nan)
-    // Narrowed in a register (the empty asm keeps GCC from folding it into a masked narrowing store
-    // to memory, which is slow on Zen 4), then a masked byte store.
-    __m128i b = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), vflip);
-    asm("" : "+v"(b));
-    _mm_mask_storeu_epi8(d + j, m, b);
-  }
+  const __m512 vinv = _mm512_set1_ps(inv), vpre = _mm512_set1_ps(pre);
+  for (int64_t j = 0; j < n; j += 16) quant16_avx512(s + j, tail_mask16(n - j), vpre, vinv, vflip, d + j);
 }
 
 // A row of fp32 A in groups of gk (AVX-512): group g quantized with inv[g * sc_stride] and
@@ -173,25 +183,17 @@ QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) voi
 // s8: the sums pack_a_tile_dynamic takes), times mult, into sums[g * sum_stride], computed from
 // the registers (summing the stored bytes back would wait on the masked stores). psadbw adds
 // bytes as u8; an s8 value v is (v ^ 0x80) - 128.
-QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void quant_groups_f32_avx512(
-    const float* s, int64_t groups, int64_t gk, const float* inv, const float* pre, int64_t sc_stride,
-    uint8_t flip, int8_t* d, int32_t* sums, int64_t sum_stride, uint32_t mult) {
-  const __m512 magic = _mm512_set1_ps(12582912.0f), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+QJ_AVX512_Q void quant_groups_f32_avx512(const float* s, int64_t groups, int64_t gk, const float* inv,
+                                         const float* pre, int64_t sc_stride, uint8_t flip, int8_t* d,
+                                         int32_t* sums, int64_t sum_stride, uint32_t mult) {
   const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
   const __m128i vsum = _mm_set1_epi8(static_cast<char>(flip ? 0x00 : 0x80));  // to u8 for psadbw
   for (int64_t g = 0; g < groups; ++g) {
     const __m512 vinv = _mm512_set1_ps(inv[g * sc_stride]), vpre = _mm512_set1_ps(pre[g * sc_stride]);
-    const float* x = s + g * gk;
-    int8_t* o = d + g * gk;
     __m128i acc = _mm_setzero_si128();
     for (int64_t j = 0; j < gk; j += 16) {
-      const __mmask16 m = gk - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (gk - j)) - 1u);
-      __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), vpre), vinv);
-      t = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
-      t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
-      __m128i b = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), vflip);
-      asm("" : "+v"(b));  // (see quant_f32_avx512_x)
-      _mm_mask_storeu_epi8(o + j, m, b);
+      const __mmask16 m = tail_mask16(gk - j);
+      const __m128i b = quant16_avx512(s + g * gk + j, m, vpre, vinv, vflip, d + g * gk + j);
       // (lanes past the group zeroed: they add nothing)
       acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_maskz_mov_epi8(m, _mm_xor_si128(b, vsum)), _mm_setzero_si128()));
     }
@@ -277,27 +279,23 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
     const uint8_t flip = to_u8 ? 0x80 : 0;
     // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
     const int64_t k = s.k, kp = s.kp;
-    if ((s.group_quant || s.row_sums) && s.a_type == QJ_F32 && max_isa() >= QJ_ISA_AVX512) {
+    // AVX-512 fp32: the whole row in one pass with its group sums; otherwise span by span.
+    const bool one_pass = (s.group_quant || s.row_sums) && s.a_type == QJ_F32 && max_isa() >= QJ_ISA_AVX512;
+    if (one_pass) {
       quant_groups_f32_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
                               s.group_quant ? mr : 0, flip, q, s.row_sums ? row_sum + i : nullptr, mr,
                               static_cast<uint32_t>(s.row_sum_mult));
-      for (int64_t j = k; j < kp; ++j) q[j] = 0;
-      if (in_place || tile) continue;
-      for (int64_t kk = 0; kk < kgroups; ++kk) {
-        const int16_t w[2] = {q[2 * kk], q[2 * kk + 1]};
-        std::memcpy(dst + (kk * mr + i) * 4, w, 4);
+    } else {
+      for (int64_t g = 0; g < spans; ++g) {
+        const int64_t f = s.group_quant ? g * mr + i : i;
+        if (s.a_type == QJ_F32)
+          fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
+        else
+          fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
       }
-      continue;
-    }
-    for (int64_t g = 0; g < spans; ++g) {
-      const int64_t f = s.group_quant ? g * mr + i : i;
-      if (s.a_type == QJ_F32)
-        fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
-      else
-        fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
     }
     for (int64_t j = k; j < kp; ++j) q[j] = 0;
-    if (s.row_sums)
+    if (s.row_sums && !one_pass)
       for (int64_t g = 0; g < s.groups; ++g)
         row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum_bytes(q + g * gk, gk, to_u8)) *
                                                    static_cast<uint32_t>(s.row_sum_mult));
@@ -449,7 +447,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void dynamic_scale
   const __m512 c127 = _mm512_set1_ps(127.0f), one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
   const __m512 inf = _mm512_set1_ps(__builtin_inff());
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __mmask16 m = tail_mask16(n - i);
     const __m512 x = _mm512_maskz_loadu_ps(m, amax + i);
     const __mmask16 pos = _mm512_mask_cmp_ps_mask(m, x, zero, _CMP_GT_OQ);
     const __m512 inv = _mm512_maskz_div_ps(pos, c127, x);                     // else 0
