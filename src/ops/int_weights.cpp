@@ -504,6 +504,26 @@ inline __attribute__((always_inline)) bool not_finite(float x) {
   return (b & 0x7f800000u) == 0x7f800000u;
 }
 
+// Folds x[0, len) into one scale index's statistics: *m0 the amax (sym) or the min, *m1 the max
+// (asym). Returns true if a value is not finite.
+inline __attribute__((always_inline)) bool fold_span(const float* x, int64_t len, bool sym, float* m0p, float* m1p) {
+  bool bad = false;
+  float m0 = *m0p, m1 = sym ? 0.0f : *m1p;
+  for (int64_t j = 0; j < len; ++j) {
+    bad |= not_finite(x[j]);
+    if (sym) {
+      const float a = std::fabs(x[j]);
+      m0 = a > m0 ? a : m0;
+    } else {
+      m0 = x[j] < m0 ? x[j] : m0;
+      m1 = x[j] > m1 ? x[j] : m1;
+    }
+  }
+  *m0p = m0;
+  if (!sym) *m1p = m1;
+  return bad;
+}
+
 // amax (sym) or lo / hi (asym) per scale index; returns true if a value is not finite.
 inline __attribute__((always_inline)) bool weight_stats_impl(const QuantGeom& q, bool sym, float* amax,
                                                             float* lo, float* hi) {
@@ -514,19 +534,7 @@ inline __attribute__((always_inline)) bool weight_stats_impl(const QuantGeom& q,
       const float* r = q.src + kk * ld;
       const int64_t base = q.tensor ? 0 : (kk / gk) * n;
       if (q.tensor) {
-        float m0 = sym ? amax[0] : lo[0], m1 = sym ? 0.0f : hi[0];
-        for (int64_t c = 0; c < n; ++c) {
-          const float x = r[c];
-          bad |= not_finite(x);
-          if (sym) {
-            const float a = std::fabs(x);
-            m0 = a > m0 ? a : m0;
-          } else {
-            m0 = x < m0 ? x : m0;
-            m1 = x > m1 ? x : m1;
-          }
-        }
-        if (sym) amax[0] = m0; else lo[0] = m0, hi[0] = m1;
+        bad |= fold_span(r, n, sym, sym ? &amax[0] : &lo[0], sym ? nullptr : &hi[0]);
         continue;
       }
       for (int64_t c = 0; c < n; ++c) {
@@ -547,19 +555,7 @@ inline __attribute__((always_inline)) bool weight_stats_impl(const QuantGeom& q,
     const float* r = q.src + c * ld;
     for (int64_t g0 = 0; g0 < k; g0 += gk) {
       const int64_t i = q.tensor ? 0 : (g0 / gk) * n + c;
-      float m0 = sym ? amax[i] : lo[i], m1 = sym ? 0.0f : hi[i];
-      for (int64_t kk = g0; kk < g0 + gk; ++kk) {
-        const float x = r[kk];
-        bad |= not_finite(x);
-        if (sym) {
-          const float a = std::fabs(x);
-          m0 = a > m0 ? a : m0;
-        } else {
-          m0 = x < m0 ? x : m0;
-          m1 = x > m1 ? x : m1;
-        }
-      }
-      if (sym) amax[i] = m0; else lo[i] = m0, hi[i] = m1;
+      bad |= fold_span(r + g0, gk, sym, sym ? &amax[i] : &lo[i], sym ? nullptr : &hi[i]);
     }
   }
   return bad;
