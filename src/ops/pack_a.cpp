@@ -245,112 +245,6 @@ void transpose_quads(const uint8_t* src, int64_t ld, int mr, int64_t kq, uint8_t
     for (int64_t kk = 0; kk < kq; ++kk) std::memcpy(dst + kk * stride + i * 4, src + i * ld + 4 * kk, 4);
 }
 
-// Dynamic (fp32 / bf16) A: each row quantized into a contiguous int8 buffer first, then laid out
-// as quads (kg = 4; shifted to u8 unless signed_quads) or s16 pairs (kg = 2). Same values and row
-// sums as the general loop below.
-void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,
-                         const float* inv_scale, const float* pre_scale, uint8_t* dst,
-                         int32_t* row_sum) {
-  static thread_local std::vector<int8_t> buf;
-  const SpanFuncs fn = span_funcs();
-  const int64_t kgroups = s.kp / s.kg;
-  const int64_t gk = s.k / s.groups;
-  const size_t esz = s.a_type == QJ_F32 ? 4 : 2;
-  const bool to_u8 = s.kg == 4 && !s.signed_quads;  // the INT8 VNNI layout: q + 128
-  // One row of quads is the quantized row itself: write it in place (the GEMV case). Otherwise
-  // quads: the tile's rows one after another in buf (kp apart), then transpose_quads; pairs: row
-  // by row.
-  const bool in_place = s.kg == 4 && mr == 1;
-  const bool tile = s.kg == 4 && !in_place;
-  if (!in_place) buf.resize(static_cast<size_t>(s.kp) * (tile ? mr : 1));
-  for (int i = 0; i < mr; ++i) {
-    if (i >= mr_t) {  // padding rows of a partial tile: zeros
-      if (tile)
-        std::memset(buf.data() + i * s.kp, 0, static_cast<size_t>(s.kp));
-      else
-        for (int64_t kk = 0; kk < kgroups; ++kk) std::memset(dst + (kk * mr + i) * 4, 0, 4);
-      if (s.row_sums)
-        for (int64_t g = 0; g < s.groups; ++g) row_sum[g * mr + i] = 0;
-      continue;
-    }
-    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data() + (tile ? i * s.kp : 0);
-    const uint8_t* r = static_cast<const uint8_t*>(a) + i * lda * esz;
-    const int64_t spans = s.group_quant ? s.groups : 1, len = s.group_quant ? gk : s.k;
-    const uint8_t flip = to_u8 ? 0x80 : 0;
-    // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
-    const int64_t k = s.k, kp = s.kp;
-    // AVX-512 fp32: the whole row in one pass with its group sums; otherwise span by span.
-    const bool one_pass = (s.group_quant || s.row_sums) && s.a_type == QJ_F32 && max_isa() >= QJ_ISA_AVX512;
-    if (one_pass) {
-      quant_groups_f32_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
-                              s.group_quant ? mr : 0, flip, q, s.row_sums ? row_sum + i : nullptr, mr,
-                              static_cast<uint32_t>(s.row_sum_mult));
-    } else {
-      for (int64_t g = 0; g < spans; ++g) {
-        const int64_t f = s.group_quant ? g * mr + i : i;
-        if (s.a_type == QJ_F32)
-          fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
-        else
-          fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
-      }
-    }
-    for (int64_t j = k; j < kp; ++j) q[j] = 0;
-    if (s.row_sums && !one_pass)
-      for (int64_t g = 0; g < s.groups; ++g)
-        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum_bytes(q + g * gk, gk, to_u8)) *
-                                                   static_cast<uint32_t>(s.row_sum_mult));
-    if (in_place || tile) continue;
-    for (int64_t kk = 0; kk < kgroups; ++kk) {
-      const int16_t w[2] = {q[2 * kk], q[2 * kk + 1]};
-      std::memcpy(dst + (kk * mr + i) * 4, w, 4);
-    }
-  }
-  if (tile) transpose_quads(reinterpret_cast<const uint8_t*>(buf.data()), s.kp, mr, kgroups, dst);
-}
-
-}  // namespace
-
-// Integer A in quads (the VNNI layout, and the s8 quads of decoded weights): whole 4-byte groups
-// laid out by transpose_quads and then sign-flipped in place where the type changes (s8 -> u8 for
-// VNNI, u8 -> s8 for signed_quads), the partial last group and the padding groups filled per row.
-// Row sums per group over the flipped values, in a loop that vectorizes. Same result as the
-// general loop.
-static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t lda, int mr,
-                                  uint8_t* dst, int32_t* row_sum) {
-  const int64_t kgroups = s.kp / 4, kfull = s.k / 4, k = s.k;
-  const bool flip_sign = s.signed_quads ? s.a_type == QJ_U8 : s.a_type == QJ_S8;
-  const uint8_t flip = flip_sign ? 0x80 : 0;
-  transpose_quads(a, lda, mr, kfull, dst);
-  if (flip)
-    for (int64_t j = 0, n = kfull * mr * 4; j < n; ++j) dst[j] ^= flip;
-  for (int i = 0; i < mr; ++i) {
-    const uint8_t* r = a + i * lda;
-    for (int64_t kk = kfull; kk < kgroups; ++kk) {
-      uint8_t tail[4] = {0, 0, 0, 0};
-      for (int64_t j = kk * 4; j < k && j < kk * 4 + 4; ++j) tail[j - kk * 4] = r[j] ^ flip;
-      std::memcpy(dst + (kk * mr + i) * 4, tail, 4);
-    }
-    if (s.row_sums) {
-      // psadbw sums 16 bytes as u8: a signed value v is (v ^ 0x80) - 128 as u8.
-      const int64_t gk = k / s.groups;
-      const uint32_t mult = static_cast<uint32_t>(s.row_sum_mult);
-      const uint8_t f2 = s.signed_quads ? flip ^ 0x80 : flip;
-      const __m128i vf = _mm_set1_epi8(static_cast<char>(f2)), zero = _mm_setzero_si128();
-      for (int64_t g = 0; g < s.groups; ++g) {
-        const uint8_t* x = r + g * gk;
-        __m128i acc = zero;
-        int64_t j = 0;
-        for (; j + 16 <= gk; j += 16)
-          acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j)), vf), zero));
-        int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
-        for (; j < gk; ++j) sum += static_cast<uint8_t>(x[j] ^ f2);
-        if (s.signed_quads) sum -= static_cast<int32_t>(128 * gk);
-        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
-      }
-    }
-  }
-}
-
 // Integer A in s16 pairs (the vpmaddwd layout of the AVX2 / AVX-512 tiers): each pair of K values
 // widened (u8 zero-, s8 sign-extended) into one dword, the partial last pair and the padding
 // pairs zero-filled, rows past mr_t zero. Same result as the general loop, without its per-value
@@ -423,6 +317,113 @@ static void pack_a_tile_int_pairs(const PackASpec& s, const T* a, int64_t lda, i
         int32_t sum = 0;
         for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += r[j];
         row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
+      }
+    }
+  }
+}
+
+// Dynamic (fp32 / bf16) A: each row quantized into a contiguous int8 buffer first, then laid out
+// as quads (kg = 4; shifted to u8 unless signed_quads) or s16 pairs (kg = 2). Same values and row
+// sums as the general loop below.
+void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,
+                         const float* inv_scale, const float* pre_scale, uint8_t* dst,
+                         int32_t* row_sum) {
+  static thread_local std::vector<int8_t> buf;
+  const SpanFuncs fn = span_funcs();
+  const int64_t kgroups = s.kp / s.kg;
+  const int64_t gk = s.k / s.groups;
+  const size_t esz = s.a_type == QJ_F32 ? 4 : 2;
+  const bool to_u8 = s.kg == 4 && !s.signed_quads;  // the INT8 VNNI layout: q + 128
+  // One row of quads is the quantized row itself: write it in place (the GEMV case). Otherwise
+  // the tile's rows one after another in buf (kp apart), then laid out by transpose_quads (quads)
+  // or pack_a_tile_int_pairs (s16 pairs of the int8 codes).
+  const bool in_place = s.kg == 4 && mr == 1;
+  const bool tile = !in_place;
+  if (tile) buf.resize(static_cast<size_t>(s.kp) * mr);
+  for (int i = 0; i < mr; ++i) {
+    if (i >= mr_t) {  // padding rows of a partial tile: zeros
+      std::memset(buf.data() + i * s.kp, 0, static_cast<size_t>(s.kp));
+      if (s.row_sums)
+        for (int64_t g = 0; g < s.groups; ++g) row_sum[g * mr + i] = 0;
+      continue;
+    }
+    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data() + i * s.kp;
+    const uint8_t* r = static_cast<const uint8_t*>(a) + i * lda * esz;
+    const int64_t spans = s.group_quant ? s.groups : 1, len = s.group_quant ? gk : s.k;
+    const uint8_t flip = to_u8 ? 0x80 : 0;
+    // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
+    const int64_t k = s.k, kp = s.kp;
+    // AVX-512 fp32: the whole row in one pass with its group sums; otherwise span by span.
+    const bool one_pass = (s.group_quant || s.row_sums) && s.a_type == QJ_F32 && max_isa() >= QJ_ISA_AVX512;
+    if (one_pass) {
+      quant_groups_f32_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
+                              s.group_quant ? mr : 0, flip, q, s.row_sums ? row_sum + i : nullptr, mr,
+                              static_cast<uint32_t>(s.row_sum_mult));
+    } else {
+      for (int64_t g = 0; g < spans; ++g) {
+        const int64_t f = s.group_quant ? g * mr + i : i;
+        if (s.a_type == QJ_F32)
+          fn.f32(reinterpret_cast<const float*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
+        else
+          fn.bf16(reinterpret_cast<const uint16_t*>(r) + g * len, len, inv_scale[f], pre_scale[f], flip, q + g * len);
+      }
+    }
+    for (int64_t j = k; j < kp; ++j) q[j] = 0;
+    if (s.row_sums && !one_pass)
+      for (int64_t g = 0; g < s.groups; ++g)
+        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum_bytes(q + g * gk, gk, to_u8)) *
+                                                   static_cast<uint32_t>(s.row_sum_mult));
+  }
+  if (!tile) return;
+  if (s.kg == 4) {
+    transpose_quads(reinterpret_cast<const uint8_t*>(buf.data()), s.kp, mr, kgroups, dst);
+    return;
+  }
+  PackASpec codes = s;  // the whole padded rows (zeros past k), no row sums (done above)
+  codes.k = s.kp;
+  codes.groups = 1;
+  codes.row_sums = false;
+  pack_a_tile_int_pairs(codes, buf.data(), s.kp, mr, mr, dst, nullptr);
+}
+
+}  // namespace
+
+// Integer A in quads (the VNNI layout, and the s8 quads of decoded weights): whole 4-byte groups
+// laid out by transpose_quads and then sign-flipped in place where the type changes (s8 -> u8 for
+// VNNI, u8 -> s8 for signed_quads), the partial last group and the padding groups filled per row.
+// Row sums per group over the flipped values, in a loop that vectorizes. Same result as the
+// general loop.
+static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t lda, int mr,
+                                  uint8_t* dst, int32_t* row_sum) {
+  const int64_t kgroups = s.kp / 4, kfull = s.k / 4, k = s.k;
+  const bool flip_sign = s.signed_quads ? s.a_type == QJ_U8 : s.a_type == QJ_S8;
+  const uint8_t flip = flip_sign ? 0x80 : 0;
+  transpose_quads(a, lda, mr, kfull, dst);
+  if (flip)
+    for (int64_t j = 0, n = kfull * mr * 4; j < n; ++j) dst[j] ^= flip;
+  for (int i = 0; i < mr; ++i) {
+    const uint8_t* r = a + i * lda;
+    for (int64_t kk = kfull; kk < kgroups; ++kk) {
+      uint8_t tail[4] = {0, 0, 0, 0};
+      for (int64_t j = kk * 4; j < k && j < kk * 4 + 4; ++j) tail[j - kk * 4] = r[j] ^ flip;
+      std::memcpy(dst + (kk * mr + i) * 4, tail, 4);
+    }
+    if (s.row_sums) {
+      // psadbw sums 16 bytes as u8: a signed value v is (v ^ 0x80) - 128 as u8.
+      const int64_t gk = k / s.groups;
+      const uint32_t mult = static_cast<uint32_t>(s.row_sum_mult);
+      const uint8_t f2 = s.signed_quads ? flip ^ 0x80 : flip;
+      const __m128i vf = _mm_set1_epi8(static_cast<char>(f2)), zero = _mm_setzero_si128();
+      for (int64_t g = 0; g < s.groups; ++g) {
+        const uint8_t* x = r + g * gk;
+        __m128i acc = zero;
+        int64_t j = 0;
+        for (; j + 16 <= gk; j += 16)
+          acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j)), vf), zero));
+        int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+        for (; j < gk; ++j) sum += static_cast<uint8_t>(x[j] ^ f2);
+        if (s.signed_quads) sum -= static_cast<int32_t>(128 * gk);
+        row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
       }
     }
   }
