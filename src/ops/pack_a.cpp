@@ -25,18 +25,27 @@ inline __mmask16 tail_mask16(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-// fp32 rows with AVX-512: the same integer maximum of the magnitude bits, 16 at a time, the tail
-// under a mask. Returns the first row holding a non-finite value, or -1.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t row_amax_f32_avx512(
-    const float* a, int64_t lda, int64_t m, int64_t k, float* amax) {
+// 16 lanes (mask m) of fp32 or bf16 A as fp32 (bf16: the bits shifted up, exact).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline __m512 load16(const float* x,
+                                                                                                __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, x);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline __m512 load16(const uint16_t* x,
+                                                                                                __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16));
+}
+
+// fp32 / bf16 rows with AVX-512: the same integer maximum of the magnitude bits, 16 at a time, the
+// tail under a mask. Returns the first row holding a non-finite value, or -1.
+template <class Src>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t row_amax_avx512(const Src* a, int64_t lda,
+                                                                                      int64_t m, int64_t k, float* amax) {
   const __m512i mag = _mm512_set1_epi32(0x7fffffff);
   for (int64_t i = 0; i < m; ++i) {
-    const float* r = a + i * lda;
+    const Src* r = a + i * lda;
     __m512i mx = _mm512_setzero_si512();
-    for (int64_t j = 0; j < k; j += 16) {
-      const __m512 x = _mm512_maskz_loadu_ps(tail_mask16(k - j), r + j);
-      mx = _mm512_max_epi32(mx, _mm512_and_si512(_mm512_castps_si512(x), mag));
-    }
+    for (int64_t j = 0; j < k; j += 16)
+      mx = _mm512_max_epi32(mx, _mm512_and_si512(_mm512_castps_si512(load16(r + j, tail_mask16(k - j))), mag));
     const int32_t v = _mm512_reduce_max_epi32(mx);
     if (v >= 0x7f800000) return i;  // inf or nan
     amax[i] = bits_f32(static_cast<uint32_t>(v));
@@ -47,8 +56,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t row_amax_f
 }  // namespace
 
 int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, float* amax) {
-  if (t == QJ_F32 && max_isa() >= QJ_ISA_AVX512)
-    return row_amax_f32_avx512(static_cast<const float*>(a), lda, m, k, amax);
+  if (max_isa() >= QJ_ISA_AVX512)
+    return t == QJ_F32 ? row_amax_avx512(static_cast<const float*>(a), lda, m, k, amax)
+                       : row_amax_avx512(static_cast<const uint16_t*>(a), lda, m, k, amax);
   // On the magnitude bits as int32: for non-negative floats the integer order is the value order,
   // inf / nan are the patterns >= 0x7f800000, and an integer max reduction vectorizes (a float one
   // does not without -ffast-math).
@@ -76,10 +86,14 @@ int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, f
 int64_t row_group_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, int64_t gk,
                        float* amax) {
   const int64_t groups = k / gk;
-  if (t == QJ_F32 && max_isa() >= QJ_ISA_AVX512) {  // a row's groups as rows gk apart: one call per row
-    for (int64_t i = 0; i < m; ++i)
-      if (row_amax_f32_avx512(static_cast<const float*>(a) + i * lda, gk, groups, gk, &amax[i * groups]) >= 0)
-        return i;
+  if (max_isa() >= QJ_ISA_AVX512) {  // a row's groups as rows gk apart: one call per row
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t bad = t == QJ_F32 ? row_amax_avx512(static_cast<const float*>(a) + i * lda, gk, groups, gk,
+                                                        &amax[i * groups])
+                                      : row_amax_avx512(static_cast<const uint16_t*>(a) + i * lda, gk, groups, gk,
+                                                        &amax[i * groups]);
+      if (bad >= 0) return i;
+    }
     return -1;
   }
   const size_t esz = t == QJ_F32 ? 4 : 2;
@@ -149,20 +163,20 @@ int32_t sum_bytes(const int8_t* q, int64_t n, bool as_u8) {
 #define QJ_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 QJ_SPAN_FUNCS(base, QJ_NO_CONTRACT)
 QJ_SPAN_FUNCS(avx2, QJ_NO_CONTRACT __attribute__((target("avx2"))))
-QJ_SPAN_FUNCS(avx512, QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), unused)))
 
-// AVX-512 f32 span written out (the loop above leaves a scalar tail of up to 15 values, which
-// for short rows such as K = 36 was most of the work): the same IEEE operations in the same order
-// as quant(), the tail under a mask.
+// AVX-512 spans written out (the loop above leaves a scalar tail of up to 15 values, which for
+// short rows such as K = 36 was most of the work): the same IEEE operations in the same order as
+// quant(), the tail under a mask.
 #define QJ_AVX512_Q QJ_NO_CONTRACT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 // Lanes m of x quantized as quant() does, ^ flip, stored to d under the mask; returns the bytes
 // (lanes outside m: garbage). Narrowed in a register (the empty asm keeps GCC from folding it
 // into a masked narrowing store to memory, which is slow on Zen 4).
-QJ_AVX512_Q inline __attribute__((always_inline)) __m128i quant16_avx512(const float* x, __mmask16 m, __m512 vpre,
+template <class Src>
+QJ_AVX512_Q inline __attribute__((always_inline)) __m128i quant16_avx512(const Src* x, __mmask16 m, __m512 vpre,
                                                                          __m512 vinv, __m128i vflip, int8_t* d) {
   const __m512 magic = _mm512_set1_ps(12582912.0f), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x), vpre), vinv);
+  __m512 t = _mm512_mul_ps(_mm512_mul_ps(load16(x, m), vpre), vinv);
   t = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
   t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);  // (finite rows only: the plan rejects inf / nan)
   __m128i b = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), vflip);
@@ -171,19 +185,21 @@ QJ_AVX512_Q inline __attribute__((always_inline)) __m128i quant16_avx512(const f
   return b;
 }
 
-QJ_AVX512_Q void quant_f32_avx512_x(const float* s, int64_t n, float inv, float pre, uint8_t flip, int8_t* d) {
+template <class Src>
+QJ_AVX512_Q void quant_avx512_x(const Src* s, int64_t n, float inv, float pre, uint8_t flip, int8_t* d) {
   const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
   const __m512 vinv = _mm512_set1_ps(inv), vpre = _mm512_set1_ps(pre);
   for (int64_t j = 0; j < n; j += 16) quant16_avx512(s + j, tail_mask16(n - j), vpre, vinv, vflip, d + j);
 }
 
-// A row of fp32 A in groups of gk (AVX-512): group g quantized with inv[g * sc_stride] and
-// pre[g * sc_stride] (sc_stride 0: one scale for the row), as quant_f32_avx512_x does per span;
+// A row of fp32 / bf16 A in groups of gk (AVX-512): group g quantized with inv[g * sc_stride] and
+// pre[g * sc_stride] (sc_stride 0: one scale for the row), as quant_avx512_x does per span;
 // and, when sums is set, each group's sum of the stored bytes (as u8 when flip is 0x80, else as
 // s8: the sums pack_a_tile_dynamic takes), times mult, into sums[g * sum_stride], computed from
 // the registers (summing the stored bytes back would wait on the masked stores). psadbw adds
 // bytes as u8; an s8 value v is (v ^ 0x80) - 128.
-QJ_AVX512_Q void quant_groups_f32_avx512(const float* s, int64_t groups, int64_t gk, const float* inv,
+template <class Src>
+QJ_AVX512_Q void quant_groups_avx512(const Src* s, int64_t groups, int64_t gk, const float* inv,
                                          const float* pre, int64_t sc_stride, uint8_t flip, int8_t* d,
                                          int32_t* sums, int64_t sum_stride, uint32_t mult) {
   const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
@@ -213,7 +229,7 @@ struct SpanFuncs {
 
 SpanFuncs span_funcs() {
   const qj_isa isa = max_isa();
-  if (isa >= QJ_ISA_AVX512) return {quant_f32_avx512_x, quant_bf16_avx512};
+  if (isa >= QJ_ISA_AVX512) return {quant_avx512_x<float>, quant_avx512_x<uint16_t>};
   if (isa >= QJ_ISA_AVX2) return {quant_f32_avx2, quant_bf16_avx2};
   return {quant_f32_base, quant_bf16_base};
 }
@@ -353,12 +369,18 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
     const uint8_t flip = to_u8 ? 0x80 : 0;
     // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
     const int64_t k = s.k, kp = s.kp;
-    // AVX-512 fp32: the whole row in one pass with its group sums; otherwise span by span.
-    const bool one_pass = (s.group_quant || s.row_sums) && s.a_type == QJ_F32 && max_isa() >= QJ_ISA_AVX512;
+    // AVX-512: the whole row in one pass with its group sums; otherwise span by span.
+    const bool one_pass = (s.group_quant || s.row_sums) && max_isa() >= QJ_ISA_AVX512;
     if (one_pass) {
-      quant_groups_f32_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
-                              s.group_quant ? mr : 0, flip, q, s.row_sums ? row_sum + i : nullptr, mr,
-                              static_cast<uint32_t>(s.row_sum_mult));
+      const int64_t sc_stride = s.group_quant ? mr : 0;
+      const uint32_t mult = static_cast<uint32_t>(s.row_sum_mult);
+      int32_t* sums = s.row_sums ? row_sum + i : nullptr;
+      if (s.a_type == QJ_F32)
+        quant_groups_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i, sc_stride,
+                            flip, q, sums, mr, mult);
+      else
+        quant_groups_avx512(reinterpret_cast<const uint16_t*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
+                            sc_stride, flip, q, sums, mr, mult);
     } else {
       for (int64_t g = 0; g < spans; ++g) {
         const int64_t f = s.group_quant ? g * mr + i : i;
