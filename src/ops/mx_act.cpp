@@ -417,13 +417,15 @@ void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int6
     return;
   }
   const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 4;
-  const bool in_place = mr == 1;  // one row of quads is the decoded row itself
-  if (!in_place) buf.resize(static_cast<size_t>(s.kp));
+  // One row of quads is the decoded row itself; more rows are decoded one after another (kp
+  // apart) and laid out by transpose_quads.
+  const bool in_place = mr == 1;
+  if (!in_place) buf.resize(static_cast<size_t>(s.kp) * mr);
   bsum.resize(static_cast<size_t>(nb));
   for (int i = 0; i < mr; ++i) {
     const uint8_t* e = static_cast<const uint8_t*>(a.elems) + (row0 + i) * lda;
     const uint8_t* sc = a.scales + (row0 + i) * a.scales_ld;
-    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data();
+    int8_t* q = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data() + i * s.kp;
     mx_decode_int8(s.a_type, e, nb, q, bsum.data());
     for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
     for (int64_t g = 0; g < s.groups; ++g) {
@@ -432,9 +434,8 @@ void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int6
                                                    static_cast<uint32_t>(s.row_sum_mult));
       a_scale[g * mr + i] = mx_act_block_scale(s.a_type, sc[g]);
     }
-    if (!in_place)
-      for (int64_t kk = 0; kk < kgroups; ++kk) std::memcpy(dst + (kk * mr + i) * 4, q + kk * 4, 4);
   }
+  if (!in_place) transpose_quads(reinterpret_cast<const uint8_t*>(buf.data()), s.kp, mr, kgroups, dst);
 }
 
 void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,

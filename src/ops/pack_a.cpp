@@ -234,32 +234,6 @@ SpanFuncs span_funcs() {
   return {quant_f32_base, quant_bf16_base};
 }
 
-// dst[(kk * mr + i) * 4, + 4) = src[i * ld + 4 kk, + 4) for rows [0, mr) and quads [0, kq): 4 rows x
-// 4 quads per step by a 4 x 4 dword transpose (SSE2), the last step of a row group overlapping
-// the one before when kq is not a multiple of 4; leftover rows (and kq < 4) quad by quad.
-void transpose_quads(const uint8_t* src, int64_t ld, int mr, int64_t kq, uint8_t* dst) {
-  const int rows4 = kq >= 4 ? mr / 4 * 4 : 0;
-  const int64_t stride = static_cast<int64_t>(mr) * 4;
-  for (int i0 = 0; i0 < rows4; i0 += 4) {
-    for (int64_t k0 = 0; k0 < kq; k0 += 4) {
-      const int64_t kk = k0 + 4 <= kq ? k0 : kq - 4;
-      const uint8_t* r = src + i0 * ld + 4 * kk;
-      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r));
-      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + ld));
-      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * ld));
-      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * ld));
-      const __m128i t0 = _mm_unpacklo_epi32(x0, x1), t1 = _mm_unpackhi_epi32(x0, x1);
-      const __m128i t2 = _mm_unpacklo_epi32(x2, x3), t3 = _mm_unpackhi_epi32(x2, x3);
-      uint8_t* o = dst + kk * stride + i0 * 4;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t2));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + stride), _mm_unpackhi_epi64(t0, t2));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * stride), _mm_unpacklo_epi64(t1, t3));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * stride), _mm_unpackhi_epi64(t1, t3));
-    }
-  }
-  for (int i = rows4; i < mr; ++i)
-    for (int64_t kk = 0; kk < kq; ++kk) std::memcpy(dst + kk * stride + i * 4, src + i * ld + 4 * kk, 4);
-}
 
 // Integer A in s16 pairs (the vpmaddwd layout of the AVX2 / AVX-512 tiers): each pair of K values
 // widened (u8 zero-, s8 sign-extended) into one dword, the partial last pair and the padding
@@ -449,6 +423,33 @@ static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t 
       }
     }
   }
+}
+
+// dst[(kk * mr + i) * 4, + 4) = src[i * ld + 4 kk, + 4) for rows [0, mr) and quads [0, kq): 4 rows x
+// 4 quads per step by a 4 x 4 dword transpose (SSE2), the last step of a row group overlapping
+// the one before when kq is not a multiple of 4; leftover rows (and kq < 4) quad by quad.
+void transpose_quads(const uint8_t* src, int64_t ld, int mr, int64_t kq, uint8_t* dst) {
+  const int rows4 = kq >= 4 ? mr / 4 * 4 : 0;
+  const int64_t stride = static_cast<int64_t>(mr) * 4;
+  for (int i0 = 0; i0 < rows4; i0 += 4) {
+    for (int64_t k0 = 0; k0 < kq; k0 += 4) {
+      const int64_t kk = k0 + 4 <= kq ? k0 : kq - 4;
+      const uint8_t* r = src + i0 * ld + 4 * kk;
+      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r));
+      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + ld));
+      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * ld));
+      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * ld));
+      const __m128i t0 = _mm_unpacklo_epi32(x0, x1), t1 = _mm_unpackhi_epi32(x0, x1);
+      const __m128i t2 = _mm_unpacklo_epi32(x2, x3), t3 = _mm_unpackhi_epi32(x2, x3);
+      uint8_t* o = dst + kk * stride + i0 * 4;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(t0, t2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + stride), _mm_unpackhi_epi64(t0, t2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * stride), _mm_unpacklo_epi64(t1, t3));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * stride), _mm_unpackhi_epi64(t1, t3));
+    }
+  }
+  for (int i = rows4; i < mr; ++i)
+    for (int64_t kk = 0; kk < kq; ++kk) std::memcpy(dst + kk * stride + i * 4, src + i * ld + 4 * kk, 4);
 }
 
 void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_scale) {

@@ -49,6 +49,10 @@ void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_s
 // The same for n rows (vectorized where the ISA cap allows; the same IEEE divisions).
 void dynamic_scales_n(const float* amax, int64_t n, float* inv_scale, float* pre_scale, float* row_scale);
 
+// dst[(kk * mr + i) * 4, + 4) = src[i * ld + 4 kk, + 4) for rows [0, mr) and quads [0, kq): rows
+// of bytes (ld apart) laid out as the K-group-major quad tile of the kernels.
+void transpose_quads(const uint8_t* src, int64_t ld, int mr, int64_t kq, uint8_t* dst);
+
 // Packs rows [0, mr_t) of fp32 / bf16 A into `dst` as kp x mr floats (dst[k * mr + i]); rows past
 // mr_t and k past K are +0.
 void pack_a_float_tile(qj_dtype a_type, const void* a, int64_t lda, int mr, int mr_t, int64_t k,
