@@ -35,6 +35,38 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inl
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16));
 }
 
+// 8 values of fp32 or bf16 A as fp32 (AVX2).
+__attribute__((target("avx2"), always_inline)) inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
+__attribute__((target("avx2"), always_inline)) inline __m256 load8(const uint16_t* x) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float scalar_value(float x) { return x; }
+inline float scalar_value(uint16_t x) { return bits_f32(static_cast<uint32_t>(x) << 16); }
+
+// The amax of the AVX-512 version below, 8 at a time (AVX2), the tail scalar.
+template <class Src>
+__attribute__((target("avx2"))) int64_t row_amax_avx2(const Src* a, int64_t lda, int64_t m, int64_t k, float* amax) {
+  const __m256i mag = _mm256_set1_epi32(0x7fffffff);
+  for (int64_t i = 0; i < m; ++i) {
+    const Src* r = a + i * lda;
+    __m256i mx = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 8 <= k; j += 8) mx = _mm256_max_epi32(mx, _mm256_and_si256(_mm256_castps_si256(load8(r + j)), mag));
+    __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+    int32_t v = _mm_cvtsi128_si32(m4);
+    for (; j < k; ++j) {
+      const int32_t b = static_cast<int32_t>(f32_bits(scalar_value(r[j])) & 0x7fffffffu);
+      v = b > v ? b : v;
+    }
+    if (v >= 0x7f800000) return i;  // inf or nan
+    amax[i] = bits_f32(static_cast<uint32_t>(v));
+  }
+  return -1;
+}
+
 // fp32 / bf16 rows with AVX-512: the same integer maximum of the magnitude bits, 16 at a time, the
 // tail under a mask. Returns the first row holding a non-finite value, or -1.
 template <class Src>
@@ -59,6 +91,9 @@ int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, f
   if (max_isa() >= QJ_ISA_AVX512)
     return t == QJ_F32 ? row_amax_avx512(static_cast<const float*>(a), lda, m, k, amax)
                        : row_amax_avx512(static_cast<const uint16_t*>(a), lda, m, k, amax);
+  if (max_isa() >= QJ_ISA_AVX2)
+    return t == QJ_F32 ? row_amax_avx2(static_cast<const float*>(a), lda, m, k, amax)
+                       : row_amax_avx2(static_cast<const uint16_t*>(a), lda, m, k, amax);
   // On the magnitude bits as int32: for non-negative floats the integer order is the value order,
   // inf / nan are the patterns >= 0x7f800000, and an integer max reduction vectorizes (a float one
   // does not without -ffast-math).
@@ -86,14 +121,11 @@ int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, f
 int64_t row_group_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, int64_t gk,
                        float* amax) {
   const int64_t groups = k / gk;
-  if (max_isa() >= QJ_ISA_AVX512) {  // a row's groups as rows gk apart: one call per row
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t bad = t == QJ_F32 ? row_amax_avx512(static_cast<const float*>(a) + i * lda, gk, groups, gk,
-                                                        &amax[i * groups])
-                                      : row_amax_avx512(static_cast<const uint16_t*>(a) + i * lda, gk, groups, gk,
-                                                        &amax[i * groups]);
-      if (bad >= 0) return i;
-    }
+  if (max_isa() >= QJ_ISA_AVX2) {  // a row's groups as rows gk apart: one call per row
+    for (int64_t i = 0; i < m; ++i)
+      if (row_amax(t, static_cast<const uint8_t*>(a) + i * lda * (t == QJ_F32 ? 4 : 2), gk, groups, gk,
+                   &amax[i * groups]) >= 0)
+        return i;
     return -1;
   }
   const size_t esz = t == QJ_F32 ? 4 : 2;
@@ -215,6 +247,46 @@ QJ_AVX512_Q void quant_groups_avx512(const Src* s, int64_t groups, int64_t gk, c
     }
     if (sums) {
       int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+      if (!flip) sum -= static_cast<int32_t>(128 * gk);
+      sums[g * sum_stride] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
+    }
+  }
+}
+
+// The AVX2 counterpart of quant_groups_avx512: 8 values per step through the same IEEE operations
+// (packed to bytes by saturating packs, which leave |q| <= 127 unchanged), a group's last
+// gk % 8 values by quant() itself; the sums by psadbw on the bytes as stored.
+template <class Src>
+QJ_NO_CONTRACT __attribute__((target("avx2"))) void quant_groups_avx2(const Src* s, int64_t groups, int64_t gk,
+                                                                     const float* inv, const float* pre,
+                                                                     int64_t sc_stride, uint8_t flip, int8_t* d,
+                                                                     int32_t* sums, int64_t sum_stride, uint32_t mult) {
+  const __m256 magic = _mm256_set1_ps(12582912.0f), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m128i vflip = _mm_set1_epi8(static_cast<char>(flip));
+  const __m128i vsum = _mm_set1_epi8(static_cast<char>(flip ? 0x00 : 0x80));  // to u8 for psadbw
+  for (int64_t g = 0; g < groups; ++g) {
+    const float fi = inv[g * sc_stride], fp = pre[g * sc_stride];
+    const __m256 vinv = _mm256_set1_ps(fi), vpre = _mm256_set1_ps(fp);
+    const Src* x = s + g * gk;
+    int8_t* o = d + g * gk;
+    __m128i acc = _mm_setzero_si128();
+    int64_t j = 0;
+    for (; j + 8 <= gk; j += 8) {
+      __m256 t = _mm256_mul_ps(_mm256_mul_ps(load8(x + j), vpre), vinv);
+      t = _mm256_sub_ps(_mm256_add_ps(t, magic), magic);
+      t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+      const __m256i q32 = _mm256_cvttps_epi32(t);
+      const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+      const __m128i b = _mm_xor_si128(_mm_packs_epi16(q16, q16), vflip);  // bytes 0..7
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + j), b);
+      acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_move_epi64(_mm_xor_si128(b, vsum)), _mm_setzero_si128()));
+    }
+    int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+    for (; j < gk; ++j) {
+      o[j] = static_cast<int8_t>(static_cast<uint8_t>(quant(scalar_value(x[j]), fi, fp)) ^ flip);
+      sum += static_cast<uint8_t>(o[j]) ^ (flip ? 0x00 : 0x80);
+    }
+    if (sums) {
       if (!flip) sum -= static_cast<int32_t>(128 * gk);
       sums[g * sum_stride] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
     }
@@ -343,18 +415,26 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
     const uint8_t flip = to_u8 ? 0x80 : 0;
     // (k and kp in locals: q may alias the spec, so the loop would reload them per byte)
     const int64_t k = s.k, kp = s.kp;
-    // AVX-512: the whole row in one pass with its group sums; otherwise span by span.
-    const bool one_pass = (s.group_quant || s.row_sums) && max_isa() >= QJ_ISA_AVX512;
+    // AVX2 / AVX-512: the whole row in one pass with its group sums; otherwise span by span.
+    const qj_isa isa = max_isa();
+    const bool one_pass = (s.group_quant || s.row_sums) && isa >= QJ_ISA_AVX2;
     if (one_pass) {
       const int64_t sc_stride = s.group_quant ? mr : 0;
       const uint32_t mult = static_cast<uint32_t>(s.row_sum_mult);
       int32_t* sums = s.row_sums ? row_sum + i : nullptr;
-      if (s.a_type == QJ_F32)
-        quant_groups_avx512(reinterpret_cast<const float*>(r), s.groups, gk, inv_scale + i, pre_scale + i, sc_stride,
-                            flip, q, sums, mr, mult);
-      else
-        quant_groups_avx512(reinterpret_cast<const uint16_t*>(r), s.groups, gk, inv_scale + i, pre_scale + i,
-                            sc_stride, flip, q, sums, mr, mult);
+      const float *fi = inv_scale + i, *fp = pre_scale + i;
+      const float* rf = reinterpret_cast<const float*>(r);
+      const uint16_t* rb = reinterpret_cast<const uint16_t*>(r);
+      if (isa >= QJ_ISA_AVX512) {
+        if (s.a_type == QJ_F32)
+          quant_groups_avx512(rf, s.groups, gk, fi, fp, sc_stride, flip, q, sums, mr, mult);
+        else
+          quant_groups_avx512(rb, s.groups, gk, fi, fp, sc_stride, flip, q, sums, mr, mult);
+      } else if (s.a_type == QJ_F32) {
+        quant_groups_avx2(rf, s.groups, gk, fi, fp, sc_stride, flip, q, sums, mr, mult);
+      } else {
+        quant_groups_avx2(rb, s.groups, gk, fi, fp, sc_stride, flip, q, sums, mr, mult);
+      }
     } else {
       for (int64_t g = 0; g < spans; ++g) {
         const int64_t f = s.group_quant ? g * mr + i : i;
