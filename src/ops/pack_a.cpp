@@ -120,20 +120,12 @@ int64_t row_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, f
 
 int64_t row_group_amax(qj_dtype t, const void* a, int64_t lda, int64_t m, int64_t k, int64_t gk,
                        float* amax) {
+  // A row's groups are rows gk apart: one row_amax call per row.
   const int64_t groups = k / gk;
-  if (max_isa() >= QJ_ISA_AVX2) {  // a row's groups as rows gk apart: one call per row
-    for (int64_t i = 0; i < m; ++i)
-      if (row_amax(t, static_cast<const uint8_t*>(a) + i * lda * (t == QJ_F32 ? 4 : 2), gk, groups, gk,
-                   &amax[i * groups]) >= 0)
-        return i;
-    return -1;
-  }
   const size_t esz = t == QJ_F32 ? 4 : 2;
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t g = 0; g < groups; ++g) {
-      const void* row = static_cast<const uint8_t*>(a) + (i * lda + g * gk) * esz;
-      if (row_amax(t, row, 0, 1, gk, &amax[i * groups + g]) >= 0) return i;
-    }
+    if (row_amax(t, static_cast<const uint8_t*>(a) + i * lda * esz, gk, groups, gk, &amax[i * groups]) >= 0)
+      return i;
   return -1;
 }
 
@@ -169,17 +161,22 @@ inline __attribute__((always_inline)) void quant_span_impl(const Src* src, int64
   }
 }
 
-// Sum of n bytes as u8 (as_u8) or as s8, 16 at a time with psadbw (SSE2, every tier): psadbw
-// adds bytes as u8, and an s8 value v is (v ^ 0x80) - 128.
-int32_t sum_bytes(const int8_t* q, int64_t n, bool as_u8) {
-  const __m128i f = _mm_set1_epi8(static_cast<char>(as_u8 ? 0x00 : 0x80)), zero = _mm_setzero_si128();
+// Sum over n bytes of u8(q[j] ^ x), 16 at a time with psadbw (SSE2, every tier).
+int32_t sum_bytes_xor(const uint8_t* q, int64_t n, uint8_t x) {
+  const __m128i f = _mm_set1_epi8(static_cast<char>(x)), zero = _mm_setzero_si128();
   __m128i acc = zero;
   int64_t j = 0;
   for (; j + 16 <= n; j += 16)
     acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j)), f), zero));
   int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
-  for (; j < n; ++j) sum += as_u8 ? static_cast<uint8_t>(q[j]) : q[j] + 128;
-  return as_u8 ? sum : sum - static_cast<int32_t>(128 * n);
+  for (; j < n; ++j) sum += static_cast<uint8_t>(q[j] ^ x);
+  return sum;
+}
+
+// Sum of n bytes read as u8 (as_u8) or as s8: an s8 value v is u8(v ^ 0x80) - 128.
+int32_t sum_bytes(const int8_t* q, int64_t n, bool as_u8) {
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(q);
+  return as_u8 ? sum_bytes_xor(b, n, 0) : sum_bytes_xor(b, n, 0x80) - static_cast<int32_t>(128 * n);
 }
 
 #define QJ_SPAN_FUNCS(suffix, attr)                                                             \
@@ -485,20 +482,12 @@ static void pack_a_tile_int_quads(const PackASpec& s, const uint8_t* a, int64_t 
       std::memcpy(dst + (kk * mr + i) * 4, tail, 4);
     }
     if (s.row_sums) {
-      // psadbw sums 16 bytes as u8: a signed value v is (v ^ 0x80) - 128 as u8.
+      // The stored value is x ^ flip, read as s8 (signed_quads) or u8.
       const int64_t gk = k / s.groups;
       const uint32_t mult = static_cast<uint32_t>(s.row_sum_mult);
-      const uint8_t f2 = s.signed_quads ? flip ^ 0x80 : flip;
-      const __m128i vf = _mm_set1_epi8(static_cast<char>(f2)), zero = _mm_setzero_si128();
       for (int64_t g = 0; g < s.groups; ++g) {
-        const uint8_t* x = r + g * gk;
-        __m128i acc = zero;
-        int64_t j = 0;
-        for (; j + 16 <= gk; j += 16)
-          acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j)), vf), zero));
-        int32_t sum = _mm_cvtsi128_si32(acc) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
-        for (; j < gk; ++j) sum += static_cast<uint8_t>(x[j] ^ f2);
-        if (s.signed_quads) sum -= static_cast<int32_t>(128 * gk);
+        const int32_t sum = s.signed_quads ? sum_bytes_xor(r + g * gk, gk, flip ^ 0x80) - static_cast<int32_t>(128 * gk)
+                                           : sum_bytes_xor(r + g * gk, gk, flip);
         row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * mult);
       }
     }
