@@ -38,8 +38,13 @@ struct Plan {
   bool bf16, direct;
   int mr, nr, nrv, sets;
   int acc, bvec, mask, abc;
-  // MXFP8 (b_type E4M3 / E5M2): see the FP8 section below.
+  // MX blocks (b_type MXFP8 E4M3 / E5M2, or the integer forms of MXINT8 / BDR MX9 / MX6 / MX4):
+  // see the MX section below.
   bool fp8 = false, e4m3 = false;
+  bool mxint = false;     // integer forms: int8 (MX9: int16) converted by vcvtdq2ps
+  int eb = 1;             // bytes per element
+  int block = 32;         // k per block (BDR: 16)
+  int shift = 0;          // integer forms: value = q * 2^(b - 127 - shift)
   bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
   bool pair = false;      // nrv even: vectors decoded in pairs by vpunpck{l,h}bw
   int sc = -1;            // scaled weights: the nrv block-scale vectors
@@ -67,10 +72,17 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     *why = "no JIT kernel below avx2";
     return false;
   }
-  p->fp8 = key.b_type == QJ_MXFP8_E4M3 || key.b_type == QJ_MXFP8_E5M2;
-  if (key.b_type != QJ_F16 && key.b_type != QJ_BF16 && !p->fp8) {
-    *why = "weights must be f16, bf16, mxfp8_e4m3 or mxfp8_e5m2";
+  const int bt = key.b_type;
+  p->mxint = bt == QJ_MXINT8 || bt == QJ_BDR_MX9 || bt == QJ_BDR_MX6 || bt == QJ_BDR_MX4;
+  p->fp8 = bt == QJ_MXFP8_E4M3 || bt == QJ_MXFP8_E5M2 || p->mxint;
+  if (bt != QJ_F16 && bt != QJ_BF16 && !p->fp8) {
+    *why = "weights must be f16, bf16, mxfp8_e4m3, mxfp8_e5m2 or the integer forms of mxint8 / bdr";
     return false;
+  }
+  if (p->mxint) {
+    p->eb = bt == QJ_BDR_MX9 ? 2 : 1;
+    p->block = bt == QJ_MXINT8 ? 32 : 16;
+    p->shift = bt == QJ_MXINT8 ? 6 : bt == QJ_BDR_MX9 ? 7 : bt == QJ_BDR_MX6 ? 4 : 2;
   }
   p->bf16 = key.b_type == QJ_BF16;
   p->e4m3 = key.b_type == QJ_MXFP8_E4M3;
@@ -100,12 +112,12 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   p->bvec = used, used += std::max(2, p->nrv * (p->bf16 ? 2 : 1) + (p->blockacc ? 1 : 0));
   p->mask = p->bf16 ? used++ : -1;
   if (p->fp8) {
-    p->pair = p->nrv % 2 == 0;
+    p->pair = p->nrv % 2 == 0 && !p->mxint;
     if (!p->blockacc) p->sc = used, used += p->nrv;
     if (p->pair) p->zero = used++;
     if (p->e4m3) p->emask = used++;
-    if (32 % p->sets != 0) {
-      *why = "accumulator sets must divide the 32 units of a block";
+    if (p->block % p->sets != 0) {
+      *why = "accumulator sets must divide the units of a block";
       return false;
     }
   }
@@ -153,13 +165,28 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
 //     weight vector, shared by the mr rows.
 //   per-block accumulators (1): the 32 k of a block accumulate unscaled (zeroed per block), then
 //     total = fma(block sum, scale, total): no vmulps per k, but twice the accumulators (small mr).
-// Red-zone constants (dwords 1, 0xfe, 0x400000; zmm: one each at rsp-16.., ymm: vectors at rsp-96).
-constexpr int kC1Zmm = -16, kCfeZmm = -12, kC4Zmm = -8;
-constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32;
+// Integer forms (MXINT8 / BDR weights under MXFP8 A; int8 q, MX9 int16, blocks of 32 or 16 k, one
+// element per column in column order): vpmovsx{bd,wd} + vcvtdq2ps (exact), and the scale vectors
+// are multiplied by 2^-shift (exact: 2^(b - 127 - shift) >= 2^-134, an fp32 subnormal at worst).
+// Red-zone constants (dwords 1, 0xfe, 0x400000, 2^-shift; zmm: one each at rsp-16.., ymm: vectors
+// at rsp-128).
+constexpr int kC1Zmm = -16, kCfeZmm = -12, kC4Zmm = -8, kCshZmm = -4;
+constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32, kCshYmm = -128;
 
 // Weight vector j (and j + 1 in pair mode) of unit u: fp32 weights (unscaled) in bvec + j.
 void emit_fp8_decode(Assembler& a, const Plan& p, int u, int j) {
   const cg::Simd& s = p.s;
+  if (p.mxint) {
+    const Vec v = s.v(p.bvec + j);
+    const int off = (u * p.nr + j * s.lanes32) * p.eb;
+    if (p.eb == 1)
+      a.vpmovsxbd(v, s.zmm ? xmmword_ptr(rdx, off) : qword_ptr(rdx, off));
+    else
+      a.vpmovsxwd(v, s.zmm ? ymmword_ptr(rdx, off) : xmmword_ptr(rdx, off));
+    a.vcvtdq2ps(v, v);
+    if (!p.blockacc) a.vmulps(v, v, s.v(p.sc + j));
+    return;
+  }
   const int base = u * p.nr;
   int regs[2] = {p.bvec + j, p.bvec + j + 1};
   int n = 1;
@@ -199,6 +226,7 @@ void emit_fp8_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
     a.vptestnmd(k1, t, dword_ptr(rsp, kCfeZmm)._1to16());  // (b + 1) & 0xfe == 0: b = 0 or 0xff
     a.vpslld(sc, sc, 23);
     a.k(k1).vpord(sc, sc, dword_ptr(rsp, kC4Zmm)._1to16());
+    if (p.mxint) a.vmulps(sc, sc, dword_ptr(rsp, kCshZmm)._1to16());
   } else {
     a.vpmovzxbd(sc, qword_ptr(rbx, j * s.lanes32));
     a.vpaddd(t, sc, ymmword_ptr(rsp, kC1Ymm));
@@ -208,6 +236,7 @@ void emit_fp8_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
     a.vpand(t, t, ymmword_ptr(rsp, kC4Ymm));
     a.vpslld(sc, sc, 23);
     a.vpor(sc, sc, t);
+    if (p.mxint) a.vmulps(sc, sc, ymmword_ptr(rsp, kCshYmm));
   }
 }
 
@@ -268,16 +297,16 @@ void sum_sets(Assembler& a, const Plan& p) {
     for (int r = 0; r < n_acc; ++r) a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + n_acc + r));
 }
 
-// The K loop of one MXFP8 panel: k_main blocks of 32 k, each 32 / sets iterations of `sets`
+// The K loop of one MX panel: k_main blocks of p.block k, each p.block / sets iterations of `sets`
 // units; leaves the result in set 0 (scaled weights) or in the totals (block accumulators) and rdx
 // at the next panel (the 64-byte aligned end of this panel's scale bytes).
 template <class Advance>
 void emit_fp8_main(Assembler& a, const Plan& p, const Advance& advance_a, int unit_a) {
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  // rbx: this panel's E8M0 bytes, after its k_main * 32 * nr code bytes.
+  // rbx: this panel's E8M0 bytes, after its k_main * block * nr elements.
   a.mov(rax, ARG(k_main));
-  a.imul(rax, rax, 32 * p.nr);
+  a.imul(rax, rax, p.block * p.nr * p.eb);
   a.lea(rbx, ptr(rdx, rax));
   zero_regs(a, s, p.blockacc ? p.tot : p.acc, p.blockacc ? n_acc : p.sets * n_acc);
   Label l_block = a.newLabel(), l_inner = a.newLabel(), l_end = a.newLabel();
@@ -289,11 +318,11 @@ void emit_fp8_main(Assembler& a, const Plan& p, const Advance& advance_a, int un
     zero_regs(a, s, p.acc, p.sets * n_acc);
   else
     for (int j = 0; j < p.nrv; ++j) emit_fp8_scales(a, p, p.sc + j, p.bvec, j);
-  a.mov(r10d, 32 / p.sets);
+  a.mov(r10d, p.block / p.sets);
   a.bind(l_inner);
   for (int u = 0; u < p.sets; ++u) emit_unit(a, p, u, u);
   advance_a(p.sets * unit_a);
-  a.add(rdx, p.sets * p.nr);
+  a.add(rdx, p.sets * p.nr * p.eb);
   a.dec(r10d);
   a.jnz(l_inner);
   if (p.blockacc) {
@@ -326,9 +355,10 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
   };
   if (p.fp8) {
-    const uint32_t vals[3] = {1u, 0xfeu, 0x400000u};
-    const int offs[3] = {s.zmm ? kC1Zmm : kC1Ymm, s.zmm ? kCfeZmm : kCfeYmm, s.zmm ? kC4Zmm : kC4Ymm};
-    for (int c = 0; c < 3; ++c)
+    const uint32_t vals[4] = {1u, 0xfeu, 0x400000u, static_cast<uint32_t>(127 - p.shift) << 23};  // 2^-shift
+    const int offs[4] = {s.zmm ? kC1Zmm : kC1Ymm, s.zmm ? kCfeZmm : kCfeYmm, s.zmm ? kC4Zmm : kC4Ymm,
+                         s.zmm ? kCshZmm : kCshYmm};
+    for (int c = 0; c < (p.mxint ? 4 : 3); ++c)
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
     if (p.pair) zero_regs(a, s, p.zero, 1);
     if (p.e4m3) {

@@ -529,7 +529,7 @@ std::vector<Pair> new_pairs() {
   for (qj_dtype a : kInt16ATypes)
     for (qj_dtype w : kInt16WTypes) v.push_back({a, w});
   for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // weights repacked as MX6 / MX9
-  for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights as E4M3 / BF16, fp32 route
+  for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights as E4M3 / integer forms, fp32 route
     for (qj_dtype w : {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXINT8, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4})
       v.push_back({a, w});
   return v;
@@ -540,20 +540,20 @@ int pair_mr(const Pair& p, int64_t n) {
   const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
   if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
     // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
-    // FP4 / E2M3 / E3M2 weights as E4M3, MXINT8 / BDR as BF16.
+    // FP4 / E2M3 / E3M2 weights as E4M3, MXINT8 / BDR as their integer forms.
     const qj_isa isa = qj_max_isa();
     if (isa < QJ_ISA_AVX2) return 1;
-    const bool bf16 = fp8_a && (p.w == QJ_MXINT8 || qj::bdr::format(p.w) != nullptr);
-    const qj_dtype bt = bf16 ? QJ_BF16 : (fp8_a && p.w != QJ_MXFP8_E5M2 ? QJ_MXFP8_E4M3 : p.w);
+    const bool int_form = fp8_a && (p.w == QJ_MXINT8 || qj::bdr::format(p.w) != nullptr);
+    const qj_dtype bt = int_form || p.w == QJ_MXFP8_E5M2 ? p.w : QJ_MXFP8_E4M3;
     qj::KernelKey key = qj::KernelKey::zeroed();
     key.op = qj::KernelOp::kGemmFloat;
     key.isa = static_cast<uint8_t>(isa);
     key.a_type = QJ_F32;
     key.b_type = bt;
     key.c_type = QJ_F32;
-    key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, bt));
+    key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, QJ_MXFP8_E5M2));
     key.param[0] = 1;
-    key.flags = !bf16 && isa >= QJ_ISA_AVX512 ? 2 : 0;  // per-block accumulators (gemm.cpp)
+    key.flags = isa >= QJ_ISA_AVX512 ? 2 : 0;  // per-block accumulators (gemm.cpp)
     return std::max(1, qj::gemm_float_max_mr(key, 14));
   }
   if (p.a == QJ_MXFP6_E3M2 && (p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3)) return plan_mr(QJ_BDR_MX6, n);
@@ -670,18 +670,22 @@ TEST(GemmMxPairs, Fp8ATimesIntegerFormWeights) {
     float c = 0;
     ASSERT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXFP4_E2M1, b, 0x82, &c), QJ_OK) << qj_last_error();
     EXPECT_EQ(c, 6.0f) << qj_isa_name(isa);
-    // MXINT8 weights (the BF16 route): codes 64 = 1.0 at 0x80 (2.0): 32 * 2 * 2 = 128 exactly.
+    // MXINT8 weights (integer forms): codes 64 = 1.0 at 0x80 (2.0): 32 * 2 * 2 = 128 exactly.
     ASSERT_EQ(gemm_dot(QJ_MXFP8_E5M2, std::vector<uint8_t>(32, 0x40), 0x7F, QJ_MXINT8, std::vector<uint8_t>(32, 64),
                        0x80, &c), QJ_OK) << qj_last_error();
     EXPECT_EQ(c, 128.0f) << qj_isa_name(isa);  // E5M2 0x40 = 2.0
+    // A weight whose value alone is beyond fp32 (-128 * 2^-6 * 2^127 = -2^128; this once was
+    // refused): the block scale multiplies the block's sum, 32 * 2^-6 * -128 = -64, so the dot is
+    // -2^127 exactly (E4M3 0x40 = 2.0 at 0x78: 2^-6 per element).
+    std::vector<uint8_t> big(32, 0x80);
+    ASSERT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXINT8, big, 254, &c), QJ_OK) << qj_last_error();
+    EXPECT_EQ(c, -std::ldexp(1.0f, 127)) << qj_isa_name(isa);
+    // The smallest scale: codes 64 (1.0 * 2^-127 each) against E4M3 2.0 at 0x7F + 100: 32 * 2^-126
+    // * 2^100 = 2^-21.
+    ASSERT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x7F + 100, QJ_MXINT8, std::vector<uint8_t>(32, 64), 0, &c), QJ_OK)
+        << qj_last_error();
+    EXPECT_EQ(c, std::ldexp(1.0f, -21)) << qj_isa_name(isa);
   }
-  // The one refusal: an MXINT8 weight beyond the fp32 range once scaled (-128 * 2^-6 * 2^127 =
-  // -2^128) cannot be a BF16 weight: QJ_ERR_UNSUPPORTED naming the type, C untouched.
-  float c = 123.0f;
-  std::vector<uint8_t> big(32, 0x80);
-  EXPECT_EQ(gemm_dot(QJ_MXFP8_E4M3, a, 0x78, QJ_MXINT8, big, 254, &c), QJ_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(qj_last_error()).find(qj_dtype_name(QJ_MXINT8)), std::string::npos) << qj_last_error();
-  EXPECT_EQ(c, 123.0f);
 }
 
 TEST(GemmMxAct, EveryCodeOfEachAType) {

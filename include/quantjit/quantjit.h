@@ -326,9 +326,11 @@ typedef enum qj_activation {
  *        float GEMM's definition: products and sums in fp32, no per-block exactness): any A with
  *        F16 / BF16 / MXFP8 weights; MXFP8 A with every other MX / BDR weight type, the weights
  *        converted at plan creation to float-kernel weights of exactly the same values (FP4 /
- *        E2M3 / E3M2 as MXFP8 E4M3 blocks with the same scale bytes; MXINT8 and BDR as BF16, 2
- *        bytes per weight; a weight not exact in BF16 -- a scale byte near the fp32 range limits --
- *        is QJ_ERR_UNSUPPORTED naming it). JIT at AVX2 and above.
+ *        E2M3 / E3M2 as MXFP8 E4M3 blocks with the same scale bytes; MXINT8 and BDR as their
+ *        integer forms, int8 or MX9 int16, in their own blocks of 32 / 16 with their scale /
+ *        exponent bytes: each block's fp32 sum of products is multiplied by the block factor
+ *        2^(b - 127 - shift), so a weight beyond fp32 on its own still takes part exactly).
+ *        JIT at AVX2 and above.
  *     float(sum) * 2^(sA - 127 - shiftA) is formed first, so an A block with a scale byte so large
  *     that it overflows fp32 (sA above ~235, values beyond ~2^108) gives +-Inf even where the
  *     product with a tiny weight scale would be finite (likewise a dequantized fp32 A value).

@@ -11,6 +11,7 @@
 #include "src/core/status.h"
 #include "src/core/threading.h"
 #include "src/formats/half.h"
+#include "src/formats/mx.h"
 #include "src/ops/mx16_weights.h"
 #include "src/ops/mx_act.h"
 #include "src/ops/mx_weights.h"
@@ -297,11 +298,11 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
-    // MXFP8 A x integer-form MX / BDR weights: fp32 route, weights of the same values as E4M3 /
-    // BF16 for the float kernels.
+    // MXFP8 A x integer-form MX / BDR weights: fp32 route, weights of the same values (E4M3
+    // codes or integer forms) for the float kernels, for the tier the plan runs at.
     if ((desc.a_type == QJ_MXFP8_E4M3 || desc.a_type == QJ_MXFP8_E5M2) && w->is_mx()) {
       std::shared_ptr<PackedWeights> wf;
-      QJ_TRY(mx_weights_for_fp32_a(*w, w->isa, &wf));
+      QJ_TRY(mx_weights_for_fp32_a(*w, max_isa(), &wf));
       w = std::move(wf);
     }
   }
@@ -692,8 +693,20 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     r.k = w->k;
     r.n = n;
     r.w.resize(w->k * n);
-    for (int64_t kk = 0; kk < w->k; ++kk)
-      for (int64_t c = 0; c < n; ++c) r.w[kk * n + c] = w->value(kk, c);
+    if (w->is_mx_fp8()) {  // MX blocks: element values (integer forms) and the block factors
+      const bool fp8 = mx_fp8_weights_type(w->dtype);
+      const int shift = fp8 ? 0 : mx_int_shift(w->dtype);
+      const mx::ElemFormat* f = fp8 ? mx::format(w->dtype) : nullptr;
+      r.block = w->group_size;
+      r.block_scale = w->all_scales();
+      for (float& v : r.block_scale) v = mx::mul_pow2(v, -shift);  // NaN stays NaN
+      for (int64_t kk = 0; kk < w->k; ++kk)
+        for (int64_t c = 0; c < n; ++c)
+          r.w[kk * n + c] = fp8 ? mx::decode_elem(*f, w->mx_code(kk, c)) : static_cast<float>(w->q(kk, c));
+    } else {
+      for (int64_t kk = 0; kk < w->k; ++kk)
+        for (int64_t c = 0; c < n; ++c) r.w[kk * n + c] = w->value(kk, c);
+    }
   }
   clear_error();
   *out = std::move(p);
@@ -767,7 +780,7 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const size_t a_esz = d.a_type == QJ_BF16 ? 2 : 4;
   const int64_t n_tail = w.n % w.nr;
   const int64_t units = w.layout == PackLayout::kBf16Pair ? w.kp / 2 : w.kp;
-  const bool fp8 = w.layout == PackLayout::kMxFp8;  // the kernel counts blocks of 32 k
+  const bool fp8 = w.is_mx_fp8();  // the kernel counts blocks (32 k; BDR integer forms 16)
 
   GemmFloatArgs args;
   args.consts = p.consts;
@@ -797,7 +810,7 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
                         : reinterpret_cast<const float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes);
         args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes();
         args.c = static_cast<uint8_t*>(c) + (row0 * ldc + p0 * w.nr) * out_bytes;
-        args.k_main = fp8 ? units / 32 : units / sets;
+        args.k_main = fp8 ? units / w.group_size : units / sets;
         args.k_rem = fp8 ? 0 : units % sets;
         args.n_panels = p1 - p0;
         args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;

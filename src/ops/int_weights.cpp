@@ -148,6 +148,13 @@ size_t PackedWeights::panel_bytes() const {
 }
 
 int32_t PackedWeights::q(int64_t kk, int64_t col) const {
+  if (layout == PackLayout::kMxFp8) {  // plan-internal integer forms, column order (int8; MX9 int16)
+    const uint8_t* p = packed.data<uint8_t>() + (col / nr) * panel_bytes() + (kk * nr + col % nr) * mx_elem_bytes();
+    if (mx_elem_bytes() == 1) return static_cast<int8_t>(*p);
+    int16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
   if (is_mx16()) return mx16_q(*this, kk, col);
   if (is_mx()) return mx_int_value(dtype, mx_code(kk, col));
   const int64_t panel = col / nr, c = col % nr;
@@ -178,9 +185,11 @@ uint16_t PackedWeights::code(int64_t kk, int64_t col) const {
 
 float PackedWeights::value(int64_t kk, int64_t col) const {
   if (is_mx_fp8()) {  // code value * 2^(b - 127), rounded once (exact unless beyond fp32: +-Inf)
-    const uint8_t b = mx_scale_byte(kk / mx::kBlock, col);
+    const uint8_t b = mx_scale_byte(kk / group_size, col);
     if (b == mx::kScaleNaN) return mx::e8m0_to_f32(b);
-    return mx::mul_pow2(mx::decode_elem(*mx::format(dtype), mx_code(kk, col)), b - 127);
+    if (dtype == QJ_MXFP8_E4M3 || dtype == QJ_MXFP8_E5M2)
+      return mx::mul_pow2(mx::decode_elem(*mx::format(dtype), mx_code(kk, col)), b - 127);
+    return mx::mul_pow2(static_cast<float>(q(kk, col)), b - 127 - mx_int_shift(dtype));  // integer forms
   }
   uint16_t h = code(kk, col);
   return dtype == QJ_F16 ? f16_to_f32(h) : bf16_to_f32(h);
@@ -220,8 +229,10 @@ int32_t PackedWeights::zp(int64_t g, int64_t col) const {
 }
 
 bool weights_match_isa(const PackedWeights& w, qj_isa isa) {
-  return w.layout == weights_layout(isa, w.dtype) && w.kg == weights_kg(isa, w.dtype) &&
-         w.nr == weights_nr(isa, w.n, w.dtype);
+  // Plan-internal integer forms in the kMxFp8 layout have the MXFP8 geometry.
+  const qj_dtype t = w.is_mx_fp8() ? QJ_MXFP8_E5M2 : w.dtype;
+  return w.layout == weights_layout(isa, t) && w.kg == weights_kg(isa, t) &&
+         w.nr == weights_nr(isa, w.n, t);
 }
 
 namespace {

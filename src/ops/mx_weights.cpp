@@ -177,6 +177,7 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_
 
 qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
   if (src.is_mx16()) return repack_mx16_weights(src, isa, out);
+  if (src.is_mx_fp8() && !mx_fp8_weights_type(src.dtype)) return mx_weights_for_fp32_a(src, isa, out);
   auto w = std::make_shared<PackedWeights>();
   w->dtype = src.dtype;
   w->k = src.k;
@@ -230,30 +231,39 @@ qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::share
     const qj_mx_weights_data md{el.data(), sc.data(), blocks};
     return pack_mx_weights(d, &md, k, isa, out);
   }
-  // MXINT8 (7-bit magnitudes) and BDR (up to 8 significant bits): value * 2^(b - 127) as BF16
-  // (8 significant bits, fp32's exponent range), checked exact per element.
-  const int shift = mx_int_shift(src.dtype);
-  const int64_t gk = src.group_size;
-  std::vector<uint16_t> h(static_cast<size_t>(n) * k);
-  std::vector<double> f(static_cast<size_t>(k / gk));  // 2^(b - 127 - shift) per block, or NaN
-  for (int64_t c = 0; c < n; ++c) {
-    for (int64_t g = 0; g < k / gk; ++g) f[g] = std::ldexp(static_cast<double>(src.scale(g, c)), -shift);
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const double v = static_cast<double>(src.q(kk, c)) * f[kk / gk];  // exact (NaN stays NaN)
-      const uint16_t b = f32_to_bf16(static_cast<float>(v));
-      if (!std::isnan(v) && static_cast<double>(bf16_to_f32(b)) != v)
-        return fail(QJ_ERR_UNSUPPORTED, "%s weight (k=%lld, n=%lld) = %g is not exact in bf16 (the fp32 route "
-                    "of MXFP8 A with these weights): a scale byte near the fp32 range limits",
-                    qj_dtype_name(src.dtype), (long long)kk, (long long)c, v);
-      h[c * k + kk] = b;
+  // MXINT8 and BDR: their integer forms q (int8; MX9, |q| <= 254: int16) with the same blocks
+  // (32, or BDR's 16) and scale / exponent bytes, in the kMxFp8 layout: the fp32-FMA kernel
+  // converts q to fp32 (exact) and applies 2^(b - 127 - shift) per block. Same bytes per weight
+  // as the source (MX9: 2 for its 9 bits).
+  auto w = std::make_shared<PackedWeights>();
+  w->dtype = src.dtype;
+  w->k = k;
+  w->n = n;
+  w->gran = QJ_GRAN_GROUP;
+  w->group_size = src.group_size;
+  w->isa = isa;
+  w->layout = PackLayout::kMxFp8;
+  w->kg = 1;
+  w->kp = k;
+  w->nr = weights_nr(isa, n, QJ_MXFP8_E5M2);  // the MXFP8 kernels' panels
+  w->n_panels = (n + w->nr - 1) / w->nr;
+  const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
+  if (!allocate_packed(w.get(), bytes, true))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
+  const int64_t nr = w->nr, groups = w->groups(), eb = w->mx_elem_bytes();
+  for (int64_t p = 0; p < w->n_panels; ++p) {
+    uint8_t* panel = w->packed.data<uint8_t>() + p * w->panel_bytes();
+    const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
+    for (int64_t c = 0; c < live; ++c) {
+      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = src.mx_scale_byte(g, c0 + c);
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const int16_t q = static_cast<int16_t>(src.q(kk, c0 + c));
+        std::memcpy(panel + (kk * nr + c) * eb, &q, static_cast<size_t>(eb));  // little endian: int8 = low byte
+      }
     }
   }
-  qj_weights_desc d{};
-  d.dtype = QJ_BF16;
-  d.k = k;
-  d.n = n;
-  d.layout = QJ_LAYOUT_NK;
-  return pack_int_weights(d, h.data(), k, isa, out);
+  *out = std::move(w);
+  return QJ_OK;
 }
 
 }  // namespace qj

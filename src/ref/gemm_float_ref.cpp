@@ -21,7 +21,16 @@ void gemm_float(const qj_gemm_desc& d, const FloatWeights& w, int64_t m, const v
   for (int64_t i = 0; i < m; ++i)
     for (int64_t col = 0; col < w.n; ++col) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < w.k; ++k) acc = std::fma(load_a(d, a, i * lda + k), w.w[k * w.n + col], acc);
+      if (w.block > 0) {
+        for (int64_t b = 0; b < w.k / w.block; ++b) {
+          float sb = 0.0f;
+          for (int64_t k = b * w.block; k < (b + 1) * w.block; ++k)
+            sb = std::fma(load_a(d, a, i * lda + k), w.w[k * w.n + col], sb);
+          acc = std::fma(sb, w.block_scale[b * w.n + col], acc);
+        }
+      } else {
+        for (int64_t k = 0; k < w.k; ++k) acc = std::fma(load_a(d, a, i * lda + k), w.w[k * w.n + col], acc);
+      }
       float y = d.bias ? acc + d.bias[col] : acc;
       store_output(d, y, c, ldc, i, col);
     }
@@ -36,6 +45,7 @@ void gemm_float_f64(const qj_gemm_desc& d, const FloatWeights& w, int64_t m, con
       double s = 0.0, t = 0.0;
       for (int64_t k = 0; k < w.k; ++k) {
         double p = static_cast<double>(load_a(d, a, i * lda + k)) * w.w[k * w.n + col];
+        if (w.block > 0) p *= w.block_scale[(k / w.block) * w.n + col];  // exact: a power of two
         s += p;
         t += std::fabs(p);
       }

@@ -16,10 +16,17 @@
 
 namespace qj::ref {
 
-// Decoded float weights: w[k * n + col] is the fp32 value of B(k, col).
+// Decoded float weights: w[k * n + col] is the fp32 value of B(k, col). Block-scaled weights
+// (MX blocks of the fp32 route: MXFP8, integer forms of MXINT8 / BDR) have block > 0: w holds the
+// unscaled element values (or integer forms), block_scale[(k / block) * n + col] the block's factor
+// (2^(b - 127), integer forms 2^(b - 127 - shift); NaN for 0xFF), and the definition above becomes
+//   acc = fma(s_b, block_scale, acc) over the blocks b in order, s_b the fma chain of block b from
+//   +0 (as the MX.md dot: the scale product applied to each block's sum).
 struct FloatWeights {
   int64_t k = 0, n = 0;
   std::vector<float> w;
+  int64_t block = 0;
+  std::vector<float> block_scale;
 };
 
 void gemm_float(const qj_gemm_desc& d, const FloatWeights& w, int64_t m, const void* a, int64_t lda,
