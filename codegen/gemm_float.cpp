@@ -33,18 +33,30 @@ using namespace asmjit::x86;
 
 #define ARG(field) qword_ptr(rdi, static_cast<int32_t>(offsetof(GemmFloatArgs, field)))
 
+// Where an MX panel's weights come from (the layouts of src/ops/int_weights.h):
+//   kFp8       kMxFp8 E4M3 / E5M2 codes, per k nr bytes
+//   kInt       kMxFp8 integer forms (BDR under MXFP8 A), per k nr int8 (MX9 int16)
+//   kInt8Quad  kMxByte, MXINT8 codes in place: per 8-k step and column vector, lanes dwords of
+//              k0..3 then of k4..7 (the int8 kernels' layout)
+//   kFp4Nibble kMxNibble, MXFP4 codes in place: per 8-k step, nr dwords, byte r of a column's
+//              dword holds k0 + r (low nibble) and k0 + 4 + r (high nibble)
+enum class MxSrc { kFp8, kInt, kInt8Quad, kFp4Nibble };
+
 struct Plan {
   cg::Simd s;
   bool bf16, direct;
   int mr, nr, nrv, sets;
   int acc, bvec, mask, abc;
-  // MX blocks (b_type MXFP8 E4M3 / E5M2, or the integer forms of MXINT8 / BDR MX9 / MX6 / MX4):
-  // see the MX section below.
-  bool fp8 = false, e4m3 = false;
-  bool mxint = false;     // integer forms: int8 (MX9: int16) converted by vcvtdq2ps
-  int eb = 1;             // bytes per element
+  // MX blocks (b_type MXFP8 E4M3 / E5M2, MXFP4, MXINT8, or the integer forms of BDR MX9 / MX6 /
+  // MX4): see the MX section below.
+  bool mx = false, e4m3 = false;
+  MxSrc src = MxSrc::kFp8;
+  int eb = 1;             // kInt: bytes per element
   int block = 32;         // k per block (BDR: 16)
-  int shift = 0;          // integer forms: value = q * 2^(b - 127 - shift)
+  int shift = 0;          // value = element * 2^(b - 127 - shift) (FP8: 0; E4M3's 2^8 is col_mult)
+  int step_bytes = 0;     // bytes of 8 k of a panel
+  int upi = 1;            // K units per inner-loop iteration (8 for the quad layouts, else sets)
+  int tbl = -1, smask = -1, tmp = -1;  // kFp4Nibble: value table; AVX2: sign mask and a temporary
   bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
   bool pair = false;      // nrv even: vectors decoded in pairs by vpunpck{l,h}bw
   int sc = -1;            // scaled weights: the nrv block-scale vectors
@@ -73,20 +85,29 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     return false;
   }
   const int bt = key.b_type;
-  p->mxint = bt == QJ_MXINT8 || bt == QJ_BDR_MX9 || bt == QJ_BDR_MX6 || bt == QJ_BDR_MX4;
-  p->fp8 = bt == QJ_MXFP8_E4M3 || bt == QJ_MXFP8_E5M2 || p->mxint;
-  if (bt != QJ_F16 && bt != QJ_BF16 && !p->fp8) {
-    *why = "weights must be f16, bf16, mxfp8_e4m3, mxfp8_e5m2 or the integer forms of mxint8 / bdr";
-    return false;
-  }
-  if (p->mxint) {
+  p->mx = true;
+  if (bt == QJ_MXFP8_E4M3 || bt == QJ_MXFP8_E5M2) {
+    p->src = MxSrc::kFp8;
+  } else if (bt == QJ_BDR_MX9 || bt == QJ_BDR_MX6 || bt == QJ_BDR_MX4) {
+    p->src = MxSrc::kInt;
     p->eb = bt == QJ_BDR_MX9 ? 2 : 1;
-    p->block = bt == QJ_MXINT8 ? 32 : 16;
-    p->shift = bt == QJ_MXINT8 ? 6 : bt == QJ_BDR_MX9 ? 7 : bt == QJ_BDR_MX6 ? 4 : 2;
+    p->block = 16;
+    p->shift = bt == QJ_BDR_MX9 ? 7 : bt == QJ_BDR_MX6 ? 4 : 2;
+  } else if (bt == QJ_MXINT8) {
+    p->src = MxSrc::kInt8Quad;
+    p->shift = 6;
+  } else if (bt == QJ_MXFP4_E2M1) {
+    p->src = MxSrc::kFp4Nibble;
+  } else {
+    p->mx = false;
+    if (bt != QJ_F16 && bt != QJ_BF16) {
+      *why = "weights must be f16, bf16, mxfp8_e4m3, mxfp8_e5m2, mxfp4_e2m1, mxint8 or bdr integer forms";
+      return false;
+    }
   }
   p->bf16 = key.b_type == QJ_BF16;
   p->e4m3 = key.b_type == QJ_MXFP8_E4M3;
-  p->blockacc = p->fp8 && (key.flags & 2) != 0;
+  p->blockacc = p->mx && (key.flags & 2) != 0;
   p->direct = (key.flags & 1) != 0;
   p->mr = key.mr;
   if (p->direct && p->mr > 15) {
@@ -111,12 +132,19 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   // accumulators decode the scales into them at the block end, with one more as a temporary.
   p->bvec = used, used += std::max(2, p->nrv * (p->bf16 ? 2 : 1) + (p->blockacc ? 1 : 0));
   p->mask = p->bf16 ? used++ : -1;
-  if (p->fp8) {
-    p->pair = p->nrv % 2 == 0 && !p->mxint;
+  if (p->mx) {
+    p->pair = p->nrv % 2 == 0 && p->src == MxSrc::kFp8;
     if (!p->blockacc) p->sc = used, used += p->nrv;
     if (p->pair) p->zero = used++;
     if (p->e4m3) p->emask = used++;
-    if (p->block % p->sets != 0) {
+    if (p->src == MxSrc::kFp4Nibble) {
+      p->tbl = used++;
+      if (!p->s.zmm) p->smask = used++, p->tmp = used++;
+    }
+    const bool quad = p->src == MxSrc::kInt8Quad || p->src == MxSrc::kFp4Nibble;
+    p->step_bytes = p->src == MxSrc::kFp4Nibble ? 4 * p->nr : 8 * p->nr * p->eb;
+    p->upi = quad ? 8 : p->sets;
+    if (p->block % p->upi != 0 || p->upi % p->sets != 0) {
       *why = "accumulator sets must divide the units of a block";
       return false;
     }
@@ -147,9 +175,9 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
     a.vfmadd231ps(s.v(acc), s.v(b), s.v(p.abc));
 }
 
-// ---- MXFP8 ----
-// Weights: per k, nr code bytes (kMxFp8, src/ops/int_weights.h). A code becomes an fp16 word in
-// registers, then fp32 (vcvtph2ps), exactly:
+// ---- MX blocks ----
+// MXFP8 weights: per k, nr code bytes (kMxFp8, src/ops/int_weights.h). A code becomes an fp16
+// word in registers, then fp32 (vcvtph2ps), exactly:
 //   E5M2 is the top byte of an fp16: word = code << 8 (vpunpck{l,h}bw with a zero vector as the
 //        low bytes, or vpmovzxbw + vpsllw 8); Inf and NaN codes become fp16 Inf / NaN.
 //   E4M3: word = sign << 15 | (code & 0x7f) << 7 = (code << 8 arithmetically shifted right by 1)
@@ -165,25 +193,83 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
 //     weight vector, shared by the mr rows.
 //   per-block accumulators (1): the 32 k of a block accumulate unscaled (zeroed per block), then
 //     total = fma(block sum, scale, total): no vmulps per k, but twice the accumulators (small mr).
-// Integer forms (MXINT8 / BDR weights under MXFP8 A; int8 q, MX9 int16, blocks of 32 or 16 k, one
-// element per column in column order): vpmovsx{bd,wd} + vcvtdq2ps (exact), and the scale vectors
-// are multiplied by 2^-shift (exact: 2^(b - 127 - shift) >= 2^-134, an fp32 subnormal at worst).
+// The other MX weights, all under MXFP8 A (src/ops/gemm.cpp), decoded exactly:
+//   BDR integer forms (kInt: int8 q, MX9 int16, blocks of 16 k, column order): vpmovsx{bd,wd} +
+//     vcvtdq2ps;
+//   MXINT8 in the int8 kernels' quad layout (kInt8Quad, read in place): byte r of each dword to
+//     the top (vpslld 24 - 8r) and back sign-extended (vpsrad 24), then vcvtdq2ps;
+//   MXFP4 in its nibble layout (kFp4Nibble, read in place): the dword shifted right so the
+//     wanted nibble is at bits 0..3, then vpermps from a register of the 16 code values (zmm:
+//     vpermps reads the index's low 4 bits, so no mask; ymm reads 3 bits: the 8 magnitudes, and
+//     bit 3 moved to the sign (vpslld 28, vpand 0x80000000, vxorps)).
+//   The quad layouts hold 8 k per step, so their inner loop runs one step (8 units) per
+//   iteration. Where value = element * 2^-shift (MXINT8 6; BDR m), the scale vectors are
+//   multiplied by 2^-shift (exact: 2^(b - 127 - shift) >= 2^-134, an fp32 subnormal at worst).
 // Red-zone constants (dwords 1, 0xfe, 0x400000, 2^-shift; zmm: one each at rsp-16.., ymm: vectors
 // at rsp-128).
 constexpr int kC1Zmm = -16, kCfeZmm = -12, kC4Zmm = -8, kCshZmm = -4;
 constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32, kCshYmm = -128;
 
-// Weight vector j (and j + 1 in pair mode) of unit u: fp32 weights (unscaled) in bvec + j.
-void emit_fp8_decode(Assembler& a, const Plan& p, int u, int j) {
+// FP4 (E2M1) code values, the table of kFp4Nibble (placed after the code, label l_fp4).
+constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// Weight vector j of unit u from the integer forms or the in-place quad layouts into v.
+void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v) {
   const cg::Simd& s = p.s;
-  if (p.mxint) {
-    const Vec v = s.v(p.bvec + j);
+  if (p.src == MxSrc::kInt) {
     const int off = (u * p.nr + j * s.lanes32) * p.eb;
     if (p.eb == 1)
       a.vpmovsxbd(v, s.zmm ? xmmword_ptr(rdx, off) : qword_ptr(rdx, off));
     else
       a.vpmovsxwd(v, s.zmm ? ymmword_ptr(rdx, off) : xmmword_ptr(rdx, off));
     a.vcvtdq2ps(v, v);
+    return;
+  }
+  if (p.src == MxSrc::kInt8Quad) {
+    const int b = u % 4;
+    const Mem m = ptr(rdx, j * 8 * s.lanes32 + (u / 4) * s.lanes32 * 4);
+    if (s.zmm) {  // EVEX shifts take the memory operand
+      if (b == 3) {
+        a.vpsrad(v, m, 24);
+      } else {
+        a.vpslld(v, m, 24 - 8 * b);
+        a.vpsrad(v, v, 24);
+      }
+    } else {
+      a.vmovdqu(v, m);
+      if (b != 3) a.vpslld(v, v, 24 - 8 * b);
+      a.vpsrad(v, v, 24);
+    }
+    a.vcvtdq2ps(v, v);
+    return;
+  }
+  // kFp4Nibble
+  const int sh = 8 * (u % 4) + 4 * (u / 4);
+  const Mem m = ptr(rdx, j * s.lanes32 * 4);
+  if (s.zmm) {
+    if (sh)
+      a.vpsrld(v, m, sh);
+    else
+      a.vmovdqu32(v, m);
+    a.vpermps(v, v, s.v(p.tbl));
+    return;
+  }
+  const Vec t = s.v(p.tmp);
+  a.vmovdqu(t, m);
+  if (sh) a.vpsrld(t, t, sh);
+  a.vpermps(v, t, s.v(p.tbl));
+  a.vpslld(t, t, 28);
+  a.vpand(t, t, s.v(p.smask));
+  a.vxorps(v, v, t);
+}
+
+// Weight vector j (and j + 1 in pair mode) of unit u: fp32 weights (unscaled) in bvec + j.
+void emit_mx_decode(Assembler& a, const Plan& p, int u, int j) {
+  const cg::Simd& s = p.s;
+  if (p.src != MxSrc::kFp8) {
+    const Vec v = s.v(p.bvec + j);
+    emit_mx_int_decode(a, p, u, j, v);
     if (!p.blockacc) a.vmulps(v, v, s.v(p.sc + j));
     return;
   }
@@ -217,7 +303,7 @@ void emit_fp8_decode(Assembler& a, const Plan& p, int u, int j) {
 }
 
 // Scale vector j of the current block (E8M0 bytes at rbx) into register dst; tmp is clobbered.
-void emit_fp8_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
+void emit_mx_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
   const cg::Simd& s = p.s;
   const Vec sc = s.v(dst), t = s.v(tmp);
   if (s.zmm) {
@@ -226,7 +312,7 @@ void emit_fp8_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
     a.vptestnmd(k1, t, dword_ptr(rsp, kCfeZmm)._1to16());  // (b + 1) & 0xfe == 0: b = 0 or 0xff
     a.vpslld(sc, sc, 23);
     a.k(k1).vpord(sc, sc, dword_ptr(rsp, kC4Zmm)._1to16());
-    if (p.mxint) a.vmulps(sc, sc, dword_ptr(rsp, kCshZmm)._1to16());
+    if (p.shift) a.vmulps(sc, sc, dword_ptr(rsp, kCshZmm)._1to16());
   } else {
     a.vpmovzxbd(sc, qword_ptr(rbx, j * s.lanes32));
     a.vpaddd(t, sc, ymmword_ptr(rsp, kC1Ymm));
@@ -236,17 +322,17 @@ void emit_fp8_scales(Assembler& a, const Plan& p, int dst, int tmp, int j) {
     a.vpand(t, t, ymmword_ptr(rsp, kC4Ymm));
     a.vpslld(sc, sc, 23);
     a.vpor(sc, sc, t);
-    if (p.mxint) a.vmulps(sc, sc, ymmword_ptr(rsp, kCshYmm));
+    if (p.shift) a.vmulps(sc, sc, ymmword_ptr(rsp, kCshYmm));
   }
 }
 
-// One K unit (f16: one k; bf16: one pair; fp8: one k) into accumulator set `set`; A and B at
+// One K unit (f16: one k; bf16: one pair; MX: one k) into accumulator set `set`; A and B at
 // offsets of unit u.
 void emit_unit(Assembler& a, const Plan& p, int set, int u) {
   const cg::Simd& s = p.s;
   const int acc = p.acc + set * p.mr * p.nrv;
-  if (p.fp8) {
-    for (int j = 0; j < p.nrv; j += p.pair ? 2 : 1) emit_fp8_decode(a, p, u, j);
+  if (p.mx) {
+    for (int j = 0; j < p.nrv; j += p.pair ? 2 : 1) emit_mx_decode(a, p, u, j);
     for (int i = 0; i < p.mr; ++i) {
       if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
       for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + j, a_mem(p, i, u, 0));
@@ -297,16 +383,16 @@ void sum_sets(Assembler& a, const Plan& p) {
     for (int r = 0; r < n_acc; ++r) a.vaddps(s.v(p.acc + r), s.v(p.acc + r), s.v(p.acc + n_acc + r));
 }
 
-// The K loop of one MX panel: k_main blocks of p.block k, each p.block / sets iterations of `sets`
+// The K loop of one MX panel: k_main blocks of p.block k, each p.block / upi iterations of `upi`
 // units; leaves the result in set 0 (scaled weights) or in the totals (block accumulators) and rdx
 // at the next panel (the 64-byte aligned end of this panel's scale bytes).
 template <class Advance>
-void emit_fp8_main(Assembler& a, const Plan& p, const Advance& advance_a, int unit_a) {
+void emit_mx_main(Assembler& a, const Plan& p, const Advance& advance_a, int unit_a) {
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  // rbx: this panel's E8M0 bytes, after its k_main * block * nr elements.
+  // rbx: this panel's E8M0 bytes, after its k_main blocks of block / 8 steps.
   a.mov(rax, ARG(k_main));
-  a.imul(rax, rax, p.block * p.nr * p.eb);
+  a.imul(rax, rax, p.block / 8 * p.step_bytes);
   a.lea(rbx, ptr(rdx, rax));
   zero_regs(a, s, p.blockacc ? p.tot : p.acc, p.blockacc ? n_acc : p.sets * n_acc);
   Label l_block = a.newLabel(), l_inner = a.newLabel(), l_end = a.newLabel();
@@ -317,17 +403,17 @@ void emit_fp8_main(Assembler& a, const Plan& p, const Advance& advance_a, int un
   if (p.blockacc)
     zero_regs(a, s, p.acc, p.sets * n_acc);
   else
-    for (int j = 0; j < p.nrv; ++j) emit_fp8_scales(a, p, p.sc + j, p.bvec, j);
-  a.mov(r10d, p.block / p.sets);
+    for (int j = 0; j < p.nrv; ++j) emit_mx_scales(a, p, p.sc + j, p.bvec, j);
+  a.mov(r10d, p.block / p.upi);
   a.bind(l_inner);
-  for (int u = 0; u < p.sets; ++u) emit_unit(a, p, u, u);
-  advance_a(p.sets * unit_a);
-  a.add(rdx, p.sets * p.nr * p.eb);
+  for (int u = 0; u < p.upi; ++u) emit_unit(a, p, u % p.sets, u);
+  advance_a(p.upi * unit_a);
+  a.add(rdx, p.step_bytes * p.upi / 8);
   a.dec(r10d);
   a.jnz(l_inner);
   if (p.blockacc) {
     sum_sets(a, p);
-    for (int j = 0; j < p.nrv; ++j) emit_fp8_scales(a, p, p.bvec + j, p.bvec + p.nrv, j);
+    for (int j = 0; j < p.nrv; ++j) emit_mx_scales(a, p, p.bvec + j, p.bvec + p.nrv, j);
     for (int r = 0; r < n_acc; ++r)
       a.vfmadd231ps(s.v(p.tot + r), s.v(p.acc + r), s.v(p.bvec + r % p.nrv));
   }
@@ -354,13 +440,21 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   auto advance_a = [&](int bytes) {
     for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
   };
-  if (p.fp8) {
+  Label l_fp4 = a.newLabel();
+  if (p.mx) {
     const uint32_t vals[4] = {1u, 0xfeu, 0x400000u, static_cast<uint32_t>(127 - p.shift) << 23};  // 2^-shift
     const int offs[4] = {s.zmm ? kC1Zmm : kC1Ymm, s.zmm ? kCfeZmm : kCfeYmm, s.zmm ? kC4Zmm : kC4Ymm,
                          s.zmm ? kCshZmm : kCshYmm};
-    for (int c = 0; c < (p.mxint ? 4 : 3); ++c)
+    for (int c = 0; c < (p.shift ? 4 : 3); ++c)
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
     if (p.pair) zero_regs(a, s, p.zero, 1);
+    if (p.src == MxSrc::kFp4Nibble) {
+      a.vmovups(s.v(p.tbl), ptr(l_fp4));  // ymm: the first 8 values, the magnitudes
+      if (!s.zmm) {
+        a.vpcmpeqd(s.v(p.smask), s.v(p.smask), s.v(p.smask));
+        a.vpslld(s.v(p.smask), s.v(p.smask), 31);
+      }
+    }
     if (p.e4m3) {
       a.mov(eax, 0xbfffbfffu);
       if (s.zmm) {
@@ -395,8 +489,8 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       a.add(kBases[b], r11);
     }
   }
-  if (p.fp8) {
-    emit_fp8_main(a, p, advance_a, unit_a);
+  if (p.mx) {
+    emit_mx_main(a, p, advance_a, unit_a);
   } else {
     zero_regs(a, s, p.acc, p.sets * n_acc);
     Label l_main = a.newLabel(), l_rem = a.newLabel(), l_rem_loop = a.newLabel(), l_done = a.newLabel();
@@ -450,6 +544,11 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   pe.l_panel = l_panel;
   cg::emit_panel_end(a, s, key, er, pe);
   cg::emit_restore_and_return(a);
+  if (p.src == MxSrc::kFp4Nibble) {
+    a.align(AlignMode::kData, 64);
+    a.bind(l_fp4);
+    a.embed(kFp4Values, sizeof kFp4Values);
+  }
   return true;
 }
 

@@ -7,12 +7,13 @@
 // rows: vcvtph2ps (F16C) for f16; vpslld 16 (k) and vpandd 0xffff0000 (k + 1) for bf16; MXFP8
 // codes through fp16 (unpack or zero-extend, shift; E4M3 rebiased) then vcvtph2ps, with the E8M0
 // block scales applied in fp32 (layout kMxFp8; details in gemm_float.cpp); the integer forms of
-// MXINT8 / BDR weights (int8, MX9 int16) by vpmovsx + vcvtdq2ps, blocks of 32 / 16. A values
+// BDR weights (int8, MX9 int16) by vpmovsx + vcvtdq2ps in blocks of 16; MXINT8 (kMxByte) and
+// MXFP4 (kMxNibble) codes in place, by shifts + vcvtdq2ps and by vpermps of a value table. A values
 // are embedded broadcasts (AVX-512) or vbroadcastss (AVX2) from the packed tile.
 // Key fields used:
 //   isa            avx2 (ymm, 16 registers) or avx512 / avx512_vnni (zmm, 32 registers)
-//   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, or (integer forms) QJ_MXINT8,
-//                  QJ_BDR_MX9 / MX6 / MX4;  a_type QJ_F32 (the packed tile)
+//   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1, QJ_MXINT8, or
+//                  (integer forms) QJ_BDR_MX9 / MX6 / MX4;  a_type QJ_F32 (the packed tile)
 //   mr, nr         register tile (nr a multiple of the vector width)
 //   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)
 //   param[0]       K-interleaved accumulator sets (1, 2 or 4): unit u of every group of param[0]

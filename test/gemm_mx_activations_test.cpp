@@ -540,18 +540,20 @@ int pair_mr(const Pair& p, int64_t n) {
   const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
   if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
     // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
-    // FP4 / E2M3 / E3M2 weights as E4M3, MXINT8 / BDR as their integer forms.
+    // MXFP4 / MXINT8 weights in place (their own panels), E2M3 / E3M2 as E4M3, BDR as their
+    // integer forms (the MXFP8 panels).
     const qj_isa isa = qj_max_isa();
     if (isa < QJ_ISA_AVX2) return 1;
-    const bool int_form = fp8_a && (p.w == QJ_MXINT8 || qj::bdr::format(p.w) != nullptr);
-    const qj_dtype bt = int_form || p.w == QJ_MXFP8_E5M2 ? p.w : QJ_MXFP8_E4M3;
+    const bool in_place = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXINT8;
+    const bool int_form = fp8_a && qj::bdr::format(p.w) != nullptr;
+    const qj_dtype bt = in_place || int_form || p.w == QJ_MXFP8_E5M2 ? p.w : QJ_MXFP8_E4M3;
     qj::KernelKey key = qj::KernelKey::zeroed();
     key.op = qj::KernelOp::kGemmFloat;
     key.isa = static_cast<uint8_t>(isa);
     key.a_type = QJ_F32;
     key.b_type = bt;
     key.c_type = QJ_F32;
-    key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, QJ_MXFP8_E5M2));
+    key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, in_place ? p.w : QJ_MXFP8_E5M2));
     key.param[0] = 1;
     key.flags = isa >= QJ_ISA_AVX512 ? 2 : 0;  // per-block accumulators (gemm.cpp)
     return std::max(1, qj::gemm_float_max_mr(key, 14));

@@ -33,9 +33,9 @@
 //                 vpunpcklbw / vpunpckhbw pair turns into the two fp16 vectors (fp8_byte_pos);
 //                 with one vector they are in column order (vpmovzxbw). An E4M3 block holding a
 //                 NaN code (S.1111.111) has its scale byte stored as 0xFF (equivalent: see
-//                 mx_weights.cpp). Plan-internal integer forms (MXFP8 A x MXINT8 / BDR weights,
-//                 mx_weights_for_fp32_a): the same with the weights' own blocks (32 or BDR 16 K,
-//                 its E8M0 / exponent bytes) and per k nr int8 q (MX9: int16) in column order.
+//                 mx_weights.cpp). Plan-internal integer forms (MXFP8 A x BDR weights,
+//                 mx_weights_for_fp32_a): the same with BDR's blocks of 16 K and exponent bytes,
+//                 and per k nr int8 q (MX9: int16) in column order.
 //   kMx16 (MXFP6 E3M2, BDR MX9 / MX6 / MX4) (src/ops/mx16_weights.h): the int16-pair kernels.
 //                 Blocks (32 / 16 K) = scale groups; panel = [steps][groups x nr scale bytes (E8M0
 //                 or the BDR exponent)][zero pad to 64 bytes]. Step = 8 K; per column vector of
@@ -98,9 +98,10 @@ struct PackedWeights {
     if (layout == PackLayout::kMxNibble || dtype == QJ_BDR_MX4) return 4;
     return dtype == QJ_BDR_MX9 ? 9 : 8;
   }
-  // MX weights of the fp32-FMA kernels (layout kMxFp8): MXFP8 E4M3 / E5M2 codes, or (plan-internal,
-  // MXFP8 A with integer-form weights: mx_weights_for_fp32_a) the integer forms q of MXINT8 and
-  // BDR MX6 / MX4 (int8) and MX9 (int16).
+  // Layout kMxFp8 (the fp32-FMA kernels' own MX panels): MXFP8 E4M3 / E5M2 codes, or
+  // (plan-internal, MXFP8 A with BDR weights: mx_weights_for_fp32_a) the integer forms q of BDR
+  // MX6 / MX4 (int8) and MX9 (int16). (Under MXFP8 A those kernels also read MXFP4 and MXINT8
+  // weights in place: is_mx().)
   bool is_mx_fp8() const { return layout == PackLayout::kMxFp8; }
   // kMxFp8: bytes per element (2 for MX9's int16 q, else 1).
   int32_t mx_elem_bytes() const { return dtype == QJ_BDR_MX9 ? 2 : 1; }

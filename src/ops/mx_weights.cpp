@@ -204,9 +204,12 @@ int e4m3_code_of(float v) {
 
 qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
   const int64_t k = src.k, n = src.n;
-  if (src.dtype == QJ_MXFP4_E2M1 || src.dtype == QJ_MXFP6_E2M3 || src.dtype == QJ_MXFP6_E3M2) {
-    // Every FP4 / E2M3 / E3M2 value is an E4M3 value (fewer exponent and mantissa bits, |v| <=
-    // 28 < 448): the same blocks as MXFP8 E4M3 with the same scale bytes.
+  if (src.dtype == QJ_MXFP4_E2M1 || src.dtype == QJ_MXINT8)
+    return fail(QJ_ERR_INTERNAL, "%s weights are read in place by the fp32-FMA kernels (no copy)",
+                qj_dtype_name(src.dtype));
+  if (src.dtype == QJ_MXFP6_E2M3 || src.dtype == QJ_MXFP6_E3M2) {
+    // Every E2M3 / E3M2 value is an E4M3 value (fewer exponent and mantissa bits, |v| <= 28 <
+    // 448): the same blocks as MXFP8 E4M3 with the same scale bytes.
     // Integer form q (value * 2^shift, |q| <= 448) -> E4M3 code, built from the type's codes.
     const mx::ElemFormat& f = *mx::format(src.dtype);
     const float* vt = mx::value_table(src.dtype);
@@ -231,10 +234,9 @@ qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::share
     const qj_mx_weights_data md{el.data(), sc.data(), blocks};
     return pack_mx_weights(d, &md, k, isa, out);
   }
-  // MXINT8 and BDR: their integer forms q (int8; MX9, |q| <= 254: int16) with the same blocks
-  // (32, or BDR's 16) and scale / exponent bytes, in the kMxFp8 layout: the fp32-FMA kernel
-  // converts q to fp32 (exact) and applies 2^(b - 127 - shift) per block. Same bytes per weight
-  // as the source (MX9: 2 for its 9 bits).
+  // BDR: the integer forms q (int8; MX9, |q| <= 254: int16) with the same blocks of 16 and
+  // exponent bytes, in the kMxFp8 layout: the fp32-FMA kernel converts q to fp32 (exact) and
+  // applies 2^(b - 127 - shift) per block. MX6 / MX4 one byte per weight, MX9 two.
   auto w = std::make_shared<PackedWeights>();
   w->dtype = src.dtype;
   w->k = k;
