@@ -348,6 +348,29 @@ TEST_F(Misuse, PlanUnknownEnums) {
     set_raw(d.c_type, v);
     EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "c_type", str(v));
   }
+  // The same with weights that take other routes (MX weights are looked at before the common
+  // checks: an unknown enum must be read as a raw integer there too; the UBSan build checks it).
+  std::vector<float> wf(k * n, 0.25f);
+  for (qj_dtype wt : {QJ_MXFP4_E2M1, QJ_MXINT8, QJ_MXFP6_E2M3, QJ_BDR_MX6, QJ_MXFP8_E4M3, QJ_F16}) {
+    qj_weights_desc q{};
+    q.dtype = wt;
+    q.k = k;
+    q.n = n;
+    q.layout = QJ_LAYOUT_KN;
+    q.granularity = QJ_GRAN_CHANNEL;
+    qj_weights w2 = nullptr;
+    ASSERT_EQ(qj_weights_quantize_pack(&q, wf.data(), n, &w2), QJ_OK) << qj_last_error();
+    for (int v : {0, -1, 99, 1000}) {
+      qj_gemm_desc d = gd;
+      set_raw(d.a_type, v);
+      EXPECT_FAIL(plan_with(d, w2), QJ_ERR_INVALID_ARGUMENT, "a_type", str(v));
+      d = gd;
+      d.a_type = QJ_F32;
+      set_raw(d.c_type, v);
+      EXPECT_FAIL(plan_with(d, w2), QJ_ERR_INVALID_ARGUMENT, "c_type", str(v));
+    }
+    qj_weights_destroy(w2);
+  }
   for (int v : {2, -1, 1000}) {
     qj_gemm_desc d = gd;
     set_raw(d.activation, v);

@@ -295,7 +295,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   // MX A (src/ops/mx_act.h): decoded to int8 while packed, its block scales fed through the
   // per-(row, group) A-scale path of group-quantized fp32 A.
   const bool mx_a = mx_act_type(raw_enum(desc.a_type));
-  const bool fp8_a = desc.a_type == QJ_MXFP8_E4M3 || desc.a_type == QJ_MXFP8_E5M2;
+  const int32_t at = raw_enum(desc.a_type);  // not validated yet
+  const bool fp8_a = at == QJ_MXFP8_E4M3 || at == QJ_MXFP8_E5M2;
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
@@ -326,7 +327,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     const qj_isa isa = max_isa();
     const bool no_int8_kernel = isa >= QJ_ISA_AVX2 && (w->dtype == QJ_MXINT8 || w->dtype == QJ_MXFP6_E2M3) &&
                                 (isa < QJ_ISA_AVX512_VNNI || (w->dtype == QJ_MXFP6_E2M3 && !has_vbmi()));
-    if (desc.a_type == QJ_MXFP6_E3M2 || no_int8_kernel) {
+    if (at == QJ_MXFP6_E3M2 || no_int8_kernel) {
       std::shared_ptr<PackedWeights> w16;
       QJ_TRY(mx16_from_int8_mx(*w, isa, &w16));
       if (no_int8_kernel)
