@@ -723,13 +723,13 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   job.gpad = (d.dim + 15) & ~int64_t{15};
   const size_t gneed = 2 * static_cast<size_t>(num_threads) * static_cast<size_t>(job.gpad);
   if (s.gbuf_floats < gneed) {
-    s.gbuf.reset(static_cast<float*>(std::aligned_alloc(4096, gneed * sizeof(float) + 8192)));
+    s.gbuf.reset(static_cast<float*>(std::aligned_alloc(64, gneed * sizeof(float))));
     s.gbuf_floats = s.gbuf ? gneed : 0;
     if (!s.gbuf)
       return fail(QJ_ERR_OUT_OF_MEMORY, "qj_rowwise_adagrad_fused: out of memory (%zu bytes of gradient buffers)",
                   gneed * sizeof(float));
   }
-  { static int goff = getenv("QJ_GOFF") ? atoi(getenv("QJ_GOFF")) : 0; job.gbuf = s.gbuf.get() + goff * 16; }
+  job.gbuf = s.gbuf.get();
 
   if (d.mode == QJ_UPDATE_PER_OCCURRENCE_RACY) {
     if (num_threads > c.num_bags) num_threads = static_cast<int32_t>(c.num_bags);
