@@ -379,8 +379,13 @@ struct Avx512Ops {
   QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2) {
     __m512 gv[NV];
     for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
+    // fp16 tables: the next row's step is formed first, as in rows_f32_wide (measured warm,
+    // 1000 rows: dim 64 / 128 / 256 10.9 / 16.1 / 24.5 -> 9.8 / 14.1 / 23.4 us); fp32 rows up to
+    // 256 values did not gain (within noise, dim 256 a few percent slower).
+    RowRef nx = next(0);
     for (int64_t i = 0; i < n; ++i) {
-      const RowRef r = next(i);
+      const RowRef r = kTable != 0 || i == 0 ? nx : next(i);
+      if (kTable != 0 && i + 1 < n) nx = next(i + 1);
       const __m512 s = _mm512_set1_ps(-r.step);
       if constexpr (kTable == 0) {
         float* w = reinterpret_cast<float*>(r.w);
@@ -451,8 +456,12 @@ struct Avx512Ops {
   QJ_AVX512_INL static void rows_f32_wide(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
     __m512 gv[16];
     for (int v = 0; v < 16; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
+    RowRef nx = next(0);
     for (int64_t i = 0; i < n; ++i) {
-      const RowRef r = next(i);
+      // The next row's step is formed before this row's update (its latency then overlaps it;
+      // measured warm, 1000 rows: dim 512 42.6 -> 38.3-40.0 us, dim 1024 within noise).
+      const RowRef r = nx;
+      if (i + 1 < n) nx = next(i + 1);
       const __m512 s = _mm512_set1_ps(-r.step);
       float* w = reinterpret_cast<float*>(r.w);
       for (int v = 0; v < 16; ++v) {
