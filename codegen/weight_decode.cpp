@@ -62,16 +62,18 @@ DecoderInfo decoder_info(int b_type, bool vbmi) {
       break;
     case QJ_MXFP6_E2M3:
       // One code per byte (6 bits used), quads of k0..k0+3 then k0+4..k0+7 per column vector;
-      // vpermb with a 64-entry table gives 8v + 60 in [0, 120].
+      // vpermb with a 64-entry table gives 8v + 60 in [0, 120]. Without VBMI (zmm, AVX512BW:
+      // VNNI CPUs such as Cascade Lake) two vpshufb tables of the 32 magnitudes, the second and
+      // the sign applied under byte masks (see emit_decode): 5 constants, 1 temporary.
       d.ok = true;
       d.k_per_step = 8;
       d.bytes_per_col_step = 8;
       d.n_out = 2;
       d.offset = 60;
-      d.pair_exact = false;  // 2 pairs of 120 * 128 overflow s16
-      d.n_consts = 1;
+      d.pair_exact = false;  // the kernel adds 2 pairs in s16: 4 * 120 * 128 overflows
+      d.n_consts = vbmi ? 1 : 5;
+      d.n_temps = vbmi ? 0 : 1;
       d.e8m0_scales = true;
-      d.needs_vbmi = true;
       break;
     case QJ_MXINT8:
       // Codes as bytes (as E2M3); d = code ^ 0x80 = q + 128 in [0, 255].
@@ -176,7 +178,19 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       const int8_t* q = mx::e2m3_int_table();
       for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i] + 60);
       store_table(a, lut, 64, tmp);
-      a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));  // zmm only (vpermb)
+      if (r.vbmi) {
+        a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));
+        break;
+      }
+      // 60 + |q| of the magnitudes 0..15 and 16..31 (the positive codes: the first 32 entries),
+      // each 16-byte table in every 128-bit lane (vpshufb looks up within lanes); then the byte
+      // constants 0x10 (magnitude bit 4), 0x20 (sign) and 120 (the negative side, 120 - d).
+      // (zmm only: the kernels run E2M3 on the VNNI tier, see emit_decode.)
+      a.vbroadcasti32x4(s.v(r.consts), xmmword_ptr(rsp, kRedZoneTable));
+      a.vbroadcasti32x4(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable + 16));
+      broadcast_dword(a, s, r.consts + 2, 0x10101010u, tmp);
+      broadcast_dword(a, s, r.consts + 3, 0x20202020u, tmp);
+      broadcast_dword(a, s, r.consts + 4, 0x78787878u, tmp);
       break;
     }
     case QJ_MXINT8: broadcast_dword(a, s, r.consts, 0x80808080u, tmp); break;
@@ -357,8 +371,23 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
       for (int o = 0; o < 2; ++o) {
         Mem m = src;
         m.addOffset(o * s.bytes);
-        a.vmovdqu32(s.v(out[o]), m);
-        a.vpermb(s.v(out[o]), s.v(out[o]), s.v(r.consts));
+        const Vec d = s.v(out[o]);
+        if (r.vbmi) {
+          a.vmovdqu32(d, m);
+          a.vpermb(d, d, s.v(r.consts));
+          continue;
+        }
+        // zmm (AVX512BW) without VBMI; the kernel runs it on the VNNI tier only (pair_exact).
+        // vpshufb reads the code's bits 0..3 (bit 7 is 0): the low table's 60 + |q|, replaced
+        // under the mask of bit 4 by the high table's; under the mask of bit 5 (the sign)
+        // 120 - (60 + |q|) = 60 - |q|.
+        const Vec c = s.v(r.temps);
+        a.vmovdqu32(c, m);
+        a.vpshufb(d, s.v(r.consts), c);
+        a.vptestmb(k2, c, s.v(r.consts + 2));
+        a.k(k2).vpshufb(d, s.v(r.consts + 1), c);
+        a.vptestmb(k3, c, s.v(r.consts + 3));
+        a.k(k3).vpsubb(d, s.v(r.consts + 4), d);
       }
       break;
     case QJ_MXINT8:

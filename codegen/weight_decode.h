@@ -1,6 +1,7 @@
 // Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int): S4 and U4,
 // and the integer-exact OCP MX element types MXFP4 (vpshufb or, with VBMI, vpermb LUT to 2v + 12),
-// MXFP6 E2M3 (vpermb 64-entry LUT to 8v + 60) and MXINT8 (code ^ 0x80 = q + 128); and the
+// MXFP6 E2M3 (vpermb 64-entry LUT to 8v + 60, or without VBMI two vpshufb tables of the 32
+// magnitudes and a masked blend for the sign) and MXINT8 (code ^ 0x80 = q + 128); and the
 // int16-pair decoders (emit_decode16) of MXFP6 E3M2 (64-word table) and BDR MX9 / MX6 / MX4 (int8
 // sign extension, MX9 doubling per flag bit).
 //

@@ -314,8 +314,8 @@ TEST(GemmMx, SpecialScaleOnlyInTailColumn) {
 }
 
 // On the VNNI tier without VBMI (e.g. Cascade Lake) MXFP4 decodes with vpshufb + vpand ahead of
-// vpdpbusd (with VBMI, vpermb); E2M3, whose byte decoder needs VBMI, runs as MX6 weights of the
-// same values in the int16-pair kernel (vpdpwssd). Tails in M and N.
+// vpdpbusd (with VBMI, vpermb), E2M3 with two vpshufb tables of its magnitudes and a masked blend
+// for the sign (with VBMI, one vpermb). Tails in M and N.
 TEST(GemmMx, VnniWithoutVbmi) {
   struct Hide {
     Hide() { qj::gemm_hide_vbmi_for_tests(true); }

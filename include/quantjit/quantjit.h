@@ -260,7 +260,7 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  2^(E - 127)) in fp32 and accumulated in fp32 across blocks; the type's power of two (2^-shift)
  *  is applied with the output multiplier. E3M2 and BDR weights multiply as int16 pairs (vpdpwssd
  *  with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). Every MX type runs JIT at every tier from AVX2:
- *  MXINT8 and MXFP6 E2M3 in the int8 kernel at AVX512-VNNI (E2M3 there also needs AVX512-VBMI);
+ *  MXINT8 and MXFP6 E2M3 in the int8 kernel at AVX512-VNNI (E2M3: vpermb with AVX512-VBMI, else vpshufb);
  *  elsewhere the plan holds a converted copy of the weights (BDR MX9 / MX6 codes of exactly the
  *  same values, same 32-element blocks and scale bytes: about 1.1 / 1.0 bytes per weight) for the
  *  int16-pair kernel, with the same results (logged at QJ_VERBOSE=1). The fp32 block partial sum
