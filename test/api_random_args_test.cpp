@@ -72,6 +72,38 @@ qj_isa random_isa(Rng& r) {
   return isas[static_cast<size_t>(r.in(0, static_cast<int64_t>(isas.size()) - 1))];
 }
 
+// Random bags of an embedding-bag or AdaGrad call: nb bag lengths in [0, max_len], indices in
+// [0, lim) (one in bad_one_in outside it), and offsets (num_bags + 1) or lengths as the desc says,
+// stored at the desc's integer widths; one in 40 offsets / lengths off by -1, 1 or 1000.
+struct Bags {
+  std::vector<int64_t> lens;
+  int64_t ni = 0;
+  std::vector<uint8_t> indices, offsets;
+  Bags(Rng& r, int64_t nb, int64_t max_len, int64_t lim, int64_t bad_one_in, int index_bits, int offset_bits,
+       bool use_lengths)
+      : lens(static_cast<size_t>(nb)) {
+    for (auto& l : lens) ni += (l = r.in(0, max_len));
+    const int ib = index_bits == 64 ? 8 : 4, ob = offset_bits == 64 ? 8 : 4;
+    indices.resize(static_cast<size_t>(ni * ib));
+    offsets.resize(static_cast<size_t>((nb + 1) * ob));
+    for (int64_t i = 0; i < ni; ++i) {
+      const int64_t v = r.one_in(bad_one_in) ? r.pick<int64_t>({-1, lim}) : r.in(0, lim - 1);
+      put(indices.data() + i * ib, v, ib);
+    }
+    int64_t acc = 0;
+    for (int64_t b = 0; b < (use_lengths ? nb : nb + 1); ++b) {
+      int64_t v = use_lengths ? lens[b] : acc;
+      if (!use_lengths && b < nb) acc += lens[b];
+      if (r.one_in(40)) v += r.pick<int64_t>({-1, 1, 1000});
+      put(offsets.data() + b * ob, v, ob);
+    }
+  }
+  static void put(uint8_t* p, int64_t v, int bytes) {
+    const int32_t v32 = static_cast<int32_t>(v);
+    std::memcpy(p, bytes == 8 ? static_cast<const void*>(&v) : &v32, static_cast<size_t>(bytes));
+  }
+};
+
 TEST(RandomArgs, Gemm) {
   Rng r(20261130);
   const int wtypes[] = {QJ_S8, QJ_S4, QJ_U4, QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP6_E3M2,
@@ -259,25 +291,9 @@ TEST(RandomArgs, EmbeddingBag) {
     for (int run = 0; run < 4; ++run) {
       const int64_t nb = r.pick<int64_t>({0, 1, 3, 10});
       const int64_t avg = r.pick<int64_t>({0, 1, 5, 40});
-      std::vector<int64_t> lens(static_cast<size_t>(nb));
-      int64_t ni = 0;
-      for (auto& l : lens) ni += (l = r.in(0, 2 * avg));
       const int64_t lim = d.remap ? d.remap_size : num_rows;
-      const int ib = d.index_bits == 64 ? 8 : 4, ob = d.offset_bits == 64 ? 8 : 4;
-      std::vector<uint8_t> ibuf(static_cast<size_t>(ni * ib)), obuf(static_cast<size_t>((nb + 1) * ob));
-      for (int64_t i = 0; i < ni; ++i) {
-        const int64_t v = r.one_in(50) ? r.pick<int64_t>({-1, lim}) : r.in(0, lim - 1);
-        const int32_t v32 = static_cast<int32_t>(v);
-        std::memcpy(ibuf.data() + i * ib, ib == 8 ? static_cast<const void*>(&v) : &v32, static_cast<size_t>(ib));
-      }
-      int64_t acc = 0;
-      for (int64_t b = 0; b < (d.use_lengths ? nb : nb + 1); ++b) {
-        int64_t v = d.use_lengths ? lens[b] : acc;
-        if (!d.use_lengths && b < nb) acc += lens[b];
-        if (r.one_in(40)) v += r.pick<int64_t>({-1, 1, 1000});
-        const int32_t v32 = static_cast<int32_t>(v);
-        std::memcpy(obuf.data() + b * ob, ob == 8 ? static_cast<const void*>(&v) : &v32, static_cast<size_t>(ob));
-      }
+      const Bags bags(r, nb, 2 * avg, lim, 50, d.index_bits, d.offset_bits, d.use_lengths != 0);
+      const int64_t ni = bags.ni;
       std::vector<float> wts(static_cast<size_t>(std::max<int64_t>(ni, 1)));
       for (float& w : wts) w = static_cast<float>(r.in(-100, 100)) / 37.0f;
       const int64_t out_rows = raw_enum_value(d.pooling) == QJ_POOL_NONE ? ni : nb;
@@ -291,9 +307,9 @@ TEST(RandomArgs, EmbeddingBag) {
       a.table_scales = split ? scales.data() : nullptr;
       a.num_rows = num_rows;
       a.num_bags = nb;
-      a.indices = ibuf.data();
+      a.indices = bags.indices.data();
       a.num_indices = ni;
-      a.offsets_or_lengths = obuf.data();
+      a.offsets_or_lengths = bags.offsets.data();
       a.weights = d.weighted ? wts.data() : nullptr;
       a.out = out.data();
       qj_status st;
@@ -339,24 +355,8 @@ TEST(RandomArgs, RowwiseAdagrad) {
     d.grad_stride = r.one_in(4) ? d.dim + r.pick<int64_t>({0, 5, -1}) : 0;
     const int64_t num_rows = r.pick<int64_t>({1, 10, 300});
     const int64_t nb = r.pick<int64_t>({0, 1, 4, 12});
-    std::vector<int64_t> lens(static_cast<size_t>(nb));
-    int64_t ni = 0;
-    for (auto& l : lens) ni += (l = r.in(0, 30));
-    const int ib = d.index_bits == 64 ? 8 : 4, ob = d.offset_bits == 64 ? 8 : 4;
-    std::vector<uint8_t> ibuf(static_cast<size_t>(ni * ib)), obuf(static_cast<size_t>((nb + 1) * ob));
-    for (int64_t i = 0; i < ni; ++i) {
-      const int64_t v = r.one_in(500) ? r.pick<int64_t>({-1, num_rows}) : r.in(0, num_rows - 1);
-      const int32_t v32 = static_cast<int32_t>(v);
-      std::memcpy(ibuf.data() + i * ib, ib == 8 ? static_cast<const void*>(&v) : &v32, static_cast<size_t>(ib));
-    }
-    int64_t acc = 0;
-    for (int64_t b = 0; b < (d.use_lengths ? nb : nb + 1); ++b) {
-      int64_t v = d.use_lengths ? lens[b] : acc;
-      if (!d.use_lengths && b < nb) acc += lens[b];
-      if (r.one_in(40)) v += r.pick<int64_t>({-1, 1, 1000});
-      const int32_t v32 = static_cast<int32_t>(v);
-      std::memcpy(obuf.data() + b * ob, ob == 8 ? static_cast<const void*>(&v) : &v32, static_cast<size_t>(ob));
-    }
+    const Bags bags(r, nb, 30, num_rows, 500, d.index_bits, d.offset_bits, d.use_lengths != 0);
+    const int64_t ni = bags.ni;
     const int64_t dim = std::max<int64_t>(d.dim, 1);
     const int64_t gst = d.grad_stride ? std::max<int64_t>(d.grad_stride, dim) : dim;
     std::vector<float> grad(static_cast<size_t>(std::max<int64_t>(nb - 1, 0) * gst + dim));
@@ -376,8 +376,8 @@ TEST(RandomArgs, RowwiseAdagrad) {
     std::vector<float> mom(static_cast<size_t>(num_rows), 0.1f);
     const std::vector<uint8_t> t0 = table;
     const std::vector<float> m0 = mom;
-    const qj_status st = qj_rowwise_adagrad_fused(&d, table.data(), mom.data(), num_rows, nb, ibuf.data(), ni,
-                                                  obuf.data(), d.weighted ? wts.data() : nullptr, grad.data(),
+    const qj_status st = qj_rowwise_adagrad_fused(&d, table.data(), mom.data(), num_rows, nb, bags.indices.data(), ni,
+                                                  bags.offsets.data(), d.weighted ? wts.data() : nullptr, grad.data(),
                                                   0x1234, static_cast<int32_t>(r.pick({1, 2, 3})));
     if (st != QJ_OK) {
       EXPECT_TRUE(table == t0 && mom == m0) << "iteration " << it << ": a failed call (" << qj_last_error()
