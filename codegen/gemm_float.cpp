@@ -24,6 +24,7 @@
 
 #include "codegen/simd.h"
 #include "src/core/kernel_cache.h"
+#include "src/formats/mx.h"
 
 namespace qj {
 namespace {
@@ -40,7 +41,9 @@ using namespace asmjit::x86;
 //              k0..3 then of k4..7 (the int8 kernels' layout)
 //   kFp4Nibble kMxNibble, MXFP4 codes in place: per 8-k step, nr dwords, byte r of a column's
 //              dword holds k0 + r (low nibble) and k0 + 4 + r (high nibble)
-enum class MxSrc { kFp8, kInt, kInt8Quad, kFp4Nibble };
+//   kE2m3Quad  kMxByte, MXFP6 E2M3 codes in place (the layout of kInt8Quad): each chunk of lanes
+//              dwords is decoded once to the int8 integer forms q = 8v, then read as kInt8Quad
+enum class MxSrc { kFp8, kInt, kInt8Quad, kFp4Nibble, kE2m3Quad };
 
 struct Plan {
   cg::Simd s;
@@ -57,6 +60,12 @@ struct Plan {
   int step_bytes = 0;     // bytes of 8 k of a panel
   int upi = 1;            // K units per inner-loop iteration (8 for the quad layouts, else sets)
   int tbl = -1, smask = -1, tmp = -1;  // kFp4Nibble: value table; AVX2: sign mask and a temporary
+  // kE2m3Quad: dq the nrv decoded chunks; with VBMI (key.flags bit 2, zmm) one 64-byte table of q
+  // in tbl, else tbl / tbl + 1 the 16-byte tables of |q| (magnitudes 0..15, 16..31) and temps
+  // from tmp (zmm: the codes; ymm: the codes and two more); zmm without VBMI also the byte
+  // constants 0x10, 0x20 and zero at cst.
+  bool vbmi = false;
+  int dq = -1, cst = -1;
   bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
   bool pair = false;      // nrv even: vectors decoded in pairs by vpunpck{l,h}bw
   int sc = -1;            // scaled weights: the nrv block-scale vectors
@@ -98,6 +107,9 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     p->shift = 6;
   } else if (bt == QJ_MXFP4_E2M1) {
     p->src = MxSrc::kFp4Nibble;
+  } else if (bt == QJ_MXFP6_E2M3) {
+    p->src = MxSrc::kE2m3Quad;
+    p->shift = 3;
   } else {
     p->mx = false;
     if (bt != QJ_F16 && bt != QJ_BF16) {
@@ -141,7 +153,14 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       p->tbl = used++;
       if (!p->s.zmm) p->smask = used++, p->tmp = used++;
     }
-    const bool quad = p->src == MxSrc::kInt8Quad || p->src == MxSrc::kFp4Nibble;
+    if (p->src == MxSrc::kE2m3Quad) {
+      p->vbmi = p->s.zmm && (key.flags & 4) != 0;
+      p->dq = used, used += p->nrv;
+      p->tbl = used, used += p->vbmi ? 1 : 2;
+      if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 3;
+      if (!p->vbmi && p->s.zmm) p->cst = used, used += 3;
+    }
+    const bool quad = p->src == MxSrc::kInt8Quad || p->src == MxSrc::kFp4Nibble || p->src == MxSrc::kE2m3Quad;
     p->step_bytes = p->src == MxSrc::kFp4Nibble ? 4 * p->nr : 8 * p->nr * p->eb;
     p->upi = quad ? 8 : p->sets;
     if (p->block % p->upi != 0 || p->upi % p->sets != 0) {
@@ -214,6 +233,39 @@ constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32, kCshYmm = -128;
 constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
+// E2M3 codes of one chunk (lanes dwords of 4 codes) at m -> their integer forms q = 8v (int8) in q.
+void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
+  const cg::Simd& s = p.s;
+  if (p.vbmi) {  // one vpermb over the 64-entry table (index bits 0..5: the whole code)
+    a.vmovdqu32(q, m);
+    a.vpermb(q, q, s.v(p.tbl));
+    return;
+  }
+  const Vec c = s.v(p.tmp);
+  if (s.zmm) {
+    // vpshufb reads bits 0..3 (bit 7 is 0): |q| of the low table, replaced under the mask of
+    // bit 4 by the high table's, negated under the mask of bit 5 (the sign).
+    a.vmovdqu32(c, m);
+    a.vpshufb(q, s.v(p.tbl), c);
+    a.vptestmb(k2, c, s.v(p.cst));
+    a.k(k2).vpshufb(q, s.v(p.tbl + 1), c);
+    a.vptestmb(k3, c, s.v(p.cst + 1));
+    a.k(k3).vpsubb(q, s.v(p.cst + 2), q);
+    return;
+  }
+  // ymm: both lookups, vpblendvb on bit 4 (moved to bit 7), vpsignb on bit 5 (moved to bit 7;
+  // the sign byte is 0 only for code 0, whose q is 0 anyway). The 16-bit shifts move bits across
+  // bytes, but no code has bits 6..7 set, so each byte's bit 7 is its own.
+  const Vec hi = s.v(p.tmp + 1), t = s.v(p.tmp + 2);
+  a.vmovdqu(c, m);
+  a.vpshufb(q, s.v(p.tbl), c);
+  a.vpshufb(hi, s.v(p.tbl + 1), c);
+  a.vpsllw(t, c, 3);
+  a.vpblendvb(q, q, hi, t);
+  a.vpsllw(t, c, 2);
+  a.vpsignb(q, q, t);
+}
+
 // Weight vector j of unit u from the integer forms or the in-place quad layouts into v.
 void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v) {
   const cg::Simd& s = p.s;
@@ -226,10 +278,19 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
     a.vcvtdq2ps(v, v);
     return;
   }
-  if (p.src == MxSrc::kInt8Quad) {
+  if (p.src == MxSrc::kInt8Quad || p.src == MxSrc::kE2m3Quad) {
     const int b = u % 4;
     const Mem m = ptr(rdx, j * 8 * s.lanes32 + (u / 4) * s.lanes32 * 4);
-    if (s.zmm) {  // EVEX shifts take the memory operand
+    if (p.src == MxSrc::kE2m3Quad) {  // the chunk's q bytes, decoded by its first unit
+      const Vec q = s.v(p.dq + j);
+      if (b == 0) emit_e2m3_chunk(a, p, m, q);
+      if (b != 3) {
+        a.vpslld(v, q, 24 - 8 * b);
+        a.vpsrad(v, v, 24);
+      } else {
+        a.vpsrad(v, q, 24);
+      }
+    } else if (s.zmm) {  // EVEX shifts take the memory operand
       if (b == 3) {
         a.vpsrad(v, m, 24);
       } else {
@@ -440,7 +501,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   auto advance_a = [&](int bytes) {
     for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
   };
-  Label l_fp4 = a.newLabel();
+  Label l_fp4 = a.newLabel();  // the FP4 value table, or E2M3's tables (after the code)
   if (p.mx) {
     const uint32_t vals[4] = {1u, 0xfeu, 0x400000u, static_cast<uint32_t>(127 - p.shift) << 23};  // 2^-shift
     const int offs[4] = {s.zmm ? kC1Zmm : kC1Ymm, s.zmm ? kCfeZmm : kCfeYmm, s.zmm ? kC4Zmm : kC4Ymm,
@@ -448,6 +509,23 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     for (int c = 0; c < (p.shift ? 4 : 3); ++c)
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
     if (p.pair) zero_regs(a, s, p.zero, 1);
+    if (p.src == MxSrc::kE2m3Quad) {
+      if (p.vbmi) {
+        a.vmovdqu32(s.v(p.tbl), ptr(l_fp4));
+      } else if (s.zmm) {
+        a.vbroadcasti32x4(s.v(p.tbl), ptr(l_fp4, 64));
+        a.vbroadcasti32x4(s.v(p.tbl + 1), ptr(l_fp4, 80));
+        const uint32_t bytes[2] = {0x10101010u, 0x20202020u};
+        for (int c = 0; c < 2; ++c) {
+          a.mov(eax, bytes[c]);
+          a.vpbroadcastd(s.v(p.cst + c), eax);
+        }
+        zero_regs(a, s, p.cst + 2, 1);
+      } else {
+        a.vbroadcasti128(s.v(p.tbl), ptr(l_fp4, 64));
+        a.vbroadcasti128(s.v(p.tbl + 1), ptr(l_fp4, 80));
+      }
+    }
     if (p.src == MxSrc::kFp4Nibble) {
       a.vmovups(s.v(p.tbl), ptr(l_fp4));  // ymm: the first 8 values, the magnitudes
       if (!s.zmm) {
@@ -549,16 +627,26 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     a.bind(l_fp4);
     a.embed(kFp4Values, sizeof kFp4Values);
   }
+  if (p.src == MxSrc::kE2m3Quad) {  // q of the 64 codes, then |q| of the magnitudes 0..31
+    uint8_t t[96];
+    const int8_t* q = mx::e2m3_int_table();
+    for (int c = 0; c < 64; ++c) t[c] = static_cast<uint8_t>(q[c]);
+    for (int c = 0; c < 32; ++c) t[64 + c] = static_cast<uint8_t>(q[c]);  // codes 0..31: q >= 0
+    a.align(AlignMode::kData, 64);
+    a.bind(l_fp4);
+    a.embed(t, sizeof t);
+  }
   return true;
 }
 
 std::string name(const KernelKey& key) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s__%s_%dx%d%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s%s__%s_%dx%d%s%s",
                 qj_dtype_name(static_cast<qj_dtype>(key.b_type)),
                 qj_dtype_name(static_cast<qj_dtype>(key.c_type)), key.has_bias ? "_bias" : "",
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_beta ? "_beta" : "",
-                (key.flags & 1) ? "_da" : "", (key.flags & 2) ? "_ba" : "", isa_suffix(key.isa), key.mr, key.nr,
+                (key.flags & 1) ? "_da" : "", (key.flags & 2) ? "_ba" : "", (key.flags & 4) ? "_vbmi" : "",
+                isa_suffix(key.isa), key.mr, key.nr,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                 key.param[0] > 1 ? ("_k" + std::to_string(key.param[0])).c_str() : "");
   return buf;

@@ -7,12 +7,14 @@
 // rows: vcvtph2ps (F16C) for f16; vpslld 16 (k) and vpandd 0xffff0000 (k + 1) for bf16; MXFP8
 // codes through fp16 (unpack or zero-extend, shift; E4M3 rebiased) then vcvtph2ps, with the E8M0
 // block scales applied in fp32 (layout kMxFp8; details in gemm_float.cpp); the integer forms of
-// BDR weights (int8, MX9 int16) by vpmovsx + vcvtdq2ps in blocks of 16; MXINT8 (kMxByte) and
-// MXFP4 (kMxNibble) codes in place, by shifts + vcvtdq2ps and by vpermps of a value table. A values
+// BDR weights (int8, MX9 int16) by vpmovsx + vcvtdq2ps in blocks of 16; MXINT8 / MXFP6 E2M3
+// (kMxByte; E2M3 first to q = 8v by vpermb or vpshufb) and MXFP4 (kMxNibble) codes in place, by
+// shifts + vcvtdq2ps and by vpermps of a value table. A values
 // are embedded broadcasts (AVX-512) or vbroadcastss (AVX2) from the packed tile.
 // Key fields used:
 //   isa            avx2 (ymm, 16 registers) or avx512 / avx512_vnni (zmm, 32 registers)
-//   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1, QJ_MXINT8, or
+//   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1, QJ_MXINT8,
+//                  QJ_MXFP6_E2M3, or
 //                  (integer forms) QJ_BDR_MX9 / MX6 / MX4;  a_type QJ_F32 (the packed tile)
 //   mr, nr         register tile (nr a multiple of the vector width)
 //   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)
@@ -21,9 +23,11 @@
 //   flags bit 0    direct A: `a` is the caller's fp32 A (row stride lda_bytes), read in place with
 //                  no packing (FBGEMM reads A the same way); needs every K unit complete (f16, or
 //                  even K for bf16), since nothing past column K - 1 of a row may be read
-//   flags bit 1    MXFP8 only: per-block accumulators (else decoded weights times their scales)
-// MXFP8: k_main counts blocks of 32 k (k_rem unused); the units of a block are interleaved over
-// the param[0] sets (which must divide 32).
+//   flags bit 1    MX weights only: per-block accumulators (else decoded weights times their
+//                  scales)
+//   flags bit 2    MXFP6 E2M3 only: the CPU has AVX512-VBMI (zmm: one vpermb decodes a chunk)
+// MX weights: k_main counts blocks (32 k, BDR 16; k_rem unused); the units of a block are
+// interleaved over the param[0] sets (which must divide the block).
 #pragma once
 #include <cstdint>
 

@@ -31,6 +31,7 @@
 #include "codegen/gemm_float.h"
 #include "codegen/gemm_int.h"
 #include "src/core/isa.h"
+#include "src/ops/gemm.h"
 #include "src/core/kernel_key.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
@@ -540,11 +541,11 @@ int pair_mr(const Pair& p, int64_t n) {
   const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
   if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
     // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
-    // MXFP4 / MXINT8 weights in place (their own panels), E2M3 / E3M2 as E4M3, BDR as their
-    // integer forms (the MXFP8 panels).
+    // MXFP4 / MXINT8 / E2M3 weights in place (their own panels), E3M2 as E4M3, BDR as their
+    // integer forms (the MXFP8 panels). (E2M3 with VBMI needs fewer registers than keyed here.)
     const qj_isa isa = qj_max_isa();
     if (isa < QJ_ISA_AVX2) return 1;
-    const bool in_place = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXINT8;
+    const bool in_place = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXINT8 || p.w == QJ_MXFP6_E2M3;
     const bool int_form = fp8_a && qj::bdr::format(p.w) != nullptr;
     const qj_dtype bt = in_place || int_form || p.w == QJ_MXFP8_E5M2 ? p.w : QJ_MXFP8_E4M3;
     qj::KernelKey key = qj::KernelKey::zeroed();
@@ -644,6 +645,36 @@ TEST(GemmMxPairs, NanScalesZeroBlocksCodesAndThreads) {
       t.seed = seed++;
       EXPECT_EQ(run_case(t), "") << t.str();
     }
+  }
+}
+
+// MXFP8 A x E2M3 weights read in place: on a CPU without AVX512-VBMI the zmm kernels decode the
+// codes with two vpshufb tables and byte masks instead of one vpermb (the AVX2 kernels always do,
+// with vpblendvb / vpsignb; ShapeSweep covers them). Every code, NaN / zero blocks, tails.
+TEST(GemmMxPairs, Fp8ATimesE2m3WithoutVbmi) {
+  struct Hide {
+    Hide() { qj::gemm_hide_vbmi_for_tests(true); }
+    ~Hide() { qj::gemm_hide_vbmi_for_tests(false); }
+  } hide;
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX512) continue;
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 7100;
+    for (qj_dtype at : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})
+      for (int64_t m : {1, 3, 8, 17})
+        for (int64_t n : {5, 16, 33}) {
+          Case t;
+          t.a = at;
+          t.w = QJ_MXFP6_E2M3;
+          t.m = m;
+          t.n = n;
+          t.k = 128;
+          t.seed = seed++;
+          t.nan_w = seed % 4 == 0 ? 2 : 0;
+          t.zero_blocks = seed % 5 == 0;
+          t.all_codes = seed % 3 == 0;
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
   }
 }
 

@@ -300,15 +300,17 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
-    // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read MXFP4 and
-    // MXINT8 weights in place (their int8-kernel layouts); the others become weights of the same
-    // values (E4M3 codes or BDR integer forms), for the tier the plan runs at. Measured (zmm, one
+    // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read MXFP4, MXINT8
+    // and E2M3 weights in place (their int8-kernel layouts); E3M2 / BDR become weights of the same
+    // values (E4M3 codes or BDR integer forms), for the tier the plan runs at. E2M3 in place
+    // measured 39 / 108 GOPS at M = 1 / 256 (zmm) as through its former E4M3 copy, 23 / 67 against
+    // 27 / 65 at AVX2. Measured (zmm, one
     // core, 1 x 4096 x 4096 / 1 x 1024 x 1024 / 64 x 4096 x 4096 GOPS): MXFP4 in place 64.5 /
     // - / 109 against 38 / - / 108 through an E4M3 copy; MXINT8 in place 39 / 40 / 108 against
     // 52 / 56 / 108 through an int8 copy (two shifts per vector instead of one vpmovsxbd): the
     // copy would be faster at M = 1 but would double the weights' memory for every plan.
     if (fp8_a && w->is_mx()) {
-      if (w->dtype != QJ_MXFP4_E2M1 && w->dtype != QJ_MXINT8) {
+      if (w->dtype != QJ_MXFP4_E2M1 && w->dtype != QJ_MXINT8 && w->dtype != QJ_MXFP6_E2M3) {
         std::shared_ptr<PackedWeights> wf;
         QJ_TRY(mx_weights_for_fp32_a(*w, max_isa(), &wf));
         w = std::move(wf);
@@ -652,6 +654,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     // (measured: 64x512xK, K = 1024: 67% of the FMA peak direct, 92% packed).
     key.flags = float_direct_a(desc, *w) ? 1 : 0;
     if (mx_blocks && fp8_block_accumulators(p->isa, 14)) key.flags |= 2;
+    if (w->dtype == QJ_MXFP6_E2M3 && has_vbmi()) key.flags |= 4;  // E2M3 decoded by vpermb
     const int mr = std::max(1, gemm_float_max_mr(key, 14));
     p->blk = float_blocking(*w, mr);
     p->n_pad = w->n_panels * w->nr;
@@ -681,7 +684,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       while (sets < 4 && r * nrv * sets < 8) sets *= 2;
       key.mr = static_cast<uint8_t>(r);
       key.param[0] = static_cast<uint32_t>(sets);
-      if (mx_blocks) key.flags = (key.flags & 1) | (fp8_block_accumulators(p->isa, r) ? 2 : 0);
+      if (mx_blocks) key.flags = (key.flags & 5) | (fp8_block_accumulators(p->isa, r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);

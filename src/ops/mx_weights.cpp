@@ -204,12 +204,12 @@ int e4m3_code_of(float v) {
 
 qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
   const int64_t k = src.k, n = src.n;
-  if (src.dtype == QJ_MXFP4_E2M1 || src.dtype == QJ_MXINT8)
+  if (src.dtype == QJ_MXFP4_E2M1 || src.dtype == QJ_MXINT8 || src.dtype == QJ_MXFP6_E2M3)
     return fail(QJ_ERR_INTERNAL, "%s weights are read in place by the fp32-FMA kernels (no copy)",
                 qj_dtype_name(src.dtype));
-  if (src.dtype == QJ_MXFP6_E2M3 || src.dtype == QJ_MXFP6_E3M2) {
-    // Every E2M3 / E3M2 value is an E4M3 value (fewer exponent and mantissa bits, |v| <= 28 <
-    // 448): the same blocks as MXFP8 E4M3 with the same scale bytes.
+  if (src.dtype == QJ_MXFP6_E3M2) {
+    // Every E3M2 value is an E4M3 value (fewer exponent and mantissa bits, |v| <= 28 < 448): the
+    // same blocks as MXFP8 E4M3 with the same scale bytes.
     // Integer form q (value * 2^shift, |q| <= 448) -> E4M3 code, built from the type's codes.
     const mx::ElemFormat& f = *mx::format(src.dtype);
     const float* vt = mx::value_table(src.dtype);
