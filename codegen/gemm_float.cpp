@@ -43,7 +43,9 @@ using namespace asmjit::x86;
 //              dword holds k0 + r (low nibble) and k0 + 4 + r (high nibble)
 //   kE2m3Quad  kMxByte, MXFP6 E2M3 codes in place (the layout of kInt8Quad): each chunk of lanes
 //              dwords is decoded once to the int8 integer forms q = 8v, then read as kInt8Quad
-enum class MxSrc { kFp8, kInt, kInt8Quad, kFp4Nibble, kE2m3Quad };
+//   kE3m2Pair  kMx16, MXFP6 E3M2 codes in place: per 8-k step and column vector, for pair row o
+//              lanes words (codes of k0 + 2o, k0 + 2o + 1), each word's byte e = k % 2
+enum class MxSrc { kFp8, kInt, kInt8Quad, kFp4Nibble, kE2m3Quad, kE3m2Pair };
 
 struct Plan {
   cg::Simd s;
@@ -110,6 +112,8 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   } else if (bt == QJ_MXFP6_E2M3) {
     p->src = MxSrc::kE2m3Quad;
     p->shift = 3;
+  } else if (bt == QJ_MXFP6_E3M2) {
+    p->src = MxSrc::kE3m2Pair;
   } else {
     p->mx = false;
     if (bt != QJ_F16 && bt != QJ_BF16) {
@@ -160,7 +164,9 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 3;
       if (!p->vbmi && p->s.zmm) p->cst = used, used += 3;
     }
-    const bool quad = p->src == MxSrc::kInt8Quad || p->src == MxSrc::kFp4Nibble || p->src == MxSrc::kE2m3Quad;
+    if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
+    const bool quad = p->src == MxSrc::kInt8Quad || p->src == MxSrc::kFp4Nibble || p->src == MxSrc::kE2m3Quad ||
+                      p->src == MxSrc::kE3m2Pair;
     p->step_bytes = p->src == MxSrc::kFp4Nibble ? 4 * p->nr : 8 * p->nr * p->eb;
     p->upi = quad ? 8 : p->sets;
     if (p->block % p->upi != 0 || p->upi % p->sets != 0) {
@@ -221,8 +227,12 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
 //     wanted nibble is at bits 0..3, then vpermps from a register of the 16 code values (zmm:
 //     vpermps reads the index's low 4 bits, so no mask; ymm reads 3 bits: the 8 magnitudes, and
 //     bit 3 moved to the sign (vpslld 28, vpand 0x80000000, vxorps)).
-//   The quad layouts hold 8 k per step, so their inner loop runs one step (8 units) per
-//   iteration. Where value = element * 2^-shift (MXINT8 6; BDR m), the scale vectors are
+//   MXFP6 E2M3 in the quad layout (kE2m3Quad, read in place): a chunk to q = 8v once
+//     (emit_e2m3_chunk), then as MXINT8.
+//   MXFP6 E3M2 in the int16-pair kernels' layout (kE3m2Pair, read in place): through fp16 as
+//     value * 2^-12, the 2^12 in col_mult (see emit_mx_int_decode).
+//   These layouts hold 8 k per step, so their inner loop runs one step (8 units) per
+//   iteration. Where value = element * 2^-shift (MXINT8 6, E2M3 3; BDR m), the scale vectors are
 //   multiplied by 2^-shift (exact: 2^(b - 127 - shift) >= 2^-134, an fp32 subnormal at worst).
 // Red-zone constants (dwords 1, 0xfe, 0x400000, 2^-shift; zmm: one each at rsp-16.., ymm: vectors
 // at rsp-128).
@@ -303,6 +313,37 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
       a.vpsrad(v, v, 24);
     }
     a.vcvtdq2ps(v, v);
+    return;
+  }
+  if (p.src == MxSrc::kE3m2Pair) {
+    // The code as an fp16 of value * 2^-12 (exponent bias 3 -> 15; subnormals land on fp16
+    // subnormals): sign << 15 | (code & 0x1f) << 8 = ((code << 10) >> 2 arithmetically) & 0x9fff,
+    // the high byte first moved down; then vcvtph2ps. The 2^12 is in col_mult (the plan), as
+    // E4M3's 2^8 (a vmulps per vector here measured 0.8x at M = 1 and 256, zmm).
+    const Vec h = s.half(v.id());
+    const Mem m = ptr(rdx, j * 8 * s.lanes32 + (u / 2) * 2 * s.lanes32, s.bytes / 2);
+    if (u % 2 == 0) {
+      if (s.zmm) {
+        a.vpsllw(h, m, 10);
+      } else {
+        a.vmovdqu(h, m);
+        a.vpsllw(h, h, 10);
+      }
+    } else {
+      if (s.zmm) {
+        a.vpsrlw(h, m, 8);
+      } else {
+        a.vmovdqu(h, m);
+        a.vpsrlw(h, h, 8);
+      }
+      a.vpsllw(h, h, 10);
+    }
+    a.vpsraw(h, h, 2);
+    if (s.zmm)
+      a.vpandd(h, h, s.half(p.tbl));
+    else
+      a.vpand(h, h, s.half(p.tbl));
+    a.vcvtph2ps(v, h);
     return;
   }
   // kFp4Nibble
@@ -524,6 +565,15 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       } else {
         a.vbroadcasti128(s.v(p.tbl), ptr(l_fp4, 64));
         a.vbroadcasti128(s.v(p.tbl + 1), ptr(l_fp4, 80));
+      }
+    }
+    if (p.src == MxSrc::kE3m2Pair) {
+      a.mov(eax, 0x9fff9fffu);  // the word mask
+      if (s.zmm) {
+        a.vpbroadcastd(s.v(p.tbl), eax);
+      } else {
+        a.vmovd(xmm(p.tbl), eax);
+        a.vpbroadcastd(s.v(p.tbl), xmm(p.tbl));
       }
     }
     if (p.src == MxSrc::kFp4Nibble) {

@@ -8,13 +8,13 @@
 // codes through fp16 (unpack or zero-extend, shift; E4M3 rebiased) then vcvtph2ps, with the E8M0
 // block scales applied in fp32 (layout kMxFp8; details in gemm_float.cpp); the integer forms of
 // BDR weights (int8, MX9 int16) by vpmovsx + vcvtdq2ps in blocks of 16; MXINT8 / MXFP6 E2M3
-// (kMxByte; E2M3 first to q = 8v by vpermb or vpshufb) and MXFP4 (kMxNibble) codes in place, by
-// shifts + vcvtdq2ps and by vpermps of a value table. A values
+// (kMxByte; E2M3 first to q = 8v by vpermb or vpshufb), MXFP4 (kMxNibble) and MXFP6 E3M2 (kMx16)
+// codes in place, by shifts + vcvtdq2ps, by vpermps of a value table and through fp16. A values
 // are embedded broadcasts (AVX-512) or vbroadcastss (AVX2) from the packed tile.
 // Key fields used:
 //   isa            avx2 (ymm, 16 registers) or avx512 / avx512_vnni (zmm, 32 registers)
 //   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1, QJ_MXINT8,
-//                  QJ_MXFP6_E2M3, or
+//                  QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, or
 //                  (integer forms) QJ_BDR_MX9 / MX6 / MX4;  a_type QJ_F32 (the packed tile)
 //   mr, nr         register tile (nr a multiple of the vector width)
 //   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)

@@ -545,7 +545,7 @@ int pair_mr(const Pair& p, int64_t n) {
     // integer forms (the MXFP8 panels). (E2M3 with VBMI needs fewer registers than keyed here.)
     const qj_isa isa = qj_max_isa();
     if (isa < QJ_ISA_AVX2) return 1;
-    const bool in_place = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXINT8 || p.w == QJ_MXFP6_E2M3;
+    const bool in_place = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXINT8 || p.w == QJ_MXFP6_E2M3 || p.w == QJ_MXFP6_E3M2;
     const bool int_form = fp8_a && qj::bdr::format(p.w) != nullptr;
     const qj_dtype bt = in_place || int_form || p.w == QJ_MXFP8_E5M2 ? p.w : QJ_MXFP8_E4M3;
     qj::KernelKey key = qj::KernelKey::zeroed();

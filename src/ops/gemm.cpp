@@ -300,17 +300,18 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
-    // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read MXFP4, MXINT8
-    // and E2M3 weights in place (their int8-kernel layouts); E3M2 / BDR become weights of the same
-    // values (E4M3 codes or BDR integer forms), for the tier the plan runs at. E2M3 in place
-    // measured 39 / 108 GOPS at M = 1 / 256 (zmm) as through its former E4M3 copy, 23 / 67 against
-    // 27 / 65 at AVX2. Measured (zmm, one
+    // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read MXFP4, MXINT8,
+    // E2M3 and E3M2 weights in place (their integer kernels' layouts); BDR weights become their
+    // integer forms, for the tier the plan runs at. E2M3 / E3M2 in place measured 39 / 108 and
+    // 34-35 / 107-109 GOPS at M = 1 / 256 (zmm), as through their former E4M3 copies (38 / 108,
+    // 36-37 / 106-109); AVX2 23 / 67 and 20-21 / 78-79 against 27 / 65 and 25 / 65. Measured (zmm, one
     // core, 1 x 4096 x 4096 / 1 x 1024 x 1024 / 64 x 4096 x 4096 GOPS): MXFP4 in place 64.5 /
     // - / 109 against 38 / - / 108 through an E4M3 copy; MXINT8 in place 39 / 40 / 108 against
     // 52 / 56 / 108 through an int8 copy (two shifts per vector instead of one vpmovsxbd): the
     // copy would be faster at M = 1 but would double the weights' memory for every plan.
     if (fp8_a && w->is_mx()) {
-      if (w->dtype != QJ_MXFP4_E2M1 && w->dtype != QJ_MXINT8 && w->dtype != QJ_MXFP6_E2M3) {
+      if (w->dtype != QJ_MXFP4_E2M1 && w->dtype != QJ_MXINT8 && w->dtype != QJ_MXFP6_E2M3 &&
+          w->dtype != QJ_MXFP6_E3M2) {
         std::shared_ptr<PackedWeights> wf;
         QJ_TRY(mx_weights_for_fp32_a(*w, max_isa(), &wf));
         w = std::move(wf);
@@ -663,8 +664,9 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     float* ml = p->col_mult.data<float>();
     float* bi = p->col_bias.data<float>();
     // Float weights have no scale: y = fma(acc, 1, bias) = acc + bias. MXFP8 E4M3 is decoded as
-    // value * 2^-8 (codegen/gemm_float.cpp): the exact 2^8 is applied here.
-    const float mult = w->dtype == QJ_MXFP8_E4M3 ? 256.0f : 1.0f;
+    // value * 2^-8, MXFP6 E3M2 as value * 2^-12 (codegen/gemm_float.cpp): the exact 2^8 / 2^12
+    // is applied here.
+    const float mult = w->dtype == QJ_MXFP8_E4M3 ? 256.0f : w->dtype == QJ_MXFP6_E3M2 ? 4096.0f : 1.0f;
     for (int64_t c = 0; c < n; ++c) {
       ml[c] = mult;
       bi[c] = desc.bias ? p->bias[c] : 0.0f;

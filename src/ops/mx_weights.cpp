@@ -189,51 +189,11 @@ qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_pt
   return QJ_OK;
 }
 
-namespace {
-
-// E4M3 code of an exact E4M3 value (positive finite codes searched; the sign bit added).
-int e4m3_code_of(float v) {
-  static const float* tab = mx::value_table(QJ_MXFP8_E4M3);
-  const float a = std::fabs(v);
-  for (int c = 0; c < 0x7F; ++c)
-    if (tab[c] == a) return (std::signbit(v) ? 0x80 : 0) | c;
-  return -1;
-}
-
-}  // namespace
-
 qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
   const int64_t k = src.k, n = src.n;
-  if (src.dtype == QJ_MXFP4_E2M1 || src.dtype == QJ_MXINT8 || src.dtype == QJ_MXFP6_E2M3)
+  if (!mx16_weights_type(src.dtype) || src.dtype == QJ_MXFP6_E3M2)
     return fail(QJ_ERR_INTERNAL, "%s weights are read in place by the fp32-FMA kernels (no copy)",
                 qj_dtype_name(src.dtype));
-  if (src.dtype == QJ_MXFP6_E3M2) {
-    // Every E3M2 value is an E4M3 value (fewer exponent and mantissa bits, |v| <= 28 < 448): the
-    // same blocks as MXFP8 E4M3 with the same scale bytes.
-    // Integer form q (value * 2^shift, |q| <= 448) -> E4M3 code, built from the type's codes.
-    const mx::ElemFormat& f = *mx::format(src.dtype);
-    const float* vt = mx::value_table(src.dtype);
-    std::vector<uint8_t> code8(897, 0);
-    for (int c = 0; c < (1 << f.bits); ++c) {
-      const int e = e4m3_code_of(vt[c]);
-      if (e < 0) return fail(QJ_ERR_INTERNAL, "%s code 0x%x has no E4M3 code", qj_dtype_name(src.dtype), c);
-      const int q = static_cast<int>(std::ldexp(vt[c], f.int_shift));
-      if (vt[c] != 0.0f || !std::signbit(vt[c])) code8[q + 448] = static_cast<uint8_t>(e);  // 0: +0
-    }
-    const int64_t blocks = k / mx::kBlock;
-    std::vector<uint8_t> el(static_cast<size_t>(n) * k), sc(static_cast<size_t>(n) * blocks);
-    for (int64_t c = 0; c < n; ++c) {
-      for (int64_t kk = 0; kk < k; ++kk) el[c * k + kk] = code8[src.q(kk, c) + 448];
-      for (int64_t b = 0; b < blocks; ++b) sc[c * blocks + b] = src.mx_scale_byte(b, c);
-    }
-    qj_weights_desc d{};
-    d.dtype = QJ_MXFP8_E4M3;
-    d.k = k;
-    d.n = n;
-    d.layout = QJ_LAYOUT_NK;
-    const qj_mx_weights_data md{el.data(), sc.data(), blocks};
-    return pack_mx_weights(d, &md, k, isa, out);
-  }
   // BDR: the integer forms q (int8; MX9, |q| <= 254: int16) with the same blocks of 16 and
   // exponent bytes, in the kMxFp8 layout: the fp32-FMA kernel converts q to fp32 (exact) and
   // applies 2^(b - 127 - shift) per block. MX6 / MX4 one byte per weight, MX9 two.
