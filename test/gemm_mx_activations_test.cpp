@@ -31,7 +31,6 @@
 #include "codegen/gemm_float.h"
 #include "codegen/gemm_int.h"
 #include "src/core/isa.h"
-#include "src/ops/gemm.h"
 #include "src/core/kernel_key.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
@@ -204,9 +203,9 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   int steps = static_cast<int>(wblocks) + 1;
   // The fp32 route (MXFP8 weights): A dequantized exactly to fp32 feeds the fp32-FMA kernel, so
   // the file comment's fp32 bound applies with S = sum_k |a_k w_k| in place of sum_g |T_g|.
-  // MXFP8 A takes the same route with every weight type (weights as E4M3 / BF16 of the same
-  // values; the BF16 kernel's terms see <= K + 2 roundings, inside the same D, and its
-  // subnormal roundings are 2^-150 in the units of the result, below the 2^-142 used here).
+  // MXFP8 A takes the same route with every weight type: element values (or integer forms)
+  // times their block factor, applied to each block's sum as for MXFP8 weights (E3M2 decoded as
+  // value * 2^-12 with the 2^12 applied at the end, as E4M3's 2^8).
   const bool f32_route = t.w == QJ_MXFP8_E4M3 || t.w == QJ_MXFP8_E5M2 || t.a == QJ_MXFP8_E4M3 || t.a == QJ_MXFP8_E5M2;
   // E3M2 A x FP4 / E2M3 / INT8 weights run as BDR weights of the same values (16-blocks): one
   // rounding per half block, so the magnitude is taken per 16 (sum_k |a_k w_k| bounds it).
@@ -541,7 +540,7 @@ int pair_mr(const Pair& p, int64_t n) {
   const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
   if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
     // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
-    // MXFP4 / MXINT8 / E2M3 weights in place (their own panels), E3M2 as E4M3, BDR as their
+    // MXFP4 / MXINT8 / E2M3 / E3M2 weights in place (their own panels), BDR as their
     // integer forms (the MXFP8 panels). (E2M3 with VBMI needs fewer registers than keyed here.)
     const qj_isa isa = qj_max_isa();
     if (isa < QJ_ISA_AVX2) return 1;
@@ -652,10 +651,7 @@ TEST(GemmMxPairs, NanScalesZeroBlocksCodesAndThreads) {
 // codes with two vpshufb tables and byte masks instead of one vpermb (the AVX2 kernels always do,
 // with vpblendvb / vpsignb; ShapeSweep covers them). Every code, NaN / zero blocks, tails.
 TEST(GemmMxPairs, Fp8ATimesE2m3WithoutVbmi) {
-  struct Hide {
-    Hide() { qj::gemm_hide_vbmi_for_tests(true); }
-    ~Hide() { qj::gemm_hide_vbmi_for_tests(false); }
-  } hide;
+  qjt::HideVbmi hide;
   for (qj_isa isa : qjt::supported_isas()) {
     if (isa < QJ_ISA_AVX512) continue;
     qjt::IsaCap cap(isa);

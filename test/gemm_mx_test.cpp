@@ -314,13 +314,10 @@ TEST(GemmMx, SpecialScaleOnlyInTailColumn) {
 }
 
 // On the VNNI tier without VBMI (e.g. Cascade Lake) MXFP4 decodes with vpshufb + vpand ahead of
-// vpdpbusd (with VBMI, vpermb), E2M3 with two vpshufb tables of its magnitudes and a masked blend
-// for the sign (with VBMI, one vpermb). Tails in M and N.
+// vpdpbusd (with VBMI, vpermb), E2M3 with two vpshufb tables of its magnitudes, the high table
+// and the sign applied under byte masks (with VBMI, one vpermb). Tails in M and N.
 TEST(GemmMx, VnniWithoutVbmi) {
-  struct Hide {
-    Hide() { qj::gemm_hide_vbmi_for_tests(true); }
-    ~Hide() { qj::gemm_hide_vbmi_for_tests(false); }
-  } hide;
+  qjt::HideVbmi hide;
   for (qj_isa isa : qjt::supported_isas()) {
     if (isa < QJ_ISA_AVX512_VNNI) continue;
     qjt::IsaCap cap(isa);

@@ -1,5 +1,7 @@
 #include "test/test_util.h"
 
+#include "src/ops/gemm.h"
+
 #include <cstdlib>
 
 namespace qjt {
@@ -16,6 +18,9 @@ IsaCap::IsaCap(qj_isa isa) : prev_(qj_max_isa()) {
   if (qj_set_max_isa(isa) != QJ_OK) std::abort();
 }
 IsaCap::~IsaCap() { qj_set_max_isa(prev_); }
+
+HideVbmi::HideVbmi() { qj::gemm_hide_vbmi_for_tests(true); }
+HideVbmi::~HideVbmi() { qj::gemm_hide_vbmi_for_tests(false); }
 
 std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
   std::mt19937 g(seed);

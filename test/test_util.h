@@ -23,6 +23,14 @@ class IsaCap {
   qj_isa prev_;
 };
 
+// For its lifetime, GEMM plans are created as on a CPU without AVX512-VBMI (the vpshufb decoders
+// run instead of the vpermb ones; qj::gemm_hide_vbmi_for_tests).
+class HideVbmi {
+ public:
+  HideVbmi();
+  ~HideVbmi();
+};
+
 template <class T>
 std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
   std::mt19937 g(seed);

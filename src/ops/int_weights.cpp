@@ -184,13 +184,6 @@ uint16_t PackedWeights::code(int64_t kk, int64_t col) const {
 }
 
 float PackedWeights::value(int64_t kk, int64_t col) const {
-  if (is_mx_fp8()) {  // code value * 2^(b - 127), rounded once (exact unless beyond fp32: +-Inf)
-    const uint8_t b = mx_scale_byte(kk / group_size, col);
-    if (b == mx::kScaleNaN) return mx::e8m0_to_f32(b);
-    if (dtype == QJ_MXFP8_E4M3 || dtype == QJ_MXFP8_E5M2)
-      return mx::mul_pow2(mx::decode_elem(*mx::format(dtype), mx_code(kk, col)), b - 127);
-    return mx::mul_pow2(static_cast<float>(q(kk, col)), b - 127 - mx_int_shift(dtype));  // integer forms
-  }
   uint16_t h = code(kk, col);
   return dtype == QJ_F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }

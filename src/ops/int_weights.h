@@ -118,7 +118,7 @@ struct PackedWeights {
   int32_t nibble_offset() const;
   int32_t q(int64_t kk, int64_t col) const;       // read back one quantized value (integer)
   uint16_t code(int64_t kk, int64_t col) const;   // read back one fp16 / bf16 code (float)
-  float value(int64_t kk, int64_t col) const;     // decoded float weight (float; MXFP8: code * scale)
+  float value(int64_t kk, int64_t col) const;     // decoded float weight (F16 / BF16)
   float scale(int64_t g, int64_t col) const;   // MX: 2^(b-127) of the E8M0 byte (NaN for 0xFF)
   // Every scale(g, col) as [groups()][n] floats, in one pass (over the panels' scale bytes for
   // MX / BDR): for the per-(group, column) loops of plan creation.

@@ -48,7 +48,8 @@ float mx_act_block_scale(qj_dtype t, uint8_t b);
 // Plan creation with MX A and weights w: MXFP4 / E2M3 / MXINT8 or S4 / U4 groups of 32 with the
 // int8 A types; E3M2 / BDR with every A type but FP8; MXFP4 / E2M3 / MXINT8 also with E3M2 A
 // (gemm.cpp repacks them as BDR, mx16_from_int8_mx); F16 / BF16 / MXFP8 with every MX type; every
-// MX / BDR type with FP8 A (gemm.cpp converts them, mx_weights_for_fp32_a). QJ_ERR_UNSUPPORTED
+// MX / BDR type with FP8 A (the fp32-FMA kernel reads them in place; BDR weights converted,
+// mx_weights_for_fp32_a). QJ_ERR_UNSUPPORTED
 // naming the pair it cannot run (and QJ_ERR_INVALID_ARGUMENT for an output type that does not
 // apply).
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w);
