@@ -456,7 +456,7 @@ struct DPlan {
   bool vnni;
   int mr, nr, nrv;
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0;
-  int acc0, acc1, facc, dec0, cst, dtmp, ones, abc, tmp;
+  int acc0, acc1, facc, dec0, cst, dtmp, ones, hi_mult, abc, tmp;
   int ndec;  // decoded-weight registers
   int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
 };
@@ -466,7 +466,8 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   // vpermb decoders on zmm kernels of the VNNI tier when the CPU has VBMI (the AVX-512 tier keeps
   // the vpshufb forms, as on the CPUs it stands for).
   p->vbmi = p->s.zmm && key.isa >= QJ_ISA_AVX512_VNNI && (key.flags & 32) != 0;
-  p->dec = cg::decoder_info(key.b_type, p->vbmi);
+  p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
+  p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni, p->s.zmm);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
     p->dec.n_temps = 0;
@@ -479,8 +480,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     *why = "no JIT kernel below avx2";
     return false;
   }
-  p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
-  if (!p->vnni && !p->dec.pair_exact) {
+  if (!p->vnni && !p->dec.int16 && p->dec.s16_terms == 0) {
     *why = "this weight type needs VNNI (its decoded bytes overflow vpmaddubsw pairs)";
     return false;
   }
@@ -534,15 +534,26 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->ndec = p->dec.int16 ? 2 * p->nrv : p->dec.n_out * p->nrv;
   p->dec0 = used, used += p->ndec;
   p->cst = used, used += p->dec.n_consts + (p->scaled ? p->dec.scaled_consts : 0);
-  p->dtmp = used, used += p->dec.n_temps;
-  p->ones = p->abc = p->tmp = -1;
+  p->ones = p->hi_mult = p->abc = p->tmp = -1;
   if (!p->vnni && p->dec.int16) {  // vpbroadcastd A pair, vpmaddwd product
+    p->dtmp = used, used += p->dec.n_temps;
     p->abc = used, used += 1;
     p->tmp = used, used += 1;
   } else if (!p->vnni) {
+    // vpmaddubsw products: the step's A quads broadcast, one or two temporaries; the decoder's
+    // temporaries are free by then and share those registers.
     p->ones = used, used += 1;
-    p->abc = used, used += p->dec.n_out;
-    p->tmp = used, used += 2;
+    if (p->dec.hi_shift) p->hi_mult = used, used += 1;
+    // One product per sum (E2M3): each A quad is broadcast just before its products, into one
+    // register (AVX2: frees a register for a fourth row).
+    const int nabc = p->dec.s16_terms > 1 ? p->dec.a_quads : 1;
+    p->abc = used, used += nabc;
+    const int ntmp = p->dec.s16_terms > 1 ? 2 : 1;
+    p->tmp = used, used += ntmp;
+    p->dtmp = p->abc;
+    if (p->dec.n_temps > nabc + ntmp) used += p->dec.n_temps - nabc - ntmp;
+  } else {
+    p->dtmp = used, used += p->dec.n_temps;
   }
   if (used > p->s.regs || p->ndec < p->nrv + 1) {
     *why = "register tile too large for the ISA";
@@ -557,6 +568,9 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
   const int n_out = p.dec.n_out;
+  // A units of a step: s8 quads (DecoderInfo::a_quads; output o multiplies quad o % a_quads) or,
+  // on the int16 path, s16 pairs (one per pair row).
+  const int a_units = p.dec.int16 ? n_out : p.dec.a_quads;
   const int step_bytes = p.nr * p.dec.bytes_per_col_step;
   const int col_bytes = p.dec.bytes_per_col_step * s.lanes32;  // one column vector of a step
   const bool mx = p.dec.e8m0_scales;  // E8M0 bytes after the panel's steps (r15), no inline params
@@ -565,6 +579,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.consts = p.cst;
   dr.temps = p.dtmp;
   dr.vbmi = p.vbmi;
+  dr.vnni = p.vnni;
 
   cg::emit_save_callee_regs(a);
   cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
@@ -578,12 +593,17 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
   }
   if (!p.vnni && !p.dec.int16) {
-    a.mov(eax, 0x00010001);  // s16 ones for vpmaddwd
-    if (s.zmm) {
-      a.vpbroadcastd(s.v(p.ones), eax);
-    } else {
-      a.vmovd(xmm(p.ones), eax);
-      a.vpbroadcastd(s.v(p.ones), xmm(p.ones));
+    // s16 ones for vpmaddwd (and 2^hi_shift for the decoder's high outputs)
+    const int wreg[2] = {p.ones, p.hi_mult};
+    const uint32_t wval[2] = {0x00010001u, 0x00010001u << p.dec.hi_shift};
+    for (int w = 0; w < 2 && wreg[w] >= 0; ++w) {
+      a.mov(eax, wval[w]);
+      if (s.zmm) {
+        a.vpbroadcastd(s.v(wreg[w]), eax);
+      } else {
+        a.vmovd(xmm(wreg[w]), eax);
+        a.vpbroadcastd(s.v(wreg[w]), xmm(wreg[w]));
+      }
     }
   }
   a.mov(rdx, ARG(b));
@@ -623,7 +643,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
 
   // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
   auto emit_step = [&](int u) {
-    const int a_off = u * n_out * p.mr * 4, b_off = u * step_bytes;
+    const int a_off = u * a_units * p.mr * 4, b_off = u * step_bytes;
     if (p.dec.int16) {
       // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
       // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
@@ -661,22 +681,30 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
           for (int j = 0; j < p.nrv; ++j) {
             const int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
             a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
-                       dword_ptr(rsi, a_off + (o * p.mr + i) * 4)._1to16());
+                       dword_ptr(rsi, a_off + ((o % a_units) * p.mr + i) * 4)._1to16());
           }
     } else {
-      const Vec t0 = s.v(p.tmp), t1 = s.v(p.tmp + 1);
+      // Runs of s16_terms products added in s16, each run widened by vpmaddwd (ones, or
+      // 2^hi_shift for outputs o >= a_quads) into the accumulator.
+      const int terms = p.dec.s16_terms;
+      const Vec t0 = s.v(p.tmp), t1 = s.v(p.tmp + (terms > 1 ? 1 : 0));
+      auto quad = [&](int i, int q) { return dword_ptr(rsi, a_off + (q * p.mr + i) * 4); };
       for (int i = 0; i < p.mr; ++i) {
-        for (int o = 0; o < n_out; ++o)
-          a.vpbroadcastd(s.v(p.abc + o), dword_ptr(rsi, a_off + (o * p.mr + i) * 4));
-        for (int j = 0; j < p.nrv; ++j) {
-          a.vpmaddubsw(t0, s.v(p.dec0 + j), s.v(p.abc));
-          for (int o = 1; o < n_out; ++o) {
-            a.vpmaddubsw(t1, s.v(p.dec0 + o * p.nrv + j), s.v(p.abc + o));
-            a.vpaddw(t0, t0, t1);
+        if (terms > 1)
+          for (int q = 0; q < a_units; ++q) a.vpbroadcastd(s.v(p.abc + q), quad(i, q));
+        for (int o0 = 0; o0 < n_out; o0 += terms) {
+          if (terms == 1) a.vpbroadcastd(s.v(p.abc), quad(i, o0));
+          const int q0 = terms > 1 ? o0 % a_units : 0;
+          for (int j = 0; j < p.nrv; ++j) {
+            a.vpmaddubsw(t0, s.v(p.dec0 + o0 * p.nrv + j), s.v(p.abc + q0));
+            for (int o = o0 + 1; o < o0 + terms; ++o) {
+              a.vpmaddubsw(t1, s.v(p.dec0 + o * p.nrv + j), s.v(p.abc + o % a_units));
+              a.vpaddw(t0, t0, t1);
+            }
+            a.vpmaddwd(t0, t0, s.v(o0 >= a_units ? p.hi_mult : p.ones));
+            Vec c = s.v(p.acc0 + i * p.nrv + j);
+            a.vpaddd(c, c, t0);
           }
-          a.vpmaddwd(t0, t0, s.v(p.ones));
-          Vec c = s.v(p.acc0 + i * p.nrv + j);
-          a.vpaddd(c, c, t0);
         }
       }
     }
@@ -686,14 +714,14 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     // types, E3M2 and the 16-K BDR blocks, keep the loop.)
     const int steps = 32 / p.dec.k_per_step;
     for (int u = 0; u < steps; ++u) emit_step(u);
-    a.add(rsi, steps * n_out * p.mr * 4);
+    a.add(rsi, steps * a_units * p.mr * 4);
     a.add(rdx, steps * step_bytes);
   } else {
     Label l_k = a.newLabel();
     a.mov(r8, ARG(k_groups));
     a.bind(l_k);
     emit_step(0);
-    a.add(rsi, n_out * p.mr * 4);
+    a.add(rsi, a_units * p.mr * 4);
     a.add(rdx, step_bytes);
     a.dec(r8);
     a.jnz(l_k);

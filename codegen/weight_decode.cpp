@@ -33,8 +33,9 @@ namespace qj::cg {
 using namespace asmjit;
 using namespace asmjit::x86;
 
-DecoderInfo decoder_info(int b_type, bool vbmi) {
+DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm) {
   DecoderInfo d;
+  d.a_quads = 2;  // every decoder's step is 8 K
   switch (b_type) {
     case QJ_S4:
     case QJ_U4:
@@ -43,7 +44,7 @@ DecoderInfo decoder_info(int b_type, bool vbmi) {
       d.bytes_per_col_step = 4;
       d.n_out = 2;
       d.offset = b_type == QJ_S4 ? 8 : 0;
-      d.pair_exact = true;
+      d.s16_terms = 2;  // 2 * 2 * 15 * 128 < 2^15
       d.n_consts = 1;  // 0x0f bytes
       d.scaled_consts = 1;  // 0xf0 bytes
       d.n_temps = 0;
@@ -56,7 +57,7 @@ DecoderInfo decoder_info(int b_type, bool vbmi) {
       d.bytes_per_col_step = 4;
       d.n_out = 2;
       d.offset = 12;
-      d.pair_exact = true;  // d <= 24: two vpmaddubsw pairs per s16 lane stay below 2^15
+      d.s16_terms = 2;  // d <= 24: two vpmaddubsw pairs per s16 lane stay below 2^15
       d.n_consts = vbmi ? 1 : 2;  // vbmi: the 64-entry table; else 0x0f bytes, the LUT per 128 bits
       d.e8m0_scales = true;
       break;
@@ -70,20 +71,25 @@ DecoderInfo decoder_info(int b_type, bool vbmi) {
       d.bytes_per_col_step = 8;
       d.n_out = 2;
       d.offset = 60;
-      d.pair_exact = false;  // the kernel adds 2 pairs in s16: 4 * 120 * 128 overflows
-      d.n_consts = vbmi ? 1 : 5;
-      d.n_temps = vbmi ? 0 : 1;
+      d.s16_terms = 1;  // one vpmaddubsw pair: 2 * 120 * 128 < 2^15 (two would overflow)
+      // AVX2 (ymm, no byte masks): the two tables of |q|, vpsignb and vpblendvb, then + 60: 3
+      // constants, 2 temporaries.
+      d.n_consts = vbmi ? 1 : (zmm ? 5 : 3);
+      d.n_temps = vbmi ? 0 : (zmm ? 1 : 2);
       d.e8m0_scales = true;
       break;
     case QJ_MXINT8:
-      // Codes as bytes (as E2M3); d = code ^ 0x80 = q + 128 in [0, 255].
+      // Codes as bytes (as E2M3); d = code ^ 0x80 = q + 128 in [0, 255]. VNNI: one vpxord per
+      // quad vector. Else d's nibbles, each exact in vpmaddubsw: outputs 0, 1 = d & 0x0f of quads
+      // 0, 1; outputs 2, 3 = d >> 4 (weight 16).
       d.ok = true;
       d.k_per_step = 8;
       d.bytes_per_col_step = 8;
-      d.n_out = 2;
+      d.n_out = vnni ? 2 : 4;
       d.offset = 128;
-      d.pair_exact = false;
-      d.n_consts = 1;  // 0x80 bytes
+      d.s16_terms = vnni ? 0 : 2;  // 2 * 2 * 15 * 128 < 2^15
+      d.hi_shift = vnni ? 0 : 4;
+      d.n_consts = vnni ? 1 : 2;  // 0x80 bytes (and 0x0f bytes)
       d.e8m0_scales = true;
       break;
     case QJ_MXFP6_E3M2:
@@ -100,7 +106,7 @@ DecoderInfo decoder_info(int b_type, bool vbmi) {
       // block, flags bit 2) removes the offset: one vpaddd per accumulator per block instead of a
       // vpsubw per decoded vector (M = 1 issues one multiply per decoded vector).
       d.offset = b_type == QJ_BDR_MX4 ? 8 : 0;
-      d.pair_exact = true;  // vpmaddwd is exact for any int16 pair
+      d.s16_terms = 1;  // (not used: vpmaddwd is exact for any int16 pair)
       d.e8m0_scales = true;
       // E3M2: zmm two 32-word tables (vpermi2w); ymm the +-2^max(e-1,0) and hidden-bit pshufb
       // tables and the 0x0f / 0x03 masks, 2 temps. MX9 ymm: the word bit selector, 1 temp.
@@ -176,6 +182,16 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
     case QJ_MXFP6_E2M3: {
       uint8_t lut[64];
       const int8_t* q = mx::e2m3_int_table();
+      if (!s.zmm) {
+        // |q| of the magnitudes 0..15 and 16..31 (the positive codes), each 16-byte table in both
+        // 128-bit lanes; then 60 bytes (see emit_decode).
+        for (int i = 0; i < 32; ++i) lut[i] = static_cast<uint8_t>(q[i]);
+        store_table(a, lut, 32, tmp);
+        a.vbroadcasti128(s.v(r.consts), xmmword_ptr(rsp, kRedZoneTable));
+        a.vbroadcasti128(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable + 16));
+        broadcast_dword(a, s, r.consts + 2, 0x3c3c3c3cu, tmp);
+        break;
+      }
       for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i] + 60);
       store_table(a, lut, 64, tmp);
       if (r.vbmi) {
@@ -185,7 +201,6 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       // 60 + |q| of the magnitudes 0..15 and 16..31 (the positive codes: the first 32 entries),
       // each 16-byte table in every 128-bit lane (vpshufb looks up within lanes); then the byte
       // constants 0x10 (magnitude bit 4), 0x20 (sign) and 120 (the negative side, 120 - d).
-      // (zmm only: the kernels run E2M3 on the VNNI tier, see emit_decode.)
       a.vbroadcasti32x4(s.v(r.consts), xmmword_ptr(rsp, kRedZoneTable));
       a.vbroadcasti32x4(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable + 16));
       broadcast_dword(a, s, r.consts + 2, 0x10101010u, tmp);
@@ -193,7 +208,10 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       broadcast_dword(a, s, r.consts + 4, 0x78787878u, tmp);
       break;
     }
-    case QJ_MXINT8: broadcast_dword(a, s, r.consts, 0x80808080u, tmp); break;
+    case QJ_MXINT8:
+      broadcast_dword(a, s, r.consts, 0x80808080u, tmp);
+      if (!r.vnni) broadcast_dword(a, s, r.consts + 1, 0x0f0f0f0fu, tmp);
+      break;
     case QJ_MXFP6_E3M2: {
       const int16_t* q = mx::e3m2_int_table();
       if (s.zmm) {
@@ -377,11 +395,28 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
           a.vpermb(d, d, s.v(r.consts));
           continue;
         }
-        // zmm (AVX512BW) without VBMI; the kernel runs it on the VNNI tier only (pair_exact).
-        // vpshufb reads the code's bits 0..3 (bit 7 is 0): the low table's 60 + |q|, replaced
-        // under the mask of bit 4 by the high table's; under the mask of bit 5 (the sign)
-        // 120 - (60 + |q|) = 60 - |q|.
         const Vec c = s.v(r.temps);
+        if (!s.zmm) {
+          // AVX2: vpshufb reads the code's bits 0..3 (bit 7 is 0) in the tables of |q| of the
+          // magnitudes 0..15 and 16..31; vpsignb negates both where bit 5 (the sign, moved to bit 7
+          // by a 16-bit shift of 2: the bits crossing from the lower byte are its bits 6..7, 0)
+          // is set (it zeroes where the shifted code is 0: code 0, |q| = 0); vpblendvb takes the
+          // high table's where bit 4 (bit 7 after the byte-wise doubling) is set; + 60.
+          const Vec t = s.v(r.temps + 1);
+          a.vmovdqu(c, m);
+          a.vpshufb(d, s.v(r.consts), c);
+          a.vpshufb(t, s.v(r.consts + 1), c);
+          a.vpsllw(c, c, 2);
+          a.vpsignb(d, d, c);
+          a.vpsignb(t, t, c);
+          a.vpaddb(c, c, c);
+          a.vpblendvb(d, d, t, c);
+          a.vpaddb(d, d, s.v(r.consts + 2));
+          continue;
+        }
+        // zmm (AVX512BW) without VBMI: vpshufb reads the code's bits 0..3 (bit 7 is 0): the low
+        // table's 60 + |q|, replaced under the mask of bit 4 by the high table's; under the mask
+        // of bit 5 (the sign) 120 - (60 + |q|) = 60 - |q|.
         a.vmovdqu32(c, m);
         a.vpshufb(d, s.v(r.consts), c);
         a.vptestmb(k2, c, s.v(r.consts + 2));
@@ -394,10 +429,22 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
       for (int o = 0; o < 2; ++o) {
         Mem m = src;
         m.addOffset(o * s.bytes);
+        const Vec d = s.v(out[o]);
         if (s.zmm)
-          a.vpxord(s.v(out[o]), s.v(r.consts), m);
+          a.vpxord(d, s.v(r.consts), m);
         else
-          a.vpxor(s.v(out[o]), s.v(r.consts), m);
+          a.vpxor(d, s.v(r.consts), m);
+        if (r.vnni) continue;
+        // Nibble split (non-VNNI): low nibbles to output o, high ones to output o + 2.
+        const Vec hi = s.v(out[o + 2]), mask = s.v(r.consts + 1);
+        a.vpsrlw(hi, d, 4);
+        if (s.zmm) {
+          a.vpandd(hi, hi, mask);
+          a.vpandd(d, d, mask);
+        } else {
+          a.vpand(hi, hi, mask);
+          a.vpand(d, d, mask);
+        }
       }
       break;
     default: break;

@@ -1,9 +1,9 @@
 // Weight decoders shared by the decoded-weight GEMM microkernels (codegen/gemm_int): S4 and U4,
 // and the integer-exact OCP MX element types MXFP4 (vpshufb or, with VBMI, vpermb LUT to 2v + 12),
 // MXFP6 E2M3 (vpermb 64-entry LUT to 8v + 60, or without VBMI two vpshufb tables of the 32
-// magnitudes and a masked blend for the sign) and MXINT8 (code ^ 0x80 = q + 128); and the
-// int16-pair decoders (emit_decode16) of MXFP6 E3M2 (64-word table) and BDR MX9 / MX6 / MX4 (int8
-// sign extension, MX9 doubling per flag bit).
+// magnitudes and a masked blend for the sign) and MXINT8 (code ^ 0x80 = q + 128, split into
+// nibbles below VNNI); and the int16-pair decoders (emit_decode16) of MXFP6 E3M2 (64-word table)
+// and BDR MX9 / MX6 / MX4 (int8 sign extension, MX9 doubling per flag bit).
 //
 // The contract between a decoder and the kernel that calls it:
 //  - The packed panel is a sequence of *steps*. One step holds bytes_per_col_step bytes for each
@@ -19,9 +19,14 @@
 //    with A as the signed one, and removes offset (and any zero point) with a row-sum correction.
 //    A decoder whose natural output is signed (an FP4 LUT to int8, say) adds its offset in the
 //    LUT for free.
-//  - For the exact non-VNNI path (vpmaddubsw + vpmaddwd) |d * a + d' * a'| must stay below 2^15
-//    for |a| <= 128: d <= 127. 4-bit types satisfy it; a decoder that does not sets pair_exact =
-//    false and the kernel then requires VNNI.
+//  - The exact non-VNNI path multiplies by vpmaddubsw (pairs of d * a summed in s16, saturating),
+//    adds s16_terms such products of consecutive outputs in s16, and widens the sum by vpmaddwd
+//    (with ones, or 2^hi_shift for the outputs o >= a_quads). With |a| <= 128 that is exact while
+//    s16_terms * 2 * 128 * max d < 2^15: 4-bit types add both quads (d <= 15), E2M3 takes one
+//    product at a time (d <= 120), and MXINT8 (d up to 255) has its own non-VNNI decoder that
+//    splits each byte into nibbles (d = 16 hi + lo: outputs 0, 1 the low nibbles of quads 0, 1,
+//    outputs 2, 3 the high ones, hi_shift 4). s16_terms = 0: no non-VNNI path.
+//  - Output o multiplies the A quad o % a_quads of the step (a_quads = k_per_step / 4).
 //  - Constants (masks, LUTs) live in n_consts vector registers loaded once per kernel by
 //    emit_decoder_setup; emit_decode may also use n_temps scratch registers.
 //  - Scaled outputs (scaled_shift > 0): when the kernel accumulates output o >= 1 in its own
@@ -44,7 +49,9 @@ struct DecoderInfo {
   int bytes_per_col_step = 0;  // packed bytes per column per step
   int n_out = 0;               // quad vectors produced per column vector (k_per_step / 4)
   int32_t offset = 0;          // decoded byte = q + offset
-  bool pair_exact = false;     // decoded bytes <= 127 (exact with vpmaddubsw)
+  int a_quads = 0;             // A quads per step (k_per_step / 4)
+  int s16_terms = 0;           // non-VNNI: products added in s16 before widening (0: none)
+  int hi_shift = 0;            // non-VNNI: outputs o >= a_quads weigh 2^hi_shift
   int n_consts = 0;            // vector registers of constants
   int n_temps = 0;             // scratch vector registers during emit_decode
   int scaled_shift = 0;        // > 0: emit_decode(scaled = true) is available (see above)
@@ -66,13 +73,16 @@ struct DecoderInfo {
 constexpr int kRedZoneTable = -128;
 
 // vbmi: the kernel may use AVX512-VBMI (zmm kernels on a CPU that has it): decoders that have a
-// vpermb form use it (MXFP4: fewer uops, one constant register instead of two).
-DecoderInfo decoder_info(int b_type, bool vbmi = false);
+// vpermb form use it (MXFP4: fewer uops, one constant register instead of two). vnni: the kernel
+// multiplies by vpdpbusd (else by vpmaddubsw: MXINT8 then uses its nibble-split decoder). zmm:
+// 512-bit vectors (E2M3 without VBMI: byte masks with zmm, vpblendvb with ymm).
+DecoderInfo decoder_info(int b_type, bool vbmi = false, bool vnni = true, bool zmm = true);
 
 struct DecodeRegs {
   int consts = 0;  // first of n_consts constant registers
   int temps = 0;   // first of n_temps scratch registers
   bool vbmi = false;  // as passed to decoder_info (zmm only)
+  bool vnni = true;   // as passed to decoder_info
 };
 
 // Loads the decoder's constants (once per kernel; n_consts, plus scaled_consts when `scaled`).

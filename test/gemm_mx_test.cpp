@@ -159,8 +159,7 @@ std::string run_case(const MxCase& t) {
   qj_cache_stats(&after);
   qj_weights_destroy(w);
   if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
-  // Every MX weight type has a JIT kernel at every JIT tier (MXINT8 / E2M3 through their BDR form
-  // where their int8 form has none): no plan may fall back to src/ref.
+  // Every MX weight type has a JIT kernel at every JIT tier: no plan may fall back to src/ref.
   if (qj_max_isa() >= QJ_ISA_AVX2 && after.fallbacks != before.fallbacks) {
     qj_gemm_plan_destroy(plan);
     return std::string("plan fell back to the scalar reference at ") + qj_isa_name(qj_max_isa());
@@ -354,8 +353,7 @@ TEST(GemmMx, LargeThreadsRepackSerialize) {
       t.serialize = true;
       t.pack_isa = QJ_ISA_AVX2;
       EXPECT_EQ(run_case(t), "") << t.str();
-      // packed for the CPU's best tier, planned at this one (MXINT8 / E2M3 below VNNI: converted
-      // straight from that layout to the int16-pair form)
+      // packed for the CPU's best tier, planned at this one (repacked for it)
       t.serialize = false;
       t.pack_isa = qj_cpu_isa();
       EXPECT_EQ(run_case(t), "") << t.str();

@@ -319,25 +319,16 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       return float_plan_create(desc, std::move(w), out);
     }
   }
-  // Int8-form MX weights (MXFP4, E2M3, MXINT8) run as the BDR weights of exactly the same values
-  // and blocks (mx16_from_int8_mx: MX6 / MX9 codes in blocks of 32 with the E8M0 bytes) in the
-  // int16-pair kernel, exact at every tier: with E3M2 A (no int8 form), and for MXINT8 / E2M3
-  // where their int8 form has no exact kernel: below the VNNI tier (the kernels add two
-  // vpmaddubsw pairs of decoded bytes in int16: with bytes up to 255 and 120 that overflows).
-  // (E2M3 decodes by vpermb with AVX512-VBMI, else by two vpshufb tables.) Converted for the tier
-  // the plan will run at, so plan_common finds nothing to repack.
-  if (w->is_mx() && !w->is_mx16()) {
-    const qj_isa isa = max_isa();
-    const bool no_int8_kernel = isa >= QJ_ISA_AVX2 && (w->dtype == QJ_MXINT8 || w->dtype == QJ_MXFP6_E2M3) &&
-                                isa < QJ_ISA_AVX512_VNNI;
-    if (at == QJ_MXFP6_E3M2 || no_int8_kernel) {
-      std::shared_ptr<PackedWeights> w16;
-      QJ_TRY(mx16_from_int8_mx(*w, isa, &w16));
-      if (no_int8_kernel)
-        QJ_LOG(1, "gemm: %s weights run as %s weights of the same values (int16-pair kernel, %s)",
-               qj_dtype_name(w->dtype), qj_dtype_name(w16->dtype), isa_name(isa));
-      w = std::move(w16);
-    }
+  // Int8-form MX weights (MXFP4, E2M3, MXINT8) with E3M2 A (no int8 form) run as the BDR weights
+  // of exactly the same values and blocks (mx16_from_int8_mx: MX6 / MX9 codes in blocks of 32
+  // with the E8M0 bytes) in the int16-pair kernel, exact at every tier; converted for the tier the
+  // plan will run at, so plan_common finds nothing to repack. (Every other A type reads them in
+  // place at every tier: below VNNI, E2M3 takes one vpmaddubsw pair per s16 sum and MXINT8 is
+  // split into nibbles; codegen/weight_decode.h.)
+  if (w->is_mx() && !w->is_mx16() && at == QJ_MXFP6_E3M2) {
+    std::shared_ptr<PackedWeights> w16;
+    QJ_TRY(mx16_from_int8_mx(*w, max_isa(), &w16));
+    w = std::move(w16);
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
