@@ -455,10 +455,12 @@ struct DPlan {
   cg::DecoderInfo dec;
   bool vnni;
   int mr, nr, nrv;
-  bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0;
+  bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0, a_split;
   int acc0, acc1, facc, dec0, cst, dtmp, ones, hi_mult, abc, tmp;
   int ndec;  // decoded-weight registers
   int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
+  int acc_hi;  // a_split with VNNI: the sums of the hi parts of A (shifted left by 5 at the end)
+  int a_units;  // A units (4-byte quads / pairs) per step
 };
 
 bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
@@ -507,6 +509,12 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->scaled = (key.flags & 8) != 0;
   p->group_a = (key.flags & 16) != 0;
   p->plain_e8m0 = (key.flags & 64) != 0;
+  p->a_split = (key.flags & 128) != 0;
+  if (p->a_split && (p->dec.int16 || !p->vnni)) {
+    *why = "split A is for the int8 decoders on the VNNI tier";
+    return false;
+  }
+  p->a_units = p->dec.int16 ? p->dec.n_out : p->dec.a_quads * (p->a_split ? 2 : 1);
   if (p->group_a && (!p->grouped || key.has_row_scale)) {
     *why = "per-group A scales need grouped weights and no row scale";
     return false;
@@ -528,6 +536,8 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   // 61-87 with two sets on the shared machine).
   p->acc2 = -1;
   if (p->dual && p->dec.int16) p->acc2 = used, used += 2 * n_acc;
+  p->acc_hi = -1;
+  if (p->a_split && p->vnni) p->acc_hi = used, used += n_acc;
   p->facc = used, used += p->grouped ? n_acc : 0;
   // int16 pairs: each decoded vector is consumed before the next pair row is decoded; two sets
   // alternate so a decode can overlap the previous multiplies.
@@ -546,7 +556,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     if (p->dec.hi_shift) p->hi_mult = used, used += 1;
     // One product per sum (E2M3): each A quad is broadcast just before its products, into one
     // register (AVX2: frees a register for a fourth row).
-    const int nabc = p->dec.s16_terms > 1 ? p->dec.a_quads : 1;
+    const int nabc = p->dec.s16_terms > 1 ? p->a_units : 1;
     p->abc = used, used += nabc;
     const int ntmp = p->dec.s16_terms > 1 ? 2 : 1;
     p->tmp = used, used += ntmp;
@@ -568,9 +578,10 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
   const int n_out = p.dec.n_out;
-  // A units of a step: s8 quads (DecoderInfo::a_quads; output o multiplies quad o % a_quads) or,
-  // on the int16 path, s16 pairs (one per pair row).
-  const int a_units = p.dec.int16 ? n_out : p.dec.a_quads;
+  // A units of a step: s8 quads (DecoderInfo::a_quads; output o multiplies quad o % a_quads, and
+  // with a_split quad a_quads + o % a_quads too, the hi parts) or, on the int16 path, s16 pairs
+  // (one per pair row).
+  const int a_units = p.a_units, aq = p.dec.a_quads;
   const int step_bytes = p.nr * p.dec.bytes_per_col_step;
   const int col_bytes = p.dec.bytes_per_col_step * s.lanes32;  // one column vector of a step
   const bool mx = p.dec.e8m0_scales;  // E8M0 bytes after the panel's steps (r15), no inline params
@@ -640,6 +651,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   }
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
   if (p.acc2 >= 0) zero_regs(a, s, p.acc2, 2 * n_acc);
+  if (p.acc_hi >= 0) zero_regs(a, s, p.acc_hi, n_acc);
 
   // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
   auto emit_step = [&](int u) {
@@ -674,34 +686,35 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
       cg::emit_decode(a, s, key.b_type, ptr(rdx, b_off + j * col_bytes), dr, outs, p.scaled);
     }
+    auto quad = [&](int i, int q) { return dword_ptr(rsi, a_off + (q * p.mr + i) * 4); };
     if (p.vnni) {
       // Quad o of every row before quad o + 1: dependent updates of one accumulator are spread.
       for (int o = 0; o < n_out; ++o)
-        for (int i = 0; i < p.mr; ++i)
-          for (int j = 0; j < p.nrv; ++j) {
-            const int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
-            a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
-                       dword_ptr(rsi, a_off + ((o % a_units) * p.mr + i) * 4)._1to16());
-          }
+        for (int part = 0; part < (p.a_split ? 2 : 1); ++part)
+          for (int i = 0; i < p.mr; ++i)
+            for (int j = 0; j < p.nrv; ++j) {
+              const int set = part ? p.acc_hi : (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+              a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
+                         quad(i, part * aq + o % aq)._1to16());
+            }
     } else {
       // Runs of s16_terms products added in s16, each run widened by vpmaddwd (ones, or
       // 2^hi_shift for outputs o >= a_quads) into the accumulator.
       const int terms = p.dec.s16_terms;
       const Vec t0 = s.v(p.tmp), t1 = s.v(p.tmp + (terms > 1 ? 1 : 0));
-      auto quad = [&](int i, int q) { return dword_ptr(rsi, a_off + (q * p.mr + i) * 4); };
       for (int i = 0; i < p.mr; ++i) {
         if (terms > 1)
           for (int q = 0; q < a_units; ++q) a.vpbroadcastd(s.v(p.abc + q), quad(i, q));
         for (int o0 = 0; o0 < n_out; o0 += terms) {
-          if (terms == 1) a.vpbroadcastd(s.v(p.abc), quad(i, o0));
-          const int q0 = terms > 1 ? o0 % a_units : 0;
+          if (terms == 1) a.vpbroadcastd(s.v(p.abc), quad(i, o0 % aq));
+          const int q0 = terms > 1 ? o0 % aq : 0;
           for (int j = 0; j < p.nrv; ++j) {
             a.vpmaddubsw(t0, s.v(p.dec0 + o0 * p.nrv + j), s.v(p.abc + q0));
             for (int o = o0 + 1; o < o0 + terms; ++o) {
-              a.vpmaddubsw(t1, s.v(p.dec0 + o * p.nrv + j), s.v(p.abc + o % a_units));
+              a.vpmaddubsw(t1, s.v(p.dec0 + o * p.nrv + j), s.v(p.abc + o % aq));
               a.vpaddw(t0, t0, t1);
             }
-            a.vpmaddwd(t0, t0, s.v(o0 >= a_units ? p.hi_mult : p.ones));
+            a.vpmaddwd(t0, t0, s.v(o0 >= aq ? p.hi_mult : p.ones));
             Vec c = s.v(p.acc0 + i * p.nrv + j);
             a.vpaddd(c, c, t0);
           }
@@ -730,6 +743,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     for (int r = 0; r < n_acc; ++r) {
       a.vpaddd(s.v(p.acc2 + r), s.v(p.acc2 + r), s.v(p.acc2 + n_acc + r));
       a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc2 + r));
+    }
+  if (p.acc_hi >= 0)
+    for (int r = 0; r < n_acc; ++r) {
+      a.vpslld(s.v(p.acc_hi + r), s.v(p.acc_hi + r), 5);  // 32 * (sum of hi * d): exact
+      a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc_hi + r));
     }
   if (p.dual)
     for (int r = 0; r < n_acc; ++r) {
@@ -853,7 +871,7 @@ std::string name(const KernelKey& key) {
   if (key.b_type != QJ_S8) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s",
                   dec.int16 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -863,7 +881,8 @@ std::string name(const KernelKey& key) {
                   key.mr, key.nr, dec.k_per_step,
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
-                  (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "");
+                  (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
+                  (key.flags & 128) ? "_asplit" : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

@@ -45,8 +45,9 @@ namespace {
 
 const qj_dtype kIntTypes[] = {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXINT8};
 
-// MR of the decoded-weight kernels for these weights under the current cap (as gemm.cpp probes).
-int plan_mr(qj_dtype wt, int64_t n) {
+// MR of the decoded-weight kernels for these weights under the current cap (as gemm.cpp probes;
+// split_a: E3M2 A in two s8 parts, key flags bit 7).
+int plan_mr(qj_dtype wt, int64_t n, bool split_a = false) {
   const qj_isa isa = qj_max_isa();
   if (isa < QJ_ISA_AVX2) return 1;
   qj::KernelKey probe = qj::KernelKey::zeroed();
@@ -57,6 +58,7 @@ int plan_mr(qj_dtype wt, int64_t n) {
   probe.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, wt));
   probe.granularity = QJ_GRAN_GROUP;
   if (qj::cpu_features().avx512vbmi) probe.flags = 32;
+  if (split_a) probe.flags |= 128;
   return std::max(1, qj::gemm_int_max_mr(probe, 12));
 }
 
@@ -95,13 +97,14 @@ struct Case {
   bool all_codes = false;              // A rows walk through every code of the type
   int64_t lda_pad = 0, sld_pad = 0, ldc_pad = 0;
   int threads = 1;
+  int pack_isa = -1;  // pack the weights under this cap (the plan repacks them for its own)
   uint32_t seed = 1;
   std::string str() const {
     std::ostringstream o;
     o << "a=" << qj_dtype_name(a) << " w=" << qj_dtype_name(w) << " m=" << m << " n=" << n << " k=" << k
       << " c=" << qj_dtype_name(c_type) << " bias=" << bias << " relu=" << relu << " beta=" << beta
       << " scales=[" << scale_lo << "," << scale_hi << "] w=[" << wscale_lo << "," << wscale_hi << "] nan_a=" << nan_a << " nan_w=" << nan_w
-      << " zero=" << zero_blocks << " all_codes=" << all_codes << " threads=" << threads
+      << " zero=" << zero_blocks << " all_codes=" << all_codes << " threads=" << threads << " pack_isa=" << pack_isa
       << " seed=" << seed << " isa=" << qj_isa_name(qj_max_isa());
     return o.str();
   }
@@ -167,7 +170,11 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   wd.layout = QJ_LAYOUT_NK;
   qj_mx_weights_data md{welems.data(), bf ? nullptr : wsc.data(), bf ? 0 : wsld};
   qj_weights w = nullptr;
-  if (qj_weights_pack(&wd, &md, eld, &w) != QJ_OK) return std::string("pack: ") + qj_last_error();
+  const qj_isa run_isa = qj_max_isa();
+  if (t.pack_isa >= 0) qj_set_max_isa(static_cast<qj_isa>(t.pack_isa));
+  const qj_status pst = qj_weights_pack(&wd, &md, eld, &w);
+  qj_set_max_isa(run_isa);
+  if (pst != QJ_OK) return std::string("pack: ") + qj_last_error();
   qj_gemm_desc gd{};
   gd.a_type = t.a;
   gd.c_type = t.c_type;
@@ -207,15 +214,11 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   // times their block factor, applied to each block's sum as for MXFP8 weights (E3M2 decoded as
   // value * 2^-12 with the 2^12 applied at the end, as E4M3's 2^8).
   const bool f32_route = t.w == QJ_MXFP8_E4M3 || t.w == QJ_MXFP8_E5M2 || t.a == QJ_MXFP8_E4M3 || t.a == QJ_MXFP8_E5M2;
-  // E3M2 A x FP4 / E2M3 / INT8 weights run as BDR weights of the same values (16-blocks): one
-  // rounding per half block, so the magnitude is taken per 16 (sum_k |a_k w_k| bounds it).
-  const bool halves = t.a == QJ_MXFP6_E3M2 && (t.w == QJ_MXFP4_E2M1 || t.w == QJ_MXFP6_E2M3 || t.w == QJ_MXINT8);
+  // (E3M2 A x FP4 / E2M3 / INT8 weights: exact 32-block sums on both of its routes, A split or the
+  // weights as MX6 / MX9 in blocks of 32, so the integer routes' bound.)
   std::vector<double> sabs;
   if (f32_route) {
     steps = static_cast<int>(t.k + blocks + 2);
-    sabs = abs_products(A.ref, rw, gd.bias);
-  } else if (halves) {
-    steps = static_cast<int>(t.k / 16) + 1;
     sabs = abs_products(A.ref, rw, gd.bias);
   }
   const double tiny = f32_route ? steps * std::ldexp(1.0, -142) : steps * std::ldexp(1.0, -150);
@@ -250,7 +253,7 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
       }
       double bound = f32_route ? gamma * sabs[i * t.n + c] + t.k * std::ldexp(1.0, -53) * sabs[i * t.n + c] + tiny +
                                      u * (std::fabs(want) + gamma * sabs[i * t.n + c] + tiny)
-                               : gamma * (halves ? sabs[i * t.n + c] : mag[i * t.n + c]) + tiny;
+                               : gamma * mag[i * t.n + c] + tiny;
       if (t.relu) want = want > 0 ? want : 0;  // NaN > 0 is false: NaN -> 0, as the library
       if (t.beta != 0.0f) {
         // y + beta * C0 in one fma: one more rounding of the sum.
@@ -427,17 +430,20 @@ TEST(GemmMxAct, ExtremeCodesEveryTier) {
     uint8_t lo, hi;  // the most negative and the most positive code
   };
   const W ws[] = {{QJ_MXINT8, 0x80, 0x7F}, {QJ_MXFP6_E2M3, 0x3F, 0x1F}, {QJ_MXFP4_E2M1, 0x0F, 0x07}};
+  // A: MXINT8 -128 / 127, E3M2 -448 / 448 as 16v (split into s8 parts at the VNNI tier)
+  const W as[] = {{QJ_MXINT8, 0x80, 0x7F}, {QJ_MXFP6_E3M2, 0x3F, 0x1F}};
+  for (const W& at : as)
   for (const W& wt : ws)
     for (int pat = 0; pat < 4; ++pat) {
       std::vector<uint8_t> a(32), b(32);
       for (int i = 0; i < 32; ++i) {
-        // A -128 (pattern 1: 127; 3: 127 against the weights' most negative, -128 against the most
-        // positive, in runs of two: every pair and every sum at the same sign)
-        a[i] = pat == 1 || (pat == 3 && (i & 2)) ? 0x7F : 0x80;
+        // A most negative (pattern 1: most positive; 3: most positive against the weights' most
+        // negative and vice versa, in runs of two: every pair and every sum at the same sign)
+        a[i] = pat == 1 || (pat == 3 && (i & 2)) ? at.hi : at.lo;
         b[i] = pat == 0 || (pat == 3 && (i & 2)) ? wt.lo : wt.hi;
       }
       MxA A;
-      A.ref.type = QJ_MXINT8;
+      A.ref.type = at.t;
       A.ref.m = 1;
       A.ref.k = 32;
       A.ref.codes = a;
@@ -451,9 +457,9 @@ TEST(GemmMxAct, ExtremeCodesEveryTier) {
       for (qj_isa isa : qjt::supported_isas()) {
         qjt::IsaCap cap(isa);
         float c = 0;
-        ASSERT_EQ(gemm_dot(QJ_MXINT8, a, 0x7F, wt.t, b, 0x7F, &c), QJ_OK) << qj_last_error();
-        EXPECT_EQ(c, static_cast<float>(y[0]))
-            << qj_dtype_name(wt.t) << " pattern " << pat << " " << qj_isa_name(isa);
+        ASSERT_EQ(gemm_dot(at.t, a, 0x7F, wt.t, b, 0x7F, &c), QJ_OK) << qj_last_error();
+        EXPECT_EQ(c, static_cast<float>(y[0])) << qj_dtype_name(at.t) << " x " << qj_dtype_name(wt.t)
+                                               << " pattern " << pat << " " << qj_isa_name(isa);
       }
     }
 }
@@ -568,7 +574,7 @@ std::vector<Pair> new_pairs() {
     for (qj_dtype w : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) v.push_back({a, w});
   for (qj_dtype a : kInt16ATypes)
     for (qj_dtype w : kInt16WTypes) v.push_back({a, w});
-  for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // weights repacked as MX6 / MX9
+  for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // A split (VNNI) / weights as MX6 / MX9
   for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights as E4M3 / integer forms, fp32 route
     for (qj_dtype w : {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXINT8, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4})
       v.push_back({a, w});
@@ -598,6 +604,10 @@ int pair_mr(const Pair& p, int64_t n) {
     key.flags = isa >= QJ_ISA_AVX512 ? 2 : 0;  // per-block accumulators (gemm.cpp)
     return std::max(1, qj::gemm_float_max_mr(key, 14));
   }
+  // E3M2 A x int8-form weights: A split in two s8 parts at the VNNI tier; below it the weights
+  // as MX6 / MX9 in the int16-pair kernel.
+  const bool int8_w = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3 || p.w == QJ_MXINT8;
+  if (p.a == QJ_MXFP6_E3M2 && int8_w && qj_max_isa() >= QJ_ISA_AVX512_VNNI) return plan_mr(p.w, n, true);
   if (p.a == QJ_MXFP6_E3M2 && (p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXFP6_E2M3)) return plan_mr(QJ_BDR_MX6, n);
   if (p.a == QJ_MXFP6_E3M2 && p.w == QJ_MXINT8) return plan_mr(QJ_BDR_MX9, n);
   return plan_mr(p.w, n);
@@ -685,6 +695,31 @@ TEST(GemmMxPairs, NanScalesZeroBlocksCodesAndThreads) {
       EXPECT_EQ(run_case(t), "") << t.str();
     }
   }
+}
+
+// E3M2 A x int8-form weights packed for one tier and planned at another: the plan repacks the
+// weights for its tier first, and only then picks the route (A split at the VNNI tier, the weights
+// as MX6 / MX9 below it).
+TEST(GemmMxPairs, E3m2ATimesInt8FormWeightsAcrossTiers) {
+  const std::vector<qj_isa> isas = qjt::supported_isas();
+  uint32_t seed = 6100;
+  for (qj_isa pack : isas)
+    for (qj_isa run : isas) {
+      if (pack == run || run < QJ_ISA_AVX2) continue;
+      qjt::IsaCap cap(run);
+      for (qj_dtype w : kIntTypes) {
+        Case t;
+        t.a = QJ_MXFP6_E3M2;
+        t.w = w;
+        t.m = 7;
+        t.n = 19;
+        t.k = 96;
+        t.bias = true;
+        t.pack_isa = pack;
+        t.seed = seed++;
+        EXPECT_EQ(run_case(t), "") << t.str();
+      }
+    }
 }
 
 // MXFP8 A x E2M3 weights read in place: on a CPU without AVX512-VBMI the zmm kernels decode the

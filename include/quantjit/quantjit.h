@@ -316,12 +316,13 @@ typedef enum qj_activation {
  *        in int32; then facc = fma(float(sum) * 2^(sA - 127 - shiftA), w_scale(g, n), facc) in
  *        fp32, block by block (both factors exact powers of two, so only the fp32 accumulation
  *        rounds). A in {FP4, E2M3, INT8} with weights MXFP4 / E2M3 / MXINT8 (int8 kernels; JIT at
- *        every tier for MXFP4 weights, at AVX512-VNNI for MXINT8 / E2M3) or S4 / U4 per group of
+ *        every tier from AVX2) or S4 / U4 per group of
  *        exactly 32 (S8 weights and other groupings: QJ_ERR_UNSUPPORTED); A in {FP4, E2M3, INT8,
  *        E3M2} with MXFP6 E3M2 / BDR MX9 / MX6 / MX4 weights (int16-pair kernel, JIT at every
  *        tier; A's block scale applies to both 16-blocks of BDR weights it spans); E3M2 A with
- *        MXFP4 / E2M3 / MXINT8 weights (repacked at plan creation as the BDR MX6 / MX9 weights of
- *        the same values: 16v / 2 code; then as the previous case, per 16 values).
+ *        MXFP4 / E2M3 / MXINT8 weights (AVX512-VNNI: the int8 kernels, A's 16v split into two s8
+ *        parts 32 hi + lo; below it the weights are converted at plan creation to the BDR MX6 /
+ *        MX9 codes of the same values and 32-blocks, 16v / 2 code, for the int16-pair kernel).
  *      . fp32 route (A dequantized exactly to fp32, value * 2^(b - 127), 0xFF -> NaN; then the
  *        float GEMM's definition: products and sums in fp32, no per-block exactness): any A with
  *        F16 / BF16 / MXFP8 weights; MXFP8 A with every other MX / BDR weight type. MXFP4,

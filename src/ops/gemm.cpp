@@ -236,6 +236,14 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 
 }  // namespace
 
+// E3M2 A (16v, no int8 form) with int8-form MX weights at the VNNI tier: the int8 kernels with A
+// split into two s8 parts, 16v = 32 hi + lo (PackASpec::split32, key flags bit 7), the weights
+// read in place. (Below VNNI the plan converts the weights instead: see gemm_plan_create.)
+// isa: the plan's tier (weights packed for AVX-512 serve it unrepacked: same layout).
+static bool split_a(int32_t a_type, const PackedWeights& w, qj_isa isa) {
+  return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa >= QJ_ISA_AVX512_VNNI;
+}
+
 // Rows per iteration of the narrow-N kernel: 8 measured as fast as 12 or 16 at 156800 x {4, 8} x 36
 // and faster at 120 x 4 x 288, with fewer rows left to the ordinary kernels.
 constexpr int kNarrowMr = 8;
@@ -319,15 +327,20 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       return float_plan_create(desc, std::move(w), out);
     }
   }
-  // Int8-form MX weights (MXFP4, E2M3, MXINT8) with E3M2 A (no int8 form) run as the BDR weights
-  // of exactly the same values and blocks (mx16_from_int8_mx: MX6 / MX9 codes in blocks of 32
-  // with the E8M0 bytes) in the int16-pair kernel, exact at every tier; converted for the tier the
-  // plan will run at, so plan_common finds nothing to repack. (Every other A type reads them in
-  // place at every tier: below VNNI, E2M3 takes one vpmaddubsw pair per s16 sum and MXINT8 is
-  // split into nibbles; codegen/weight_decode.h.)
-  if (w->is_mx() && !w->is_mx16() && at == QJ_MXFP6_E3M2) {
+  // E3M2 A with int8-form MX weights below the VNNI tier: each vpmaddubsw there would multiply a
+  // weight by one part of the split A (split_a), and MXINT8 weights by one nibble of it: the
+  // int16-pair kernel runs the BDR weights of exactly the same values and blocks
+  // (mx16_from_int8_mx: MX6 / MX9 codes, blocks of 32 with the E8M0 bytes) 1.3-2.3x faster (M = 64
+  // 4096^2, 2026-11-30: AVX-512 MXFP4 / E2M3 / MXINT8 139-144 / 144 / 129 GOPS against 104-110 /
+  // 84 / 56-57 split; AVX2 110-116 / 112-116 / 88-89 against 85-86 / 63-64 / 44-47) for a
+  // plan-owned copy of ~1 byte per weight. Converted for the tier the plan runs at, so plan_common
+  // finds nothing to repack.
+  if (at == QJ_MXFP6_E3M2 && w->is_mx() && !w->is_mx16() && max_isa() < QJ_ISA_AVX512_VNNI) {
     std::shared_ptr<PackedWeights> w16;
     QJ_TRY(mx16_from_int8_mx(*w, max_isa(), &w16));
+    QJ_LOG(1, "gemm: %s weights with %s A run as %s weights of the same values (a plan-owned copy, "
+           "int16-pair kernel, %s)", qj_dtype_name(w->dtype), qj_dtype_name(QJ_MXFP6_E3M2),
+           qj_dtype_name(w16->dtype), isa_name(max_isa()));
     w = std::move(w16);
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
@@ -353,6 +366,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   p->kind = decoded ? GemmKind::kDecoded : GemmKind::kInt8;
   QJ_TRY(plan_common(desc, &w, p.get()));
   const int64_t n = w->n, groups = w->groups();
+  const bool a_split = split_a(desc.a_type, *w, p->isa);
 
   // Zero point of A as the kernel sees it.
   p->za = dynamic || mx_a ? 0 : desc.a_zero_point;
@@ -381,11 +395,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.granularity = static_cast<uint8_t>(w->gran == QJ_GRAN_GROUP ? QJ_GRAN_GROUP : QJ_GRAN_CHANNEL);
       probe.has_b_zp = w->zp_vec;
       if (w->is_mx() && has_vbmi()) probe.flags = 32;  // vpermb decoders
+      if (a_split) probe.flags |= 128;
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
       p->blk.kc = 0;  // decoded weights: K is not blocked
       p->blk.kc_min_rows = 0;
-      // s8 A: kp bytes per row (s16 pairs for int16-pair weights: 2 kp)
-      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() ? 2 : 1), 1);
+      // s8 A: kp bytes per row (s16 pairs for int16-pair weights, split A: 2 kp)
+      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() || a_split ? 2 : 1), 1);
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
       p->blk.mc = std::min<int64_t>(mc, 4096);
       p->blk.nc_panels = std::min<int64_t>(
@@ -505,6 +520,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (group_a) key.flags |= 16;
         if (w->is_mx() && has_vbmi()) key.flags |= 32;
         if (w->is_mx() && mx_plain_scales) key.flags |= 64;
+        if (a_split) key.flags |= 128;
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
@@ -941,7 +957,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
   // int16-pair weights (kMx16) read A as s16 pairs: 4-byte groups of 2 K.
   const bool a_pairs = decoded && w.is_mx16();
-  const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) : w.k_groups();
+  const bool a_split = decoded && split_a(d.a_type, w, p.isa);  // two s8 quads per quad of K
+  const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) * (a_split ? 2 : 1) : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
   const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
@@ -966,6 +983,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     spec.signed_quads = !a_pairs;
     spec.row_sum_mult = p.row_sum_mult;
     spec.group_quant = group_a;
+    spec.split32 = a_split;
   }
   const int64_t n_tail = w.n % w.nr;
 

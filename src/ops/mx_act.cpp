@@ -307,8 +307,8 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
                   "applied in fp32)", qj_dtype_name(at));
     return QJ_OK;
   }
-  // E3M2 A (16v, int16 only) with int8-form MX weights: the weights are repacked as the BDR
-  // weights of the same values (mx16_from_int8_mx) and run as above.
+  // E3M2 A (16v, int16 only) with int8-form MX weights: the int8 kernels with A split into two s8
+  // parts, 16v = 32 hi + lo (PackASpec::split32), the weights read in place.
   if (at == QJ_MXFP6_E3M2 &&
       (w.dtype == QJ_MXFP4_E2M1 || w.dtype == QJ_MXFP6_E2M3 || w.dtype == QJ_MXINT8)) {
     if (ct0 == QJ_S32)
@@ -407,6 +407,43 @@ void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int
   }
 }
 
+// split32: E3M2 A (16v in [-448, 448]) for the int8 decoded-weight kernels: q = 32 hi + lo with
+// lo = q & 31 and hi = q >> 5, and per 8-K step of the kernels 16 bytes of a virtual row: the lo
+// of its 8 K, then their hi (the quads lo 0..3, lo 4..7, hi 0..3, hi 4..7; codegen/gemm_int key
+// flags bit 7). Row sums of q itself.
+void pack_a_split_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
+                     uint8_t* dst, int32_t* row_sum, float* a_scale) {
+  static thread_local std::vector<int16_t> q;
+  static thread_local std::vector<int8_t> buf;
+  const int64_t nb = s.k / mx::kBlock, vk = 2 * s.kp;
+  q.resize(static_cast<size_t>(s.kp));
+  const bool in_place = mr == 1;  // one row of quads is the virtual row itself
+  if (!in_place) buf.resize(static_cast<size_t>(vk) * mr);
+  for (int i = 0; i < mr; ++i) {
+    const uint8_t* e = static_cast<const uint8_t*>(a.elems) + (row0 + i) * lda;
+    const uint8_t* sc = a.scales + (row0 + i) * a.scales_ld;
+    decode_row_int16(s.a_type, e, nb, q.data());
+    for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
+    int8_t* v = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data() + i * vk;
+    for (int64_t j = 0; j < s.kp; ++j) {
+      const int64_t st = j / 8, r = j % 8;
+      v[16 * st + r] = static_cast<int8_t>(q[j] & 31);
+      v[16 * st + 8 + r] = static_cast<int8_t>(q[j] >> 5);  // arithmetic: floor(q / 32)
+    }
+    for (int64_t g = 0; g < s.groups; ++g) {
+      const int64_t gk = s.k / s.groups;
+      if (s.row_sums) {
+        int32_t sum = 0;  // |sum| <= 32 * 448
+        for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += q[j];
+        row_sum[g * mr + i] =
+            static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
+      }
+      a_scale[g * mr + i] = mx_act_block_scale(s.a_type, sc[g * gk / mx::kBlock]);
+    }
+  }
+  if (!in_place) transpose_quads(reinterpret_cast<const uint8_t*>(buf.data()), vk, mr, vk / 4, dst);
+}
+
 }  // namespace
 
 void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
@@ -415,6 +452,10 @@ void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int6
   static thread_local std::vector<int32_t> bsum;
   if (s.kg == 2) {
     pack_a_pairs_mx(s, a, lda, row0, mr, dst, row_sum, a_scale);
+    return;
+  }
+  if (s.split32) {
+    pack_a_split_mx(s, a, lda, row0, mr, dst, row_sum, a_scale);
     return;
   }
   const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 4;

@@ -47,7 +47,7 @@ float mx_act_block_scale(qj_dtype t, uint8_t b);
 
 // Plan creation with MX A and weights w: MXFP4 / E2M3 / MXINT8 or S4 / U4 groups of 32 with the
 // int8 A types; E3M2 / BDR with every A type but FP8; MXFP4 / E2M3 / MXINT8 also with E3M2 A
-// (gemm.cpp repacks them as BDR, mx16_from_int8_mx); F16 / BF16 / MXFP8 with every MX type; every
+// (A split into two s8 parts, PackASpec::split32); F16 / BF16 / MXFP8 with every MX type; every
 // MX / BDR type with FP8 A (the fp32-FMA kernel reads them in place; BDR weights converted,
 // mx_weights_for_fp32_a). QJ_ERR_UNSUPPORTED
 // naming the pair it cannot run (and QJ_ERR_INVALID_ARGUMENT for an output type that does not
@@ -61,7 +61,8 @@ qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_
 // spec.row_sums, a_scale[g * mr + i] = mx_act_block_scale of the row's block g (g < spec.groups;
 // the weight groups are the 32-blocks). spec.kg == 2: s16 pairs for the int16-pair weights (E3M2,
 // BDR), any type with an integer form (E3M2 too), per weight group of k / spec.groups (BDR 16:
-// A block g / 2).
+// A block g / 2). spec.split32 (E3M2 A, kg == 4): 16v = 32 hi + lo as two s8 quad sets per 8-K
+// step (dst holds 2 kp bytes per row; see mx_act.cpp).
 void pack_a_tile_mx(const PackASpec& spec, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
                     uint8_t* dst, int32_t* row_sum, float* a_scale);
 // Rows [0, m) of MX A as integers q[i * k + j] and block factors scale[i * groups + g] per weight

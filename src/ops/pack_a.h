@@ -28,6 +28,9 @@ struct PackASpec {
   int32_t row_sum_mult = 1;    // row_sum = mult * sum (mod 2^32)
   bool group_quant = false;    // dynamic A quantized per (row, scale group): the inv / pre
                                // factors are indexed [g * mr + i]
+  bool split32 = false;        // kg == 4, MX A with an int16 form (E3M2 16v): each value as
+                               // q = 32 hi + lo (lo in [0, 31], hi in [-14, 14]), two s8 quad
+                               // rows (see pack_a_tile_mx)
 };
 
 // Amax of each row of fp32/bf16 A. Returns the first row holding a non-finite value, or -1.
