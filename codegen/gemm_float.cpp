@@ -36,7 +36,10 @@ using namespace asmjit::x86;
 
 // Where an MX panel's weights come from (the layouts of src/ops/int_weights.h):
 //   kFp8       kMxFp8 E4M3 / E5M2 codes, per k nr bytes
-//   kInt       kMxFp8 integer forms (BDR under MXFP8 A), per k nr int8 (MX9 int16)
+//   kBdrPair   kMx16, BDR MX9 / MX6 / MX4 in place (the int16-pair kernels' layout, blocks of
+//              16 k): MX9 / MX6 as kE3m2Pair with int8 q (MX9: q or q / 2, and per pair row a
+//              mask of 2 * lanes "doubled" bits after the step's codes); MX4 one dword per column
+//              holding the nibble q + 8 of k0 + 2o + r at bits 16 r + 4 o
 //   kInt8Quad  kMxByte, MXINT8 codes in place: per 8-k step and column vector, lanes dwords of
 //              k0..3 then of k4..7 (the int8 kernels' layout)
 //   kFp4Nibble kMxNibble, MXFP4 codes in place: per 8-k step, nr dwords, byte r of a column's
@@ -45,7 +48,7 @@ using namespace asmjit::x86;
 //              dwords is decoded once to the int8 integer forms q = 8v, then read as kInt8Quad
 //   kE3m2Pair  kMx16, MXFP6 E3M2 codes in place: per 8-k step and column vector, for pair row o
 //              lanes words (codes of k0 + 2o, k0 + 2o + 1), each word's byte e = k % 2
-enum class MxSrc { kFp8, kInt, kInt8Quad, kFp4Nibble, kE2m3Quad, kE3m2Pair };
+enum class MxSrc { kFp8, kBdrPair, kInt8Quad, kFp4Nibble, kE2m3Quad, kE3m2Pair };
 
 struct Plan {
   cg::Simd s;
@@ -56,12 +59,14 @@ struct Plan {
   // MX4): see the MX section below.
   bool mx = false, e4m3 = false;
   MxSrc src = MxSrc::kFp8;
-  int eb = 1;             // kInt: bytes per element
+  int bdr = 0;            // kBdrPair: the BDR type
   int block = 32;         // k per block (BDR: 16)
   int shift = 0;          // value = element * 2^(b - 127 - shift) (FP8: 0; E4M3's 2^8 is col_mult)
   int step_bytes = 0;     // bytes of 8 k of a panel
   int upi = 1;            // K units per inner-loop iteration (8 for the quad layouts, else sets)
   int tbl = -1, smask = -1, tmp = -1;  // kFp4Nibble: value table; AVX2: sign mask and a temporary
+  // kBdrPair: MX9 / MX6 dq the nrv decoded pair rows (s16, a dword per column); MX4 zmm tbl the
+  // 16 values u - 8, ymm smask 0x80000000; MX9 ymm tbl the word bit selector and tmp.
   // kE2m3Quad: dq the nrv decoded chunks; with VBMI (key.flags bit 2, zmm) one 64-byte table of q
   // in tbl, else tbl / tbl + 1 the 16-byte tables of |q| (magnitudes 0..15, 16..31) and temps
   // from tmp (zmm: the codes; ymm: the codes and two more); zmm without VBMI also the byte
@@ -100,8 +105,8 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   if (bt == QJ_MXFP8_E4M3 || bt == QJ_MXFP8_E5M2) {
     p->src = MxSrc::kFp8;
   } else if (bt == QJ_BDR_MX9 || bt == QJ_BDR_MX6 || bt == QJ_BDR_MX4) {
-    p->src = MxSrc::kInt;
-    p->eb = bt == QJ_BDR_MX9 ? 2 : 1;
+    p->src = MxSrc::kBdrPair;
+    p->bdr = bt;
     p->block = 16;
     p->shift = bt == QJ_BDR_MX9 ? 7 : bt == QJ_BDR_MX6 ? 4 : 2;
   } else if (bt == QJ_MXINT8) {
@@ -117,7 +122,7 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   } else {
     p->mx = false;
     if (bt != QJ_F16 && bt != QJ_BF16) {
-      *why = "weights must be f16, bf16, mxfp8_e4m3, mxfp8_e5m2, mxfp4_e2m1, mxint8 or bdr integer forms";
+      *why = "weights must be f16, bf16 or an MX / BDR type";
       return false;
     }
   }
@@ -165,9 +170,14 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       if (!p->vbmi && p->s.zmm) p->cst = used, used += 3;
     }
     if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
-    const bool quad = p->src == MxSrc::kInt8Quad || p->src == MxSrc::kFp4Nibble || p->src == MxSrc::kE2m3Quad ||
-                      p->src == MxSrc::kE3m2Pair;
-    p->step_bytes = p->src == MxSrc::kFp4Nibble ? 4 * p->nr : 8 * p->nr * p->eb;
+    if (p->src == MxSrc::kBdrPair) {
+      if (p->bdr != QJ_BDR_MX4) p->dq = used, used += p->nrv;
+      if (p->bdr == QJ_BDR_MX4) (p->s.zmm ? p->tbl : p->smask) = used++;
+      if (p->bdr == QJ_BDR_MX9 && !p->s.zmm) p->tbl = used++, p->tmp = used++;
+    }
+    const bool quad = p->src != MxSrc::kFp8;
+    const int col_step = p->src == MxSrc::kFp4Nibble || p->bdr == QJ_BDR_MX4 ? 4 : p->bdr == QJ_BDR_MX9 ? 9 : 8;
+    p->step_bytes = col_step * p->nr;
     p->upi = quad ? 8 : p->sets;
     if (p->block % p->upi != 0 || p->upi % p->sets != 0) {
       *why = "accumulator sets must divide the units of a block";
@@ -219,8 +229,11 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
 //   per-block accumulators (1): the 32 k of a block accumulate unscaled (zeroed per block), then
 //     total = fma(block sum, scale, total): no vmulps per k, but twice the accumulators (small mr).
 // The other MX weights, all under MXFP8 A (src/ops/gemm.cpp), decoded exactly:
-//   BDR integer forms (kInt: int8 q, MX9 int16, blocks of 16 k, column order): vpmovsx{bd,wd} +
-//     vcvtdq2ps;
+//   BDR MX9 / MX6 in the int16-pair layout (kBdrPair, read in place): a pair row to s16 once
+//     (vpmovsxbw; MX9 doubled under its mask: zmm a masked vpaddw, ymm the word bits compared),
+//     then each k's word to the dword (vpslld 16 + vpsrad 16, or vpsrad 16) and vcvtdq2ps; MX4
+//     the dword shifted so the nibble is at bits 0..3, then vpermps from the 16 values u - 8
+//     (ymm: shifted to the top, bit 31 flipped, vpsrad 28: u - 8 as int32; vcvtdq2ps);
 //   MXINT8 in the int8 kernels' quad layout (kInt8Quad, read in place): byte r of each dword to
 //     the top (vpslld 24 - 8r) and back sign-extended (vpsrad 24), then vcvtdq2ps;
 //   MXFP4 in its nibble layout (kFp4Nibble, read in place): the dword shifted right so the
@@ -279,12 +292,49 @@ void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
 // Weight vector j of unit u from the integer forms or the in-place quad layouts into v.
 void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v) {
   const cg::Simd& s = p.s;
-  if (p.src == MxSrc::kInt) {
-    const int off = (u * p.nr + j * s.lanes32) * p.eb;
-    if (p.eb == 1)
-      a.vpmovsxbd(v, s.zmm ? xmmword_ptr(rdx, off) : qword_ptr(rdx, off));
-    else
-      a.vpmovsxwd(v, s.zmm ? ymmword_ptr(rdx, off) : xmmword_ptr(rdx, off));
+  if (p.src == MxSrc::kBdrPair) {
+    const int o = (u % 8) / 2, r = u % 2;
+    if (p.bdr == QJ_BDR_MX4) {
+      const Mem m = ptr(rdx, j * s.lanes32 * 4);
+      const int sh = 16 * r + 4 * o;
+      if (s.zmm) {
+        if (sh)
+          a.vpsrld(v, m, sh);
+        else
+          a.vmovdqu32(v, m);
+        a.vpermps(v, v, s.v(p.tbl));
+        return;
+      }
+      a.vmovdqu(v, m);
+      if (sh != 28) a.vpslld(v, v, 28 - sh);
+      a.vpxor(v, v, s.v(p.smask));  // u ^ 8 as a 4-bit two's complement is u - 8
+      a.vpsrad(v, v, 28);
+      a.vcvtdq2ps(v, v);
+      return;
+    }
+    const int col_bytes = (p.bdr == QJ_BDR_MX9 ? 9 : 8) * s.lanes32;
+    const Vec q = s.v(p.dq + j);
+    if (r == 0) {  // the pair row's 2 * lanes codes to s16 (a dword per column), once
+      a.vpmovsxbw(q, ptr(rdx, j * col_bytes + o * 2 * s.lanes32, s.bytes / 2));
+      if (p.bdr == QJ_BDR_MX9) {
+        const int flags = j * col_bytes + 8 * s.lanes32 + o * s.lanes32 / 4;  // 2 * lanes bits
+        if (s.zmm) {
+          a.kmovd(k2, dword_ptr(rdx, flags));
+          a.k(k2).vpaddw(q, q, q);
+        } else {
+          const Vec t = s.v(p.tmp);
+          a.vpbroadcastw(t, word_ptr(rdx, flags));
+          a.vpand(t, t, s.v(p.tbl));
+          a.vpcmpeqw(t, t, s.v(p.tbl));  // 0xffff where the element is doubled
+          a.vpand(t, t, q);
+          a.vpaddw(q, q, t);
+        }
+      }
+      a.vpslld(v, q, 16);
+      a.vpsrad(v, v, 16);
+    } else {
+      a.vpsrad(v, q, 16);
+    }
     a.vcvtdq2ps(v, v);
     return;
   }
@@ -576,6 +626,15 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
         a.vpbroadcastd(s.v(p.tbl), xmm(p.tbl));
       }
     }
+    if (p.src == MxSrc::kBdrPair && p.bdr == QJ_BDR_MX4) {
+      if (s.zmm) {
+        a.vmovups(s.v(p.tbl), ptr(l_fp4));  // u - 8 for the 16 nibbles
+      } else {
+        a.vpcmpeqd(s.v(p.smask), s.v(p.smask), s.v(p.smask));
+        a.vpslld(s.v(p.smask), s.v(p.smask), 31);
+      }
+    }
+    if (p.src == MxSrc::kBdrPair && p.bdr == QJ_BDR_MX9 && !s.zmm) a.vmovdqu(s.v(p.tbl), ptr(l_fp4));
     if (p.src == MxSrc::kFp4Nibble) {
       a.vmovups(s.v(p.tbl), ptr(l_fp4));  // ymm: the first 8 values, the magnitudes
       if (!s.zmm) {
@@ -676,6 +735,21 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     a.align(AlignMode::kData, 64);
     a.bind(l_fp4);
     a.embed(kFp4Values, sizeof kFp4Values);
+  }
+  if (p.src == MxSrc::kBdrPair && (p.bdr == QJ_BDR_MX4 || (p.bdr == QJ_BDR_MX9 && !s.zmm))) {
+    // MX4: the values u - 8 of the 16 nibbles; MX9 (ymm): words 1 << w, the bit of word w of a
+    // 16-bit mask
+    a.align(AlignMode::kData, 64);
+    a.bind(l_fp4);
+    if (p.bdr == QJ_BDR_MX4) {
+      float t[16];
+      for (int u = 0; u < 16; ++u) t[u] = static_cast<float>(u - 8);
+      a.embed(t, sizeof t);
+    } else {
+      uint16_t t[16];
+      for (int w = 0; w < 16; ++w) t[w] = static_cast<uint16_t>(1u << w);
+      a.embed(t, sizeof t);
+    }
   }
   if (p.src == MxSrc::kE2m3Quad) {  // q of the 64 codes, then |q| of the magnitudes 0..31
     uint8_t t[96];

@@ -575,7 +575,7 @@ std::vector<Pair> new_pairs() {
   for (qj_dtype a : kInt16ATypes)
     for (qj_dtype w : kInt16WTypes) v.push_back({a, w});
   for (qj_dtype w : kIntTypes) v.push_back({QJ_MXFP6_E3M2, w});  // A split (VNNI) / weights as MX6 / MX9
-  for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights as E4M3 / integer forms, fp32 route
+  for (qj_dtype a : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})  // weights read in place, fp32 route
     for (qj_dtype w : {QJ_MXFP4_E2M1, QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_MXINT8, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4})
       v.push_back({a, w});
   return v;
@@ -586,18 +586,16 @@ int pair_mr(const Pair& p, int64_t n) {
   const bool fp8_a = p.a == QJ_MXFP8_E4M3 || p.a == QJ_MXFP8_E5M2;
   if (p.w == QJ_MXFP8_E4M3 || p.w == QJ_MXFP8_E5M2 || fp8_a) {
     // The float kernel's tile (as gemm.cpp's float plan keys it): MXFP8 weights, or under FP8 A
-    // MXFP4 / MXINT8 / E2M3 / E3M2 weights in place (their own panels), BDR as their
-    // integer forms (the MXFP8 panels). (E2M3 with VBMI needs fewer registers than keyed here.)
+    // every other MX / BDR type in place (their own panels). (E2M3 with VBMI needs fewer
+    // registers than keyed here.)
     const qj_isa isa = qj_max_isa();
     if (isa < QJ_ISA_AVX2) return 1;
-    const bool in_place = p.w == QJ_MXFP4_E2M1 || p.w == QJ_MXINT8 || p.w == QJ_MXFP6_E2M3 || p.w == QJ_MXFP6_E3M2;
-    const bool int_form = fp8_a && qj::bdr::format(p.w) != nullptr;
-    const qj_dtype bt = in_place || int_form || p.w == QJ_MXFP8_E5M2 ? p.w : QJ_MXFP8_E4M3;
+    const bool in_place = p.w != QJ_MXFP8_E4M3 && p.w != QJ_MXFP8_E5M2;
     qj::KernelKey key = qj::KernelKey::zeroed();
     key.op = qj::KernelOp::kGemmFloat;
     key.isa = static_cast<uint8_t>(isa);
     key.a_type = QJ_F32;
-    key.b_type = bt;
+    key.b_type = p.w;
     key.c_type = QJ_F32;
     key.nr = static_cast<uint16_t>(qj::weights_nr(isa, n, in_place ? p.w : QJ_MXFP8_E5M2));
     key.param[0] = 1;

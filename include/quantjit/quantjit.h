@@ -325,10 +325,8 @@ typedef enum qj_activation {
  *        MX9 codes of the same values and 32-blocks, 16v / 2 code, for the int16-pair kernel).
  *      . fp32 route (A dequantized exactly to fp32, value * 2^(b - 127), 0xFF -> NaN; then the
  *        float GEMM's definition: products and sums in fp32, no per-block exactness): any A with
- *        F16 / BF16 / MXFP8 weights; MXFP8 A with every other MX / BDR weight type. MXFP4,
- *        MXINT8, E2M3 and E3M2 weights are read in place (the float kernel decodes their packed
- *        codes); BDR weights are copied at plan creation as their integer forms (int8, MX9
- *        int16) with their exponent bytes. Each
+ *        F16 / BF16 / MXFP8 weights; MXFP8 A with every other MX / BDR weight type, every one
+ *        read in place (the float kernel decodes their packed codes). Each
  *        block's fp32 sum of products is multiplied by the block factor 2^(b - 127 - shift), so a
  *        weight beyond fp32 on its own still takes part exactly. JIT at AVX2 and above.
  *     float(sum) * 2^(sA - 127 - shiftA) is formed first, so an A block with a scale byte so large

@@ -308,24 +308,15 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (mx_a) {
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
-    // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read MXFP4, MXINT8,
-    // E2M3 and E3M2 weights in place (their integer kernels' layouts); BDR weights become their
-    // integer forms, for the tier the plan runs at. E2M3 / E3M2 in place measured 39 / 108 and
+    // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read every one of
+    // them in place (their integer kernels' layouts; codegen/gemm_float.cpp). E2M3 / E3M2 in place measured 39 / 108 and
     // 34-35 / 107-109 GOPS at M = 1 / 256 (zmm), as through their former E4M3 copies (38 / 108,
     // 36-37 / 106-109); AVX2 23 / 67 and 20-21 / 78-79 against 27 / 65 and 25 / 65. Measured (zmm, one
     // core, 1 x 4096 x 4096 / 1 x 1024 x 1024 / 64 x 4096 x 4096 GOPS): MXFP4 in place 64.5 /
     // - / 109 against 38 / - / 108 through an E4M3 copy; MXINT8 in place 39 / 40 / 108 against
     // 52 / 56 / 108 through an int8 copy (two shifts per vector instead of one vpmovsxbd): the
     // copy would be faster at M = 1 but would double the weights' memory for every plan.
-    if (fp8_a && w->is_mx()) {
-      if (w->dtype != QJ_MXFP4_E2M1 && w->dtype != QJ_MXINT8 && w->dtype != QJ_MXFP6_E2M3 &&
-          w->dtype != QJ_MXFP6_E3M2) {
-        std::shared_ptr<PackedWeights> wf;
-        QJ_TRY(mx_weights_for_fp32_a(*w, max_isa(), &wf));
-        w = std::move(wf);
-      }
-      return float_plan_create(desc, std::move(w), out);
-    }
+    if (fp8_a && w->is_mx()) return float_plan_create(desc, std::move(w), out);
   }
   // E3M2 A with int8-form MX weights below the VNNI tier: each vpmaddubsw there would multiply a
   // weight by one part of the split A (split_a), and MXINT8 weights by one nibble of it: the
@@ -639,8 +630,8 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
   p->kind = GemmKind::kFloat;
   QJ_TRY(plan_common(desc, &w, p.get()));
   const int64_t n = w->n;
-  // MX blocks with scales per block: MXFP8, and under MXFP8 A the integer-form MX weights (MXFP4
-  // and MXINT8 in place, BDR integer forms).
+  // MX blocks with scales per block: MXFP8, and under MXFP8 A the integer-form MX / BDR weights
+  // (all read in place).
   const bool mx_blocks = w->is_mx_fp8() || w->is_mx();
   if (p->isa >= QJ_ISA_AVX2) {
     KernelKey key = KernelKey::zeroed();
@@ -804,7 +795,7 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const size_t a_esz = d.a_type == QJ_BF16 ? 2 : 4;
   const int64_t n_tail = w.n % w.nr;
   const int64_t units = w.layout == PackLayout::kBf16Pair ? w.kp / 2 : w.kp;
-  const bool fp8 = w.is_mx_fp8() || w.is_mx();  // the kernel counts blocks (32 k; BDR integer forms 16)
+  const bool fp8 = w.is_mx_fp8() || w.is_mx();  // the kernel counts blocks (32 k; BDR 16)
 
   GemmFloatArgs args;
   args.consts = p.consts;

@@ -148,13 +148,6 @@ size_t PackedWeights::panel_bytes() const {
 }
 
 int32_t PackedWeights::q(int64_t kk, int64_t col) const {
-  if (layout == PackLayout::kMxFp8) {  // plan-internal integer forms, column order (int8; MX9 int16)
-    const uint8_t* p = packed.data<uint8_t>() + (col / nr) * panel_bytes() + (kk * nr + col % nr) * mx_elem_bytes();
-    if (mx_elem_bytes() == 1) return static_cast<int8_t>(*p);
-    int16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-  }
   if (is_mx16()) return mx16_q(*this, kk, col);
   if (is_mx()) return mx_int_value(dtype, mx_code(kk, col));
   const int64_t panel = col / nr, c = col % nr;
@@ -222,10 +215,8 @@ int32_t PackedWeights::zp(int64_t g, int64_t col) const {
 }
 
 bool weights_match_isa(const PackedWeights& w, qj_isa isa) {
-  // Plan-internal integer forms in the kMxFp8 layout have the MXFP8 geometry.
-  const qj_dtype t = w.is_mx_fp8() ? QJ_MXFP8_E5M2 : w.dtype;
-  return w.layout == weights_layout(isa, t) && w.kg == weights_kg(isa, t) &&
-         w.nr == weights_nr(isa, w.n, t);
+  return w.layout == weights_layout(isa, w.dtype) && w.kg == weights_kg(isa, w.dtype) &&
+         w.nr == weights_nr(isa, w.n, w.dtype);
 }
 
 namespace {

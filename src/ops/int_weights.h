@@ -33,9 +33,7 @@
 //                 vpunpcklbw / vpunpckhbw pair turns into the two fp16 vectors (fp8_byte_pos);
 //                 with one vector they are in column order (vpmovzxbw). An E4M3 block holding a
 //                 NaN code (S.1111.111) has its scale byte stored as 0xFF (equivalent: see
-//                 mx_weights.cpp). Plan-internal integer forms (MXFP8 A x BDR weights,
-//                 mx_weights_for_fp32_a): the same with BDR's blocks of 16 K and exponent bytes,
-//                 and per k nr int8 q (MX9: int16) in column order.
+//                 mx_weights.cpp).
 //   kMx16 (MXFP6 E3M2, BDR MX9 / MX6 / MX4) (src/ops/mx16_weights.h): the int16-pair kernels.
 //                 Blocks (32 / 16 K) = scale groups; panel = [steps][groups x nr scale bytes (E8M0
 //                 or the BDR exponent)][zero pad to 64 bytes]. Step = 8 K; per column vector of
@@ -83,28 +81,21 @@ struct PackedWeights {
   bool is_int4() const { return dtype == QJ_S4 || dtype == QJ_U4; }
   // Integer-exact MX weights (MXFP4, MXFP6 E2M3, MXINT8), decoded in the integer kernels.
   bool is_mx() const {
-    return layout != PackLayout::kMxFp8 &&
-           (dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8 || is_mx16());
+    return dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8 || is_mx16();
   }
   // MX weights on the int16 path (E3M2, BDR MX9 / MX6 / MX4; layout kMx16).
   bool is_mx16() const {
-    return layout != PackLayout::kMxFp8 &&
-           (dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX9 || dtype == QJ_BDR_MX6 || dtype == QJ_BDR_MX4);
+    return dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX9 || dtype == QJ_BDR_MX6 || dtype == QJ_BDR_MX4;
   }
   // MX: packed bytes per column per 8-K step (FP4 / MX4 4; E2M3 / INT8 / E3M2 / MX6 8; MX9 9;
-  // kMxFp8: 8 per byte of an element).
+  // kMxFp8: 8, one byte per code).
   int32_t mx_col_step() const {
-    if (layout == PackLayout::kMxFp8) return 8 * mx_elem_bytes();
     if (layout == PackLayout::kMxNibble || dtype == QJ_BDR_MX4) return 4;
     return dtype == QJ_BDR_MX9 ? 9 : 8;
   }
-  // Layout kMxFp8 (the fp32-FMA kernels' own MX panels): MXFP8 E4M3 / E5M2 codes, or
-  // (plan-internal, MXFP8 A with BDR weights: mx_weights_for_fp32_a) the integer forms q of BDR
-  // MX6 / MX4 (int8) and MX9 (int16). (Under MXFP8 A those kernels also read MXFP4 and MXINT8
-  // weights in place: is_mx().)
+  // Layout kMxFp8 (the fp32-FMA kernels' own MX panels): MXFP8 E4M3 / E5M2 codes. (Under MXFP8 A
+  // those kernels also read every integer-form MX / BDR type in place: is_mx().)
   bool is_mx_fp8() const { return layout == PackLayout::kMxFp8; }
-  // kMxFp8: bytes per element (2 for MX9's int16 q, else 1).
-  int32_t mx_elem_bytes() const { return dtype == QJ_BDR_MX9 ? 2 : 1; }
   // MX: bytes of the steps of one panel (the E8M0 scale bytes follow them).
   size_t mx_steps_bytes() const;
   int64_t groups() const { return gran == QJ_GRAN_GROUP ? k / group_size : 1; }

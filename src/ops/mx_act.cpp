@@ -295,8 +295,7 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
   // float GEMM; MXFP8 weights in its fp32-FMA kernel, MX.md 9.6 "an fp32 path for FP8").
   if (w.dtype == QJ_F16 || w.dtype == QJ_BF16 || w.is_mx_fp8()) return QJ_OK;
   // MXFP8 A with integer-form MX / BDR weights: no small integer form on the A side, so the
-  // fp32-FMA kernel runs them: in place (MXFP4, MXINT8, E2M3, E3M2), BDR as its integer forms
-  // (mx_weights_for_fp32_a).
+  // fp32-FMA kernel runs them, every one read in place.
   if ((at == QJ_MXFP8_E4M3 || at == QJ_MXFP8_E5M2) && w.is_mx()) return QJ_OK;
   const int32_t ct0 = raw_enum(d.c_type);
   // int16-pair weights (E3M2, BDR MX9 / MX6 / MX4): A in its integer form as s16 pairs, so every

@@ -47,11 +47,10 @@ float mx_act_block_scale(qj_dtype t, uint8_t b);
 
 // Plan creation with MX A and weights w: MXFP4 / E2M3 / MXINT8 or S4 / U4 groups of 32 with the
 // int8 A types; E3M2 / BDR with every A type but FP8; MXFP4 / E2M3 / MXINT8 also with E3M2 A
-// (A split into two s8 parts, PackASpec::split32); F16 / BF16 / MXFP8 with every MX type; every
-// MX / BDR type with FP8 A (the fp32-FMA kernel reads them in place; BDR weights converted,
-// mx_weights_for_fp32_a). QJ_ERR_UNSUPPORTED
-// naming the pair it cannot run (and QJ_ERR_INVALID_ARGUMENT for an output type that does not
-// apply).
+// (A split into two s8 parts, PackASpec::split32; below VNNI the weights as MX6 / MX9); F16 /
+// BF16 / MXFP8 with every MX type; every MX / BDR type with FP8 A (the fp32-FMA kernel reads them
+// in place). QJ_ERR_UNSUPPORTED naming the pair it cannot run (and QJ_ERR_INVALID_ARGUMENT for an
+// output type that does not apply).
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w);
 // Run arguments with MX A (a points to a qj_mx_matrix, lda = element bytes between rows).
 qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_t lda);

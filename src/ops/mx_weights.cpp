@@ -177,7 +177,6 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_
 
 qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
   if (src.is_mx16()) return repack_mx16_weights(src, isa, out);
-  if (src.is_mx_fp8() && !mx_fp8_weights_type(src.dtype)) return mx_weights_for_fp32_a(src, isa, out);
   auto w = std::make_shared<PackedWeights>();
   w->dtype = src.dtype;
   w->k = src.k;
@@ -185,45 +184,6 @@ qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_pt
   QJ_TRY(pack_mx(
       w.get(), isa, [&](int64_t kk, int64_t c) { return src.mx_code(kk, c); },
       [&](int64_t g, int64_t c) { return src.mx_scale_byte(g, c); }));
-  *out = std::move(w);
-  return QJ_OK;
-}
-
-qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
-  const int64_t k = src.k, n = src.n;
-  if (!mx16_weights_type(src.dtype) || src.dtype == QJ_MXFP6_E3M2)
-    return fail(QJ_ERR_INTERNAL, "%s weights are read in place by the fp32-FMA kernels (no copy)",
-                qj_dtype_name(src.dtype));
-  // BDR: the integer forms q (int8; MX9, |q| <= 254: int16) with the same blocks of 16 and
-  // exponent bytes, in the kMxFp8 layout: the fp32-FMA kernel converts q to fp32 (exact) and
-  // applies 2^(b - 127 - shift) per block. MX6 / MX4 one byte per weight, MX9 two.
-  auto w = std::make_shared<PackedWeights>();
-  w->dtype = src.dtype;
-  w->k = k;
-  w->n = n;
-  w->gran = QJ_GRAN_GROUP;
-  w->group_size = src.group_size;
-  w->isa = isa;
-  w->layout = PackLayout::kMxFp8;
-  w->kg = 1;
-  w->kp = k;
-  w->nr = weights_nr(isa, n, QJ_MXFP8_E5M2);  // the MXFP8 kernels' panels
-  w->n_panels = (n + w->nr - 1) / w->nr;
-  const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes();
-  if (!allocate_packed(w.get(), bytes, true))
-    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
-  const int64_t nr = w->nr, groups = w->groups(), eb = w->mx_elem_bytes();
-  for (int64_t p = 0; p < w->n_panels; ++p) {
-    uint8_t* panel = w->packed.data<uint8_t>() + p * w->panel_bytes();
-    const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
-    for (int64_t c = 0; c < live; ++c) {
-      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = src.mx_scale_byte(g, c0 + c);
-      for (int64_t kk = 0; kk < k; ++kk) {
-        const int16_t q = static_cast<int16_t>(src.q(kk, c0 + c));
-        std::memcpy(panel + (kk * nr + c) * eb, &q, static_cast<size_t>(eb));  // little endian: int8 = low byte
-      }
-    }
-  }
   *out = std::move(w);
   return QJ_OK;
 }

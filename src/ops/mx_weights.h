@@ -59,13 +59,4 @@ void for_weight_columns(const qj_weights_desc& d, const float* w, int64_t ld, co
   }
 }
 
-// BDR weights (MX9 / MX6 / MX4) as weights of the fp32-FMA kernels with exactly the same values,
-// for MXFP8 A (dequantized exactly to fp32: no small integer form, MX.md section 5; those kernels
-// read MXFP4, MXINT8, E2M3 and E3M2 weights in place): their integer forms q in the kMxFp8 layout
-// (int8, MX9 int16; their blocks of 16 and exponent bytes; the kernel multiplies each block total
-// by 2^(b - 127 - shift)). Every value is representable: no error but out of memory
-// (QJ_ERR_INTERNAL for the other types). For tier isa (also the repack of such weights).
-// Plan-internal: never serialized.
-qj_status mx_weights_for_fp32_a(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out);
-
 }  // namespace qj
