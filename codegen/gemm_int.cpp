@@ -428,8 +428,10 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 // unsigned byte quads d = q + offset and are the unsigned operand; A is packed as s8 quads (the
 // signed operand). Per K step (k_per_step values, n_out quads per column):
 //   VNNI:      vpdpbusd acc, d, {1to16}[A quad]        (A broadcast straight from memory)
-//   AVX-512 / AVX2: vpmaddubsw t, d, A (exact: |d| <= 15, |a| <= 128), the n_out products added
-//              as s16 (|sum| <= n_out * 3840), vpmaddwd t, t, ones, vpaddd acc, acc, t.
+//   AVX-512 / AVX2: vpmaddubsw t, d, A, runs of s16_terms products added as s16 (4-bit: both
+//              quads, |sum| <= 2 * 3840; E2M3 one at a time; MXINT8 split into nibbles), each run
+//              vpmaddwd t, t, ones (2^hi_shift for MXINT8's high nibbles), vpaddd acc, acc, t
+//              (see weight_decode.h).
 // At the end of each K group, exact int32 corrections:
 //   flags bit 2 (row corr)  acc += row_sum[g][i]            (pack_a gives -z * sum_k a for a
 //                                                            constant zero point z = zp + offset)
@@ -443,6 +445,9 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 // shifted back (vpsrad, exact) before it is added. The plan sets it only when a group's sum
 // cannot reach 2^31 / 16.
 // flags bit 4 (grouped, dynamic A per group): float(acc) *= row_group_scale[g][i] before the fold.
+// flags bit 7 (a_split, VNNI, int8 decoders): A is E3M2's 16v split as 32 hi + lo, per step the
+// lo quads then the hi quads (src/ops/mx_act.cpp); each decoded quad o multiplies both, the hi
+// products into their own set, which is shifted left by 5 and added at the group's end.
 // int16-pair decoders (dec.int16: E3M2, BDR): A is packed as s16 pairs (4 pair rows per 8-K step,
 // the same (o * mr + i) * 4 addressing with n_out = 4), each pair row o is decoded to s16 pairs and
 // multiplied at once: vpdpwssd acc, d, {1to16}[A pair] (VNNI), or vpbroadcastd + vpmaddwd + vpaddd
