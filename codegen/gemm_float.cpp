@@ -289,6 +289,15 @@ void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
   a.vpsignb(q, q, t);
 }
 
+// zmm: v = the 16-entry table lookup (vpermps: index bits 0..3) of the dwords at m >> sh.
+void emit_nibble_lut_zmm(Assembler& a, const Vec& v, const Mem& m, int sh, const Vec& tbl) {
+  if (sh)
+    a.vpsrld(v, m, sh);
+  else
+    a.vmovdqu32(v, m);
+  a.vpermps(v, v, tbl);
+}
+
 // Weight vector j of unit u from the integer forms or the in-place quad layouts into v.
 void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v) {
   const cg::Simd& s = p.s;
@@ -298,11 +307,7 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
       const Mem m = ptr(rdx, j * s.lanes32 * 4);
       const int sh = 16 * r + 4 * o;
       if (s.zmm) {
-        if (sh)
-          a.vpsrld(v, m, sh);
-        else
-          a.vmovdqu32(v, m);
-        a.vpermps(v, v, s.v(p.tbl));
+        emit_nibble_lut_zmm(a, v, m, sh, s.v(p.tbl));
         return;
       }
       a.vmovdqu(v, m);
@@ -400,11 +405,7 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
   const int sh = 8 * (u % 4) + 4 * (u / 4);
   const Mem m = ptr(rdx, j * s.lanes32 * 4);
   if (s.zmm) {
-    if (sh)
-      a.vpsrld(v, m, sh);
-    else
-      a.vmovdqu32(v, m);
-    a.vpermps(v, v, s.v(p.tbl));
+    emit_nibble_lut_zmm(a, v, m, sh, s.v(p.tbl));
     return;
   }
   const Vec t = s.v(p.tmp);

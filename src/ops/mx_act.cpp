@@ -376,6 +376,22 @@ void decode_row_int16(qj_dtype t, const uint8_t* e, int64_t nb, int16_t* q) {
   }
 }
 
+// Row i's row sums of its int16 forms q (k values) and its A factors per weight group of
+// k / groups values (s.row_sums: row_sum[g * mr + i] = row_sum_mult * sum; a_scale from the
+// row's E8M0 bytes sc, A block g * gk / 32).
+void row_group_sums(const PackASpec& s, const int16_t* q, const uint8_t* sc, int i, int mr, int32_t* row_sum,
+                    float* a_scale) {
+  const int64_t gk = s.k / s.groups;
+  for (int64_t g = 0; g < s.groups; ++g) {
+    if (s.row_sums) {
+      int32_t sum = 0;  // |sum| <= 32 * 448
+      for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += q[j];
+      row_sum[g * mr + i] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
+    }
+    a_scale[g * mr + i] = mx_act_block_scale(s.a_type, sc[g * gk / mx::kBlock]);
+  }
+}
+
 // kg == 2: the s16 pairs of the int16-pair weight kernels (E3M2, BDR). The weight groups are 32
 // (E3M2 and the BDR form of OCP weights, mx16_from_int8_mx: one A block each) or 16 (BDR: A block
 // g / 2 spans weight groups g and g + 1), so the A factor and the row sums are taken per weight
@@ -383,7 +399,7 @@ void decode_row_int16(qj_dtype t, const uint8_t* e, int64_t nb, int16_t* q) {
 void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
                      uint8_t* dst, int32_t* row_sum, float* a_scale) {
   static thread_local std::vector<int16_t> buf;
-  const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 2, gk = s.k / s.groups;
+  const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 2;
   const bool in_place = mr == 1;  // one row of pairs is the decoded row itself
   if (!in_place) buf.resize(static_cast<size_t>(s.kp));
   for (int i = 0; i < mr; ++i) {
@@ -392,15 +408,7 @@ void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int
     int16_t* q = in_place ? reinterpret_cast<int16_t*>(dst) : buf.data();
     decode_row_int16(s.a_type, e, nb, q);
     for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
-    for (int64_t g = 0; g < s.groups; ++g) {
-      if (s.row_sums) {
-        int32_t sum = 0;  // |sum| <= 32 * 448
-        for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += q[j];
-        row_sum[g * mr + i] =
-            static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
-      }
-      a_scale[g * mr + i] = mx_act_block_scale(s.a_type, sc[g * gk / mx::kBlock]);
-    }
+    row_group_sums(s, q, sc, i, mr, row_sum, a_scale);
     if (!in_place)
       for (int64_t kk = 0; kk < kgroups; ++kk) std::memcpy(dst + (kk * mr + i) * 4, q + kk * 2, 4);
   }
@@ -429,16 +437,7 @@ void pack_a_split_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int
       v[16 * st + r] = static_cast<int8_t>(q[j] & 31);
       v[16 * st + 8 + r] = static_cast<int8_t>(q[j] >> 5);  // arithmetic: floor(q / 32)
     }
-    for (int64_t g = 0; g < s.groups; ++g) {
-      const int64_t gk = s.k / s.groups;
-      if (s.row_sums) {
-        int32_t sum = 0;  // |sum| <= 32 * 448
-        for (int64_t j = g * gk; j < (g + 1) * gk; ++j) sum += q[j];
-        row_sum[g * mr + i] =
-            static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(s.row_sum_mult));
-      }
-      a_scale[g * mr + i] = mx_act_block_scale(s.a_type, sc[g * gk / mx::kBlock]);
-    }
+    row_group_sums(s, q.data(), sc, i, mr, row_sum, a_scale);
   }
   if (!in_place) transpose_quads(reinterpret_cast<const uint8_t*>(buf.data()), vk, mr, vk / 4, dst);
 }
