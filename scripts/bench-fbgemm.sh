@@ -9,13 +9,16 @@
 # fbgemm_direct (FBGEMM called from C++, built here) one after the other on core 1,
 # then prints bench/peers/compare.py's table. Results stay in $OUT (default build/fbgemm-compare/).
 #   scripts/bench-fbgemm.sh [fp16] [int8] [emb] [emb-fresh] [adagrad]   (default: all but emb-fresh)
-# Environment: DIMS (default 32,64,128,256,512,1024), REPS (quantjit-bench/peer sample counts).
+# Environment: DIMS (default 32,64,128,256,512,1024), REPS (quantjit-bench/peer sample counts),
+# ROUNDS (emb / adagrad: alternating rounds per dim, default 1; compare.py keeps each side's best
+# median of the rounds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 venv=${FBGEMM_VENV:-/work/.venv-fbgemm}
 out=${OUT:-$build/fbgemm-compare}
 dims=${DIMS:-32,64,128,256,512,1024}
+rounds=${ROUNDS:-1}
 torch_ver=2.14.1   # fbgemm-gpu-cpu 1.9.x is built against torch 2.14
 fbgemm_ver=1.9.0
 what=("$@")
@@ -71,23 +74,33 @@ for w in "${what[@]}"; do
         $pin "$py" "$peer" gemm --weights s8 --shapes fbgemm "${flag[@]}" "${reps[@]}" > "$out/fb-int8-$mode.jsonl"
       done ;;
     emb|emb-fresh)
+      # One dim at a time, quantjit and FBGEMM right after each other: the shared machine's state
+      # drifts over minutes (cold cases of one binary measured up to 4x apart in runs 5 minutes
+      # apart, 2026-11-30), so each ratio comes from neighbouring measurements.
       modes=warm,cold; [ $w = emb-fresh ] && modes=fresh
       for fmt in fused8 fused4; do
-        $pin "$qb" embedding --rows $fmt --dims "$dims" --index 32,64 --weighted 0,1 --mode $modes --no-limit \
-          --format json "${reps[@]}" 2>/dev/null > "$out/qj-$w-$fmt.jsonl"
-        $pin "$py" "$peer" embedding --rows $fmt --dims "$dims" --index 32,64 --weighted 0,1 --mode $modes \
-          "${reps[@]}" > "$out/fb-$w-$fmt.jsonl"
-        $pin "$direct" emb --rows $fmt --dims "$dims" --index 32,64 --weighted 0,1 --prefetch 0,16 --mode $modes \
-          "${reps[@]}" > "$out/fb-$w-$fmt-direct.jsonl"
+        : > "$out/qj-$w-$fmt.jsonl"; : > "$out/fb-$w-$fmt.jsonl"; : > "$out/fb-$w-$fmt-direct.jsonl"
+        for dim in ${dims//,/ }; do for _ in $(seq "$rounds"); do
+          $pin "$qb" embedding --rows $fmt --dims "$dim" --index 32,64 --weighted 0,1 --mode $modes --no-limit \
+            --format json "${reps[@]}" 2>/dev/null >> "$out/qj-$w-$fmt.jsonl"
+          $pin "$py" "$peer" embedding --rows $fmt --dims "$dim" --index 32,64 --weighted 0,1 --mode $modes \
+            "${reps[@]}" >> "$out/fb-$w-$fmt.jsonl"
+          $pin "$direct" emb --rows $fmt --dims "$dim" --index 32,64 --weighted 0,1 --prefetch 0,16 --mode $modes \
+            "${reps[@]}" >> "$out/fb-$w-$fmt-direct.jsonl"
+        done; done
       done ;;
     adagrad)
       # FBGEMM updates once per occurrence (racy with threads); quantjit runs its default,
       # deterministic coalesced mode (the issue's target: at least FBGEMM's speed per row while
       # deterministic). ADAGRAD_UPDATE=occurrence times quantjit's FBGEMM-order mode instead.
-      $pin "$qb" embedding --adagrad --rows f32,f16 --dims "$dims" --index 32,64 --mode warm,cold \
-        --update "${ADAGRAD_UPDATE:-coalesced}" --format json "${reps[@]}" 2>/dev/null > "$out/qj-adagrad.jsonl"
-      $pin "$direct" adagrad --rows f32,f16 --dims "$dims" --index 32,64 --mode warm,cold \
-        "${reps[@]}" > "$out/fb-adagrad-direct.jsonl" ;;
+      # (one dim at a time, as emb)
+      : > "$out/qj-adagrad.jsonl"; : > "$out/fb-adagrad-direct.jsonl"
+      for dim in ${dims//,/ }; do for _ in $(seq "$rounds"); do
+        $pin "$qb" embedding --adagrad --rows f32,f16 --dims "$dim" --index 32,64 --mode warm,cold \
+          --update "${ADAGRAD_UPDATE:-coalesced}" --format json "${reps[@]}" 2>/dev/null >> "$out/qj-adagrad.jsonl"
+        $pin "$direct" adagrad --rows f32,f16 --dims "$dim" --index 32,64 --mode warm,cold \
+          "${reps[@]}" >> "$out/fb-adagrad-direct.jsonl"
+      done; done ;;
     *) echo "bench-fbgemm: unknown set '$w' (fp16 int8 emb emb-fresh adagrad)" >&2; exit 2 ;;
   esac
 done
