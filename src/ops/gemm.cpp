@@ -309,13 +309,15 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     QJ_TRY(check_desc_enums(desc));
     QJ_TRY(check_mx_a_plan(desc, *w));
     // MXFP8 A x integer-form MX / BDR weights: fp32 route. The float kernels read every one of
-    // them in place (their integer kernels' layouts; codegen/gemm_float.cpp). E2M3 / E3M2 in place measured 39 / 108 and
-    // 34-35 / 107-109 GOPS at M = 1 / 256 (zmm), as through their former E4M3 copies (38 / 108,
-    // 36-37 / 106-109); AVX2 23 / 67 and 20-21 / 78-79 against 27 / 65 and 25 / 65. Measured (zmm, one
-    // core, 1 x 4096 x 4096 / 1 x 1024 x 1024 / 64 x 4096 x 4096 GOPS): MXFP4 in place 64.5 /
-    // - / 109 against 38 / - / 108 through an E4M3 copy; MXINT8 in place 39 / 40 / 108 against
-    // 52 / 56 / 108 through an int8 copy (two shifts per vector instead of one vpmovsxbd): the
-    // copy would be faster at M = 1 but would double the weights' memory for every plan.
+    // them in place (their integer kernels' layouts; codegen/gemm_float.cpp). E2M3 / E3M2 in
+    // place measured 39 / 108 and 34-35 / 107-109 GOPS at M = 1 / 256 (zmm), as through their
+    // former E4M3 copies (38 / 108, 36-37 / 106-109); AVX2 23 / 67 and 20-21 / 78-79 against
+    // 27 / 65 and 25 / 65. Measured (zmm, one core, 1 x 4096 x 4096 / 1 x 1024 x 1024 /
+    // 64 x 4096 x 4096 GOPS): MXFP4 in place 64.5 / - / 109 against 38 / - / 108 through an E4M3
+    // copy; MXINT8 in place 39 / 40 / 108 against 52 / 56 / 108 through an int8 copy (two shifts
+    // per vector instead of one vpmovsxbd): the copy would be faster at M = 1 but would double the
+    // weights' memory for every plan. BDR: see README (MX9 / MX6 / MX4 in place against their
+    // former integer-form copies).
     if (fp8_a && w->is_mx()) return float_plan_create(desc, std::move(w), out);
   }
   // E3M2 A with int8-form MX weights below the VNNI tier: each vpmaddubsw there would multiply a
