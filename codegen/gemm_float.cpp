@@ -23,6 +23,7 @@
 #include <string>
 
 #include "codegen/simd.h"
+#include "codegen/weight_decode.h"
 #include "src/core/kernel_cache.h"
 #include "src/formats/mx.h"
 
@@ -55,21 +56,22 @@ struct Plan {
   bool bf16, direct;
   int mr, nr, nrv, sets;
   int acc, bvec, mask, abc;
-  // MX blocks (b_type MXFP8 E4M3 / E5M2, MXFP4, MXINT8, or the integer forms of BDR MX9 / MX6 /
-  // MX4): see the MX section below.
+  // MX blocks (b_type MXFP8 E4M3 / E5M2, or any integer-form MX / BDR type read in its integer
+  // kernels' layout): see the MX section below.
   bool mx = false, e4m3 = false;
   MxSrc src = MxSrc::kFp8;
   int bdr = 0;            // kBdrPair: the BDR type
   int block = 32;         // k per block (BDR: 16)
   int shift = 0;          // value = element * 2^(b - 127 - shift) (FP8: 0; E4M3's 2^8 is col_mult)
   int step_bytes = 0;     // bytes of 8 k of a panel
-  int upi = 1;            // K units per inner-loop iteration (8 for the quad layouts, else sets)
+  int upi = 1;            // K units per inner-loop iteration (a step of 8 for the in-place
+                          // layouts, MX9 zmm a block of 16; MXFP8: sets)
   int tbl = -1, smask = -1, tmp = -1;  // kFp4Nibble: value table; AVX2: sign mask and a temporary
   // kBdrPair: MX9 / MX6 dq the nrv decoded pair rows (s16, a dword per column); MX4 zmm tbl the
   // 16 values u - 8, ymm smask 0x80000000; MX9 ymm tbl the word bit selector and tmp.
   // kE2m3Quad: dq the nrv decoded chunks; with VBMI (key.flags bit 2, zmm) one 64-byte table of q
   // in tbl, else tbl / tbl + 1 the 16-byte tables of |q| (magnitudes 0..15, 16..31) and temps
-  // from tmp (zmm: the codes; ymm: the codes and two more); zmm without VBMI also the byte
+  // from tmp (zmm: the codes; ymm: the codes and one more); zmm without VBMI also the byte
   // constants 0x10, 0x20 and zero at cst.
   bool vbmi = false;
   int dq = -1, cst = -1;
@@ -166,7 +168,7 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       p->vbmi = p->s.zmm && (key.flags & 4) != 0;
       p->dq = used, used += p->nrv;
       p->tbl = used, used += p->vbmi ? 1 : 2;
-      if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 3;
+      if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 2;
       if (!p->vbmi && p->s.zmm) p->cst = used, used += 3;
     }
     if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
@@ -255,7 +257,7 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
 //   MXFP6 E3M2 in the int16-pair kernels' layout (kE3m2Pair, read in place): through fp16 as
 //     value * 2^-12, the 2^12 in col_mult (see emit_mx_int_decode).
 //   These layouts hold 8 k per step, so their inner loop runs one step (8 units) per
-//   iteration. Where value = element * 2^-shift (MXINT8 6, E2M3 3; BDR m), the scale vectors are
+//   iteration (MX9 with zmm: its block of two, see make_plan). Where value = element * 2^-shift (MXINT8 6, E2M3 3; BDR m), the scale vectors are
 //   multiplied by 2^-shift (exact: 2^(b - 127 - shift) >= 2^-134, an fp32 subnormal at worst).
 // Red-zone constants (dwords 1, 0xfe, 0x400000, 2^-shift; zmm: one each at rsp-16.., ymm: vectors
 // at rsp-128).
@@ -274,29 +276,16 @@ void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
     a.vpermb(q, q, s.v(p.tbl));
     return;
   }
+  // Without VBMI the int8 kernels' decoders (codegen/weight_decode.h), with tables of |q| and
+  // zmm's negative side 0 - |q|.
   const Vec c = s.v(p.tmp);
   if (s.zmm) {
-    // vpshufb reads bits 0..3 (bit 7 is 0): |q| of the low table, replaced under the mask of
-    // bit 4 by the high table's, negated under the mask of bit 5 (the sign).
     a.vmovdqu32(c, m);
-    a.vpshufb(q, s.v(p.tbl), c);
-    a.vptestmb(k2, c, s.v(p.cst));
-    a.k(k2).vpshufb(q, s.v(p.tbl + 1), c);
-    a.vptestmb(k3, c, s.v(p.cst + 1));
-    a.k(k3).vpsubb(q, s.v(p.cst + 2), q);
+    cg::emit_e2m3_bytes_zmm(a, q, c, s.v(p.tbl), s.v(p.tbl + 1), s.v(p.cst), s.v(p.cst + 1), s.v(p.cst + 2));
     return;
   }
-  // ymm: both lookups, vpblendvb on bit 4 (moved to bit 7), vpsignb on bit 5 (moved to bit 7;
-  // the sign byte is 0 only for code 0, whose q is 0 anyway). The 16-bit shifts move bits across
-  // bytes, but no code has bits 6..7 set, so each byte's bit 7 is its own.
-  const Vec hi = s.v(p.tmp + 1), t = s.v(p.tmp + 2);
   a.vmovdqu(c, m);
-  a.vpshufb(q, s.v(p.tbl), c);
-  a.vpshufb(hi, s.v(p.tbl + 1), c);
-  a.vpsllw(t, c, 3);
-  a.vpblendvb(q, q, hi, t);
-  a.vpsllw(t, c, 2);
-  a.vpsignb(q, q, t);
+  cg::emit_e2m3_bytes_ymm(a, q, c, s.v(p.tmp + 1), s.v(p.tbl), s.v(p.tbl + 1));
 }
 
 // MX9 (zmm): the mask register of pair row pr of the block for column vector j (see make_plan).

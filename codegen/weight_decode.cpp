@@ -257,6 +257,33 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
   }
 }
 
+void emit_e2m3_bytes_zmm(Assembler& a, const Vec& out, const Vec& c, const Vec& tlo, const Vec& thi,
+                         const Vec& bit4, const Vec& sign, const Vec& neg) {
+  // vpshufb reads the code's bits 0..3 (bit 7 is 0): the low table's entry, replaced under the
+  // mask of bit 4 by the high table's; under the mask of bit 5 (the sign) neg - entry.
+  a.vpshufb(out, tlo, c);
+  a.vptestmb(k2, c, bit4);
+  a.k(k2).vpshufb(out, thi, c);
+  a.vptestmb(k3, c, sign);
+  a.k(k3).vpsubb(out, neg, out);
+}
+
+void emit_e2m3_bytes_ymm(Assembler& a, const Vec& out, const Vec& c, const Vec& t, const Vec& tlo,
+                         const Vec& thi) {
+  // vpshufb reads the code's bits 0..3 (bit 7 is 0) in the tables of |q| of the magnitudes 0..15
+  // and 16..31; vpsignb negates both where bit 5 (the sign, moved to bit 7 by a 16-bit shift of
+  // 2: the bits crossing from the lower byte are its bits 6..7, 0) is set (it zeroes where the
+  // shifted code is 0: code 0, q = 0); vpblendvb takes the high table's where bit 4 (bit 7 after
+  // the byte-wise doubling) is set.
+  a.vpshufb(out, tlo, c);
+  a.vpshufb(t, thi, c);
+  a.vpsllw(c, c, 2);
+  a.vpsignb(out, out, c);
+  a.vpsignb(t, t, c);
+  a.vpaddb(c, c, c);
+  a.vpblendvb(out, out, t, c);
+}
+
 void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int o, const DecodeRegs& r,
                    int out) {
   const Vec v = s.v(out);
@@ -396,33 +423,16 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
           continue;
         }
         const Vec c = s.v(r.temps);
-        if (!s.zmm) {
-          // AVX2: vpshufb reads the code's bits 0..3 (bit 7 is 0) in the tables of |q| of the
-          // magnitudes 0..15 and 16..31; vpsignb negates both where bit 5 (the sign, moved to bit 7
-          // by a 16-bit shift of 2: the bits crossing from the lower byte are its bits 6..7, 0)
-          // is set (it zeroes where the shifted code is 0: code 0, |q| = 0); vpblendvb takes the
-          // high table's where bit 4 (bit 7 after the byte-wise doubling) is set; + 60.
-          const Vec t = s.v(r.temps + 1);
+        if (!s.zmm) {  // q by the tables of |q|, then + 60
           a.vmovdqu(c, m);
-          a.vpshufb(d, s.v(r.consts), c);
-          a.vpshufb(t, s.v(r.consts + 1), c);
-          a.vpsllw(c, c, 2);
-          a.vpsignb(d, d, c);
-          a.vpsignb(t, t, c);
-          a.vpaddb(c, c, c);
-          a.vpblendvb(d, d, t, c);
+          emit_e2m3_bytes_ymm(a, d, c, s.v(r.temps + 1), s.v(r.consts), s.v(r.consts + 1));
           a.vpaddb(d, d, s.v(r.consts + 2));
           continue;
         }
-        // zmm (AVX512BW) without VBMI: vpshufb reads the code's bits 0..3 (bit 7 is 0): the low
-        // table's 60 + |q|, replaced under the mask of bit 4 by the high table's; under the mask
-        // of bit 5 (the sign) 120 - (60 + |q|) = 60 - |q|.
+        // zmm without VBMI: tables of 60 + |q|, the negative side 120 - (60 + |q|) = 60 - |q|
         a.vmovdqu32(c, m);
-        a.vpshufb(d, s.v(r.consts), c);
-        a.vptestmb(k2, c, s.v(r.consts + 2));
-        a.k(k2).vpshufb(d, s.v(r.consts + 1), c);
-        a.vptestmb(k3, c, s.v(r.consts + 3));
-        a.k(k3).vpsubb(d, s.v(r.consts + 4), d);
+        emit_e2m3_bytes_zmm(a, d, c, s.v(r.consts), s.v(r.consts + 1), s.v(r.consts + 2), s.v(r.consts + 3),
+                            s.v(r.consts + 4));
       }
       break;
     case QJ_MXINT8:

@@ -95,6 +95,16 @@ void emit_decoder_setup(asmjit::x86::Assembler& a, const Simd& s, int b_type, co
 void emit_decode(asmjit::x86::Assembler& a, const Simd& s, int b_type, const asmjit::x86::Mem& src,
                  const DecodeRegs& r, const int* out, bool scaled = false);
 
+// E2M3 codes (one per byte, bits 6..7 zero) in c, without VBMI: zmm (AVX512BW) out = the tables'
+// entry of the magnitude (tlo: 0..15, thi: 16..31, each 16 bytes in every 128-bit lane), under the
+// sign neg - entry (bit4, sign: the byte constants 0x10, 0x20; masks k2, k3); ymm out = q = 8v
+// from tables of |q| (c and t clobbered).
+void emit_e2m3_bytes_zmm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out, const asmjit::x86::Vec& c,
+                         const asmjit::x86::Vec& tlo, const asmjit::x86::Vec& thi, const asmjit::x86::Vec& bit4,
+                         const asmjit::x86::Vec& sign, const asmjit::x86::Vec& neg);
+void emit_e2m3_bytes_ymm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out, const asmjit::x86::Vec& c,
+                         const asmjit::x86::Vec& t, const asmjit::x86::Vec& tlo, const asmjit::x86::Vec& thi);
+
 // int16-pair decoders (info.int16): decodes pair row o (0..3) of the step bytes of one column
 // vector at `src` into vector register `out` (one call per output, so the kernel can consume each
 // decoded vector before the next is made: fewer live registers). Uses r.temps (n_temps) and the
