@@ -421,47 +421,47 @@ TEST(GemmMxAct, Tv13Fp4TimesFp4) {
   EXPECT_EQ(y[0], -128.0);
 }
 
-// The integer-exact weights at their extremes against A's (MXINT8 -128 / 127): every vpmaddubsw
-// pair of the non-VNNI kernels at its largest magnitude (E2M3 one pair per s16 sum, MXINT8 split
-// into nibbles), the VNNI ones at theirs; a saturated s16 sum would miss by thousands.
+// The integer-exact weights at their extremes against A's (MXINT8 -128 / 127, E3M2 -448 / 448 as
+// 16v): every vpmaddubsw pair of the non-VNNI kernels at its largest magnitude (E2M3 one pair per
+// s16 sum, MXINT8 split into nibbles), the VNNI ones at theirs (E3M2 A split into s8 parts); a
+// saturated s16 sum would miss by thousands.
 TEST(GemmMxAct, ExtremeCodesEveryTier) {
-  struct W {
+  struct Ends {
     qj_dtype t;
     uint8_t lo, hi;  // the most negative and the most positive code
   };
-  const W ws[] = {{QJ_MXINT8, 0x80, 0x7F}, {QJ_MXFP6_E2M3, 0x3F, 0x1F}, {QJ_MXFP4_E2M1, 0x0F, 0x07}};
-  // A: MXINT8 -128 / 127, E3M2 -448 / 448 as 16v (split into s8 parts at the VNNI tier)
-  const W as[] = {{QJ_MXINT8, 0x80, 0x7F}, {QJ_MXFP6_E3M2, 0x3F, 0x1F}};
-  for (const W& at : as)
-  for (const W& wt : ws)
-    for (int pat = 0; pat < 4; ++pat) {
-      std::vector<uint8_t> a(32), b(32);
-      for (int i = 0; i < 32; ++i) {
-        // A most negative (pattern 1: most positive; 3: most positive against the weights' most
-        // negative and vice versa, in runs of two: every pair and every sum at the same sign)
-        a[i] = pat == 1 || (pat == 3 && (i & 2)) ? at.hi : at.lo;
-        b[i] = pat == 0 || (pat == 3 && (i & 2)) ? wt.lo : wt.hi;
+  const Ends ws[] = {{QJ_MXINT8, 0x80, 0x7F}, {QJ_MXFP6_E2M3, 0x3F, 0x1F}, {QJ_MXFP4_E2M1, 0x0F, 0x07}};
+  const Ends as[] = {{QJ_MXINT8, 0x80, 0x7F}, {QJ_MXFP6_E3M2, 0x3F, 0x1F}};
+  for (const Ends& at : as)
+    for (const Ends& wt : ws)
+      for (int pat = 0; pat < 4; ++pat) {
+        std::vector<uint8_t> a(32), b(32);
+        for (int i = 0; i < 32; ++i) {
+          // A most negative (pattern 1: most positive; 3: most positive against the weights' most
+          // negative and vice versa, in runs of two: every pair and every sum at the same sign)
+          a[i] = pat == 1 || (pat == 3 && (i & 2)) ? at.hi : at.lo;
+          b[i] = pat == 0 || (pat == 3 && (i & 2)) ? wt.lo : wt.hi;
+        }
+        MxA A;
+        A.ref.type = at.t;
+        A.ref.m = 1;
+        A.ref.k = 32;
+        A.ref.codes = a;
+        A.ref.scales = {0x7F};
+        A.build(0, 0);
+        qj::ref::MxWeights w{wt.t, 32, 1, b, {0x7F}};
+        std::vector<double> y, mag;
+        qj_gemm_desc gd{};
+        qj::ref::gemm_mx_mx(gd, A.ref, w, &y, &mag);
+        ASSERT_NE(y[0], 0.0);
+        for (qj_isa isa : qjt::supported_isas()) {
+          qjt::IsaCap cap(isa);
+          float c = 0;
+          ASSERT_EQ(gemm_dot(at.t, a, 0x7F, wt.t, b, 0x7F, &c), QJ_OK) << qj_last_error();
+          EXPECT_EQ(c, static_cast<float>(y[0])) << qj_dtype_name(at.t) << " x " << qj_dtype_name(wt.t)
+                                                 << " pattern " << pat << " " << qj_isa_name(isa);
+        }
       }
-      MxA A;
-      A.ref.type = at.t;
-      A.ref.m = 1;
-      A.ref.k = 32;
-      A.ref.codes = a;
-      A.ref.scales = {0x7F};
-      A.build(0, 0);
-      qj::ref::MxWeights w{wt.t, 32, 1, b, {0x7F}};
-      std::vector<double> y, mag;
-      qj_gemm_desc gd{};
-      qj::ref::gemm_mx_mx(gd, A.ref, w, &y, &mag);
-      ASSERT_NE(y[0], 0.0);
-      for (qj_isa isa : qjt::supported_isas()) {
-        qjt::IsaCap cap(isa);
-        float c = 0;
-        ASSERT_EQ(gemm_dot(at.t, a, 0x7F, wt.t, b, 0x7F, &c), QJ_OK) << qj_last_error();
-        EXPECT_EQ(c, static_cast<float>(y[0])) << qj_dtype_name(at.t) << " x " << qj_dtype_name(wt.t)
-                                               << " pattern " << pat << " " << qj_isa_name(isa);
-      }
-    }
 }
 
 TEST(GemmMxAct, Tv13NanScaleEitherSide) {

@@ -79,7 +79,7 @@ struct PackedWeights {
 
   bool is_float() const { return dtype == QJ_F16 || dtype == QJ_BF16; }
   bool is_int4() const { return dtype == QJ_S4 || dtype == QJ_U4; }
-  // Integer-exact MX weights (MXFP4, MXFP6 E2M3, MXINT8), decoded in the integer kernels.
+  // Integer-exact MX weights: MXFP4, MXFP6 E2M3, MXINT8 (int8 kernels) and the is_mx16() types.
   bool is_mx() const {
     return dtype == QJ_MXFP4_E2M1 || dtype == QJ_MXFP6_E2M3 || dtype == QJ_MXINT8 || is_mx16();
   }

@@ -17,8 +17,8 @@
 namespace qj::ref {
 
 // Decoded float weights: w[k * n + col] is the fp32 value of B(k, col). Block-scaled weights
-// (MX blocks of the fp32 route: MXFP8, and under MXFP8 A the integer forms of MXFP4 / MXINT8 /
-// BDR weights) have block > 0: w holds the unscaled element values (or integer forms),
+// (MX blocks of the fp32 route: MXFP8, and under MXFP8 A the integer forms of every other MX /
+// BDR type) have block > 0: w holds the unscaled element values (or integer forms),
 // block_scale[(k / block) * n + col] the block's factor (2^(b - 127), integer forms
 // 2^(b - 127 - shift); NaN for 0xFF), and the definition above becomes
 //   acc = fma(s_b, block_scale, acc) over the blocks b in order, s_b the fma chain of block b from
