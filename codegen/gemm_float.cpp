@@ -231,7 +231,7 @@ void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
 //        & 0xbfff is an fp16 of value * 2^-8 (exponent 4 -> 5 bits with bias 7 -> 15 is the 2^-8;
 //        E4M3 subnormals land on fp16 subnormals, also exact). The 2^8 is in col_mult (the plan);
 //        the NaN codes, which this mapping does not keep, carry a NaN block scale (the packer).
-// Block scales 2^(b - 127) from the E8M0 bytes after the panel's codes (rbx), as gemm_int does:
+// Block scales 2^(b - 127) from the E8M0 bytes of the panel's scale lines (rbx), as gemm_int does:
 // bits = b << 23, with 0x400000 OR-ed in for b = 0 (2^-127) and b = 0xff (NaN).
 // Two ways to apply them (key.flags bit 1):
 //   scaled weights (0): every decoded weight vector is multiplied by its column scales (exact: a
@@ -548,21 +548,26 @@ void sum_sets(Assembler& a, const Plan& p) {
 
 // The K loop of one MX panel: k_main blocks of p.block k, each p.block / upi iterations of `upi`
 // units; leaves the result in set 0 (scaled weights) or in the totals (block accumulators) and rdx
-// at the next panel (the 64-byte aligned end of this panel's scale bytes).
+// at the next panel (this panel's 64-byte aligned end).
 template <class Advance>
 void emit_mx_main(Assembler& a, const Plan& p, const Advance& advance_a, int unit_a) {
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  // rbx: this panel's E8M0 bytes, after its k_main blocks of block / 8 steps.
-  a.mov(rax, ARG(k_main));
-  a.imul(rax, rax, p.block / 8 * p.step_bytes);
-  a.lea(rbx, ptr(rdx, rax));
+  // rbx: the current block's E8M0 bytes in the panel's scale lines (int_weights.h); aligned at
+  // first, so the first block takes the panel's first line.
+  a.mov(rbx, rdx);
   zero_regs(a, s, p.blockacc ? p.tot : p.acc, p.blockacc ? n_acc : p.sets * n_acc);
   Label l_block = a.newLabel(), l_inner = a.newLabel(), l_end = a.newLabel();
   a.mov(r8, ARG(k_main));
   a.test(r8, r8);
   a.jz(l_end);
   a.bind(l_block);
+  Label l_line = a.newLabel();
+  a.test(ebx, 63);  // at a line boundary: the scale line is used up, the next one comes
+  a.jnz(l_line);
+  a.mov(rbx, rdx);
+  a.add(rdx, 64);
+  a.bind(l_line);
   if (p.blockacc)
     zero_regs(a, s, p.acc, p.sets * n_acc);
   else
@@ -587,7 +592,7 @@ void emit_mx_main(Assembler& a, const Plan& p, const Advance& advance_a, int uni
   a.jnz(l_block);
   a.bind(l_end);
   if (!p.blockacc) sum_sets(a, p);
-  a.lea(rdx, ptr(rbx, 63));
+  a.add(rdx, 63);
   a.and_(rdx, -64);
 }
 

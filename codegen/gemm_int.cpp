@@ -589,7 +589,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   const int a_units = p.a_units, aq = p.dec.a_quads;
   const int step_bytes = p.nr * p.dec.bytes_per_col_step;
   const int col_bytes = p.dec.bytes_per_col_step * s.lanes32;  // one column vector of a step
-  const bool mx = p.dec.e8m0_scales;  // E8M0 bytes after the panel's steps (r15), no inline params
+  const bool mx = p.dec.e8m0_scales;  // E8M0 bytes in the panel's scale lines (r15), no inline params
   const int param_bytes = mx ? 0 : (p.grouped ? p.nr * 4 : 0) + (p.zp_vec ? p.nr * 4 : 0);
   cg::DecodeRegs dr;
   dr.consts = p.cst;
@@ -634,18 +634,23 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(r11, rbp);
   a.mov(r12, ARG(row_sum));
   if (p.group_a) a.mov(r14, ARG(row_group_scale));
-  if (mx) {  // r15: this panel's E8M0 bytes, after its groups * k_groups steps
-    a.mov(rax, ARG(groups));
-    a.imul(rax, ARG(k_groups));
-    a.imul(rax, rax, step_bytes);
-    a.lea(r15, ptr(rdx, rax));
-  }
+  if (mx) a.mov(r15, rdx);  // 64-byte aligned: the first group takes the panel's first scale line
   if (p.grouped) {
     zero_regs(a, s, p.facc, n_acc);
     a.mov(r10, ARG(groups));
   }
   Label l_group = a.newLabel();
   a.bind(l_group);
+  if (mx) {
+    // r15 at a line boundary: the current scale line is used up (int_weights.h: each 64-byte
+    // line holds the scale bytes of 64 / nr groups, followed by their steps).
+    Label l_line = a.newLabel();
+    a.test(r15d, 63);
+    a.jnz(l_line);
+    a.mov(r15, rdx);
+    a.add(rdx, 64);
+    a.bind(l_line);
+  }
   if (p.row_corr) {
     // The row correction starts the sum (a broadcast load, no vector-pipe uop; int32 addition
     // is exact in any order).
@@ -853,8 +858,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.dec(r10);
     a.jnz(l_group);
   }
-  if (mx) {  // next panel: after the scale bytes, at the panel's 64-byte padded end
-    a.lea(rdx, ptr(r15, 63));
+  if (mx) {  // next panel: at this panel's 64-byte padded end
+    a.add(rdx, 63);
     a.and_(rdx, -64);
   }
 

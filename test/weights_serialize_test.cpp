@@ -7,7 +7,8 @@
 // correct checksum. Checked: round trips give the same GEMM output as the original weights and as
 // src/ref; every truncation, padding and sampled bit flip is rejected with QJ_ERR_CORRUPT_DATA
 // (a flip in the version field with QJ_ERR_VERSION_MISMATCH) and leaves *out untouched; a wrong
-// version with a valid checksum is QJ_ERR_VERSION_MISMATCH; an image packed at another ISA tier is
+// version with a valid checksum is QJ_ERR_VERSION_MISMATCH (version 1, before the MX panels got
+// their scale lines, is still read for other weight types); an image packed at another ISA tier is
 // repacked for the current one and computes the same results.
 #include <gtest/gtest.h>
 #include <quantjit/quantjit.h>
@@ -198,7 +199,7 @@ TEST(WeightsSerialize, RoundTripSameResults) {
       std::vector<uint8_t> img = serialize(w);
       // The header says what it holds.
       EXPECT_EQ(0, std::memcmp(img.data(), "QJWEIGHT", 8));
-      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 1u);
+      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 2u);
       EXPECT_EQ(get<uint32_t>(img, kOffHeaderBytes), kHeaderBytes);
       EXPECT_EQ(get<uint64_t>(img, kOffTotalBytes), img.size());
       EXPECT_EQ(get<int64_t>(img, kOffK), c.k);
@@ -337,13 +338,46 @@ TEST(WeightsSerialize, WrongVersionWithValidChecksum) {
   reseal(same);
   ASSERT_EQ(same, img);
   ASSERT_EQ(try_load(same.data(), same.size()), QJ_OK) << qj_last_error();
-  for (uint32_t v : {0u, 2u, 3u, 0x100u, 0xffffffffu}) {
+  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 2u);
+  for (uint32_t v : {0u, 3u, 0x100u, 0xffffffffu}) {
     std::vector<uint8_t> bad = img;
     put<uint32_t>(bad, kOffVersion, v);
     reseal(bad);
     EXPECT_EQ(try_load(bad.data(), bad.size()), QJ_ERR_VERSION_MISMATCH) << "version " << v;
     EXPECT_NE(std::string(qj_last_error()).find(std::to_string(v)), std::string::npos)
         << "message does not show the version: " << qj_last_error();
+  }
+}
+
+// Version 2 changed only the MX / BDR panels (their scale bytes moved into scale lines ahead of
+// the groups): a version 1 image of other weights is read as before, one of MX weights is refused.
+TEST(WeightsSerialize, Version1ImagesOfNonMxWeightsOnly) {
+  Raw r = make_raw(kConfigs[0], 41);
+  qj_weights w = pack(r);
+  std::vector<uint8_t> img = serialize(w);
+  qj_weights_destroy(w);
+  put<uint32_t>(img, kOffVersion, 1u);
+  reseal(img);
+  EXPECT_EQ(try_load(img.data(), img.size()), QJ_OK) << qj_last_error();
+
+  const int64_t k = 64, n = 40;
+  std::vector<float> wf(static_cast<size_t>(k * n));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.25f;
+  for (qj_dtype t : {QJ_MXFP4_E2M1, QJ_MXINT8, QJ_MXFP8_E4M3, QJ_BDR_MX6}) {
+    qj_weights_desc d{};
+    d.dtype = t;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_NK;
+    qj_weights mw = nullptr;
+    ASSERT_EQ(qj_weights_quantize_pack(&d, wf.data(), k, &mw), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+    std::vector<uint8_t> mimg = serialize(mw);
+    qj_weights_destroy(mw);
+    ASSERT_EQ(try_load(mimg.data(), mimg.size()), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+    put<uint32_t>(mimg, kOffVersion, 1u);
+    reseal(mimg);
+    EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_ERR_VERSION_MISMATCH) << qj_dtype_name(t);
+    EXPECT_NE(std::string(qj_last_error()).find("pack them again"), std::string::npos) << qj_last_error();
   }
 }
 

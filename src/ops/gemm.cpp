@@ -85,14 +85,15 @@ bool has_vbmi() { return cpu_features().avx512vbmi && !g_hide_vbmi.load(std::mem
 // True when no live E8M0 byte of MX weights is 0x00 or 0xFF (bytes of the padding columns are
 // never stored to C, whatever they decode to).
 bool mx_scales_plain(const PackedWeights& w) {
-  const uint8_t* base = w.packed.data<uint8_t>() + w.mx_steps_bytes();
   const int64_t groups = w.groups();
   for (int64_t p = 0; p < w.n_panels; ++p) {
     const int64_t live = std::min<int64_t>(w.nr, w.n - p * w.nr);
-    const uint8_t* sc = base + p * w.panel_bytes();
+    const uint8_t* panel = w.packed.data<uint8_t>() + p * w.panel_bytes();
     int special = 0;  // no early exit inside a panel: the loop vectorizes
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t c = 0; c < live; ++c) special |= static_cast<uint8_t>(sc[g * w.nr + c] + 1) <= 1;
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* sc = panel + w.mx_scale_offset(g);
+      for (int64_t c = 0; c < live; ++c) special |= static_cast<uint8_t>(sc[c] + 1) <= 1;
+    }
     if (special) return false;
   }
   return true;

@@ -100,9 +100,26 @@ int32_t fp8_byte_pos(int32_t nr, int32_t lanes, int32_t c) {
   return (j / 2) * 2 * lanes + (w / 8) * 16 + (j % 2) * 8 + w % 8;
 }
 
-size_t PackedWeights::mx_steps_bytes() const {
+size_t PackedWeights::mx_group_bytes() const {
   const size_t col_step = static_cast<size_t>(mx_col_step());  // kMxFp8: 8 (32 k x nr per block)
-  return static_cast<size_t>(groups()) * group_steps() * nr * col_step;
+  return static_cast<size_t>(group_steps()) * nr * col_step;
+}
+
+size_t PackedWeights::mx_group_offset(int64_t g) const {
+  return static_cast<size_t>(g / mx_line_groups() + 1) * 64 + static_cast<size_t>(g) * mx_group_bytes();
+}
+
+size_t PackedWeights::mx_scale_offset(int64_t g) const {
+  const int64_t lg = mx_line_groups(), line = g / lg;
+  return static_cast<size_t>(line) * (64 + static_cast<size_t>(lg) * mx_group_bytes()) +
+         static_cast<size_t>(g % lg) * nr;
+}
+
+size_t PackedWeights::mx_k_offset(int64_t kk) const {
+  const int64_t gk = kp / groups(), within = kk % gk;
+  const size_t in_group = layout == PackLayout::kMxFp8 ? static_cast<size_t>(within) * nr
+                                                        : static_cast<size_t>(within / 8) * nr * mx_col_step();
+  return mx_group_offset(kk / gk) + in_group;
 }
 
 int32_t PackedWeights::nibble_offset() const {
@@ -118,20 +135,20 @@ int32_t PackedWeights::nibble_offset() const {
 
 uint8_t PackedWeights::mx_code(int64_t kk, int64_t col) const {
   const int64_t panel = col / nr, c = col % nr;
-  const int64_t s = kk / 8, r = kk % 8;
-  const uint8_t* base = packed.data<uint8_t>() + panel * panel_bytes();
+  const int64_t r = kk % 8;
+  const uint8_t* step = packed.data<uint8_t>() + panel * panel_bytes() + mx_k_offset(kk);
   if (layout == PackLayout::kMxNibble) {
-    const uint8_t b = base[s * nr * 4 + c * 4 + (r % 4)];
+    const uint8_t b = step[c * 4 + (r % 4)];
     return r < 4 ? (b & 15) : (b >> 4);
   }
   const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
-  if (layout == PackLayout::kMxFp8) return base[kk * nr + fp8_byte_pos(nr, static_cast<int32_t>(lanes), c)];
-  return base[s * nr * 8 + (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4];
+  if (layout == PackLayout::kMxFp8) return step[fp8_byte_pos(nr, static_cast<int32_t>(lanes), c)];
+  return step[(c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4];
 }
 
 uint8_t PackedWeights::mx_scale_byte(int64_t g, int64_t col) const {
   const int64_t panel = col / nr, c = col % nr;
-  return packed.data<uint8_t>()[panel * panel_bytes() + mx_steps_bytes() + g * nr + c];
+  return packed.data<uint8_t>()[panel * panel_bytes() + mx_scale_offset(g) + c];
 }
 
 size_t PackedWeights::panel_bytes() const {
@@ -140,7 +157,8 @@ size_t PackedWeights::panel_bytes() const {
     case PackLayout::kMxByte:
     case PackLayout::kMxFp8:
     case PackLayout::kMx16:
-      return (mx_steps_bytes() + static_cast<size_t>(groups()) * nr + 63) / 64 * 64;
+      return (static_cast<size_t>((groups() + mx_line_groups() - 1) / mx_line_groups()) * 64 +
+              static_cast<size_t>(groups()) * mx_group_bytes() + 63) / 64 * 64;
     case PackLayout::kNibble: return static_cast<size_t>(groups()) * group_block_bytes();
     case PackLayout::kHalf: return static_cast<size_t>(kp) * nr * 2;
     default: return static_cast<size_t>(k_groups()) * nr * 4;  // quads, pairs, bf16 pairs
@@ -192,12 +210,14 @@ std::vector<float> PackedWeights::all_scales() const {
   const int64_t gs = groups();
   std::vector<float> out(static_cast<size_t>(gs * n));
   if (is_mx() || is_mx_fp8()) {
-    const size_t pb = panel_bytes(), sb = mx_steps_bytes();
+    const size_t pb = panel_bytes();
     for (int64_t p = 0; p < n_panels; ++p) {
-      const uint8_t* sc = packed.data<uint8_t>() + p * pb + sb;
+      const uint8_t* panel = packed.data<uint8_t>() + p * pb;
       const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
-      for (int64_t g = 0; g < gs; ++g)
-        for (int64_t c = 0; c < live; ++c) out[g * n + c0 + c] = mx::e8m0_to_f32(sc[g * nr + c]);
+      for (int64_t g = 0; g < gs; ++g) {
+        const uint8_t* sc = panel + mx_scale_offset(g);
+        for (int64_t c = 0; c < live; ++c) out[g * n + c0 + c] = mx::e8m0_to_f32(sc[c]);
+      }
     }
     return out;
   }

@@ -23,20 +23,22 @@
 //                   (vpslld 16 gives k, vpandd 0xffff0000 gives k + 1). Odd K is padded with +0.
 //   kMxNibble (MXFP4) and kMxByte (MXFP6 E2M3, MXINT8) (src/ops/mx_weights.h): integer-exact OCP MX
 //                 element codes (never their values), K blocks of 32 = the scale groups; a panel is
-//                 [every group's steps][groups x nr E8M0 scale bytes][zero pad to 64 bytes].
+//                 a run of scale lines: [64 bytes: the nr E8M0 bytes of each of 64 / nr groups]
+//                 [those groups' steps], ...; zero pad to 64 bytes (mx_group_offset and friends
+//                 below).
 //                 kMxNibble steps: 8 K, nr columns x 4 bytes as kNibble (low nibble k0 + r, high
 //                 nibble k0 + 4 + r), FP4 codes. kMxByte steps: 8 K, per column vector of `lanes`
 //                 columns (16 zmm, 8 ymm) lanes x 4 codes of k0..k0+3 then lanes x 4 of k0+4..k0+7.
 //   kMxFp8 (MXFP8 E4M3 / E5M2, src/ops/mx_weights.h; the fp32-FMA kernels of codegen/gemm_float):
-//                 kg = 1: per k, nr code bytes; then groups x nr E8M0 bytes; zero pad to 64 bytes.
+//                 kg = 1: per k, nr code bytes; E8M0 bytes in scale lines as kMxNibble.
 //                 With two vectors per row (nr = 2 lanes) the nr bytes of a k are in the order one
 //                 vpunpcklbw / vpunpckhbw pair turns into the two fp16 vectors (fp8_byte_pos);
 //                 with one vector they are in column order (vpmovzxbw). An E4M3 block holding a
 //                 NaN code (S.1111.111) has its scale byte stored as 0xFF (equivalent: see
 //                 mx_weights.cpp).
 //   kMx16 (MXFP6 E3M2, BDR MX9 / MX6 / MX4) (src/ops/mx16_weights.h): the int16-pair kernels.
-//                 Blocks (32 / 16 K) = scale groups; panel = [steps][groups x nr scale bytes (E8M0
-//                 or the BDR exponent)][zero pad to 64 bytes]. Step = 8 K; per column vector of
+//                 Blocks (32 / 16 K) = scale groups; scale lines as kMxNibble, holding E8M0 bytes
+//                 or the BDR exponents. Step = 8 K; per column vector of
 //                 `lanes` columns, for pair o = 0..3: lanes x 2 bytes (k0 + 2o, k0 + 2o + 1) of each
 //                 column (one vpmovzxbw / vpmovsxbw gives the int16 pairs of vpdpwssd / vpmaddwd);
 //                 MX9 then adds 4 masks of 2 * lanes bits (bit 2c + r: element doubled). Byte =
@@ -96,8 +98,17 @@ struct PackedWeights {
   // Layout kMxFp8 (the fp32-FMA kernels' own MX panels): MXFP8 E4M3 / E5M2 codes. (Under MXFP8 A
   // those kernels also read every integer-form MX / BDR type in place: is_mx().)
   bool is_mx_fp8() const { return layout == PackLayout::kMxFp8; }
-  // MX: bytes of the steps of one panel (the E8M0 scale bytes follow them).
-  size_t mx_steps_bytes() const;
+  // MX panels (kMxNibble, kMxByte, kMxFp8, kMx16) are runs of scale lines: one 64-byte line
+  // holding the scale bytes (E8M0, or the BDR exponent) of mx_line_groups() = 64 / nr consecutive
+  // groups, nr bytes per group, followed by the steps of those groups. A GEMV thus reads a panel
+  // as one sequential stream (a separate stream of scale bytes at the panel's end cost MXFP4 at
+  // M = 1 from DRAM about a fifth of its speed).
+  int64_t mx_line_groups() const { return 64 / nr; }
+  size_t mx_group_bytes() const;            // bytes of the steps of one group (all nr columns)
+  size_t mx_group_offset(int64_t g) const;  // panel offset of group g's first step
+  size_t mx_scale_offset(int64_t g) const;  // panel offset of group g's nr scale bytes
+  // Panel offset of the 8-K step holding k index kk (kMxFp8: of k row kk, nr bytes).
+  size_t mx_k_offset(int64_t kk) const;
   int64_t groups() const { return gran == QJ_GRAN_GROUP ? k / group_size : 1; }
   int64_t k_groups() const { return kp / kg; }
   // kNibble: 8-K steps per scale group, and the bytes of one group block of a panel.

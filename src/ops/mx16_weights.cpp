@@ -83,14 +83,13 @@ qj_status pack_mx16(PackedWeights* w, qj_isa isa, int64_t group_size, const Q& q
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of packed weights", bytes);
   uint8_t* base = w->packed.data<uint8_t>();
   const int64_t n = w->n, k = w->k, nr = w->nr, groups = w->groups();
-  const size_t step_bytes = static_cast<size_t>(nr) * w->mx_col_step();
   const bool mx9 = w->dtype == QJ_BDR_MX9;
   for (int64_t p = 0; p < w->n_panels; ++p) {
     uint8_t* panel = base + p * w->panel_bytes();
     const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
     for (int64_t c = 0; c < live; ++c) {
       for (int64_t kk = 0; kk < k; kk += 2) {
-        uint8_t* step = panel + (kk / 8) * step_bytes;
+        uint8_t* step = panel + w->mx_k_offset(kk);
         const int32_t q0 = q(kk, c0 + c), q1 = q(kk + 1, c0 + c);
         const int r = static_cast<int>(kk % 8);
         const StepPos p0 = step_pos(*w, c, r), p1 = step_pos(*w, c, r + 1);
@@ -115,7 +114,7 @@ qj_status pack_mx16(PackedWeights* w, qj_isa isa, int64_t group_size, const Q& q
           step[p1.byte] = static_cast<uint8_t>(static_cast<int8_t>(q1));
         }
       }
-      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = scale(g, c0 + c);
+      for (int64_t g = 0; g < groups; ++g) panel[w->mx_scale_offset(g) + c] = scale(g, c0 + c);
     }
     // Padding columns: q = 0 and scale byte 0 (2^-127, finite: no NaN leaks into padding lanes).
   }
@@ -130,8 +129,7 @@ qj_status pack_mx16(PackedWeights* w, qj_isa isa, int64_t group_size, const Q& q
 
 int32_t mx16_q(const PackedWeights& w, int64_t kk, int64_t col) {
   const int64_t panel = col / w.nr, c = col % w.nr;
-  const uint8_t* step = w.packed.data<uint8_t>() + panel * w.panel_bytes() +
-                        (kk / 8) * static_cast<int64_t>(w.nr) * w.mx_col_step();
+  const uint8_t* step = w.packed.data<uint8_t>() + panel * w.panel_bytes() + w.mx_k_offset(kk);
   const StepPos p = step_pos(w, c, static_cast<int>(kk % 8));
   const uint8_t b = step[p.byte];
   if (w.dtype == QJ_MXFP6_E3M2) return mx::e3m2_int_table()[b & 63];

@@ -86,17 +86,18 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
     const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
     for (int64_t c = 0; c < live; ++c) {
       const int64_t pos = fp8 ? fp8_byte_pos(w->nr, static_cast<int32_t>(lanes), static_cast<int32_t>(c)) : 0;
-      for (int64_t g = 0; g < groups; ++g) panel[w->mx_steps_bytes() + g * nr + c] = scale(g, c0 + c);
+      for (int64_t g = 0; g < groups; ++g) panel[w->mx_scale_offset(g) + c] = scale(g, c0 + c);
       for (int64_t kk = 0; kk < k; ++kk) {
         const uint8_t v = code(kk, c0 + c);
-        const int64_t s = kk / 8, r = kk % 8;
+        const int64_t r = kk % 8;
+        uint8_t* step = panel + w->mx_k_offset(kk);
         if (fp8) {
-          panel[kk * nr + pos] = v;
-          if (e4m3 && (v & 0x7F) == 0x7F) panel[w->mx_steps_bytes() + (kk / mx::kBlock) * nr + c] = mx::kScaleNaN;
+          step[pos] = v;
+          if (e4m3 && (v & 0x7F) == 0x7F) panel[w->mx_scale_offset(kk / mx::kBlock) + c] = mx::kScaleNaN;
         } else if (nib)
-          panel[s * nr * 4 + c * 4 + (r % 4)] |= static_cast<uint8_t>((v & 15) << (r < 4 ? 0 : 4));
+          step[c * 4 + (r % 4)] |= static_cast<uint8_t>((v & 15) << (r < 4 ? 0 : 4));
         else
-          panel[s * nr * 8 + (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4] = v;
+          step[(c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4] = v;
       }
     }
     // Padding columns: code 0 (+0) and scale 2^-127 (finite, so no NaN leaks into padding lanes).
