@@ -502,6 +502,9 @@ TEST(GemmMx16, Misuse) {
       md.scales = sc.data();
       md.scales_ld = 0;
       EXPECT_EQ(qj_weights_pack(&wd, &md, bb, &w), QJ_ERR_INVALID_ARGUMENT);
+      md.scales_ld = INT64_MAX;  // never dereferenced
+      EXPECT_EQ(qj_weights_pack(&wd, &md, bb, &w), QJ_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(qj_last_error()).find("exceeds the address space"), std::string::npos) << qj_last_error();
       md.scales_ld = 1;
     }
     float one = 1.0f;

@@ -385,6 +385,12 @@ TEST(GemmMx, Misuse) {
   md.scales_ld = 0;
   EXPECT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(w, nullptr);
+  for (int64_t huge : {INT64_MAX, int64_t(1) << 62, (int64_t(1) << 53) + 1}) {  // never dereferenced
+    md.scales_ld = huge;
+    EXPECT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_ERR_INVALID_ARGUMENT) << huge;
+    EXPECT_NE(std::string(qj_last_error()).find("exceeds the address space"), std::string::npos) << qj_last_error();
+  }
+  EXPECT_EQ(w, nullptr);
   md.scales_ld = 1;
   ASSERT_EQ(qj_weights_pack(&wd, &md, 16, &w), QJ_OK);
   qj_weights_destroy(w);

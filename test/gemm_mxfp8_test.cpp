@@ -634,6 +634,9 @@ TEST(GemmMxFp8, Misuse) {
     EXPECT_NE(std::string(qj_last_error()).find("ld=31"), std::string::npos) << qj_last_error();
     md.scales_ld = 0;
     EXPECT_EQ(qj_weights_pack(&wd, &md, 32, &w), QJ_ERR_INVALID_ARGUMENT);
+    md.scales_ld = int64_t(1) << 62;  // never dereferenced
+    EXPECT_EQ(qj_weights_pack(&wd, &md, 32, &w), QJ_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qj_last_error()).find("exceeds the address space"), std::string::npos) << qj_last_error();
     md.scales_ld = 1;
     md.elems = nullptr;
     EXPECT_EQ(qj_weights_pack(&wd, &md, 32, &w), QJ_ERR_INVALID_ARGUMENT);

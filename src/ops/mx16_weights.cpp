@@ -151,14 +151,7 @@ qj_status pack_mx16_weights(const qj_weights_desc& d, const void* data, int64_t 
   const uint8_t* el = static_cast<const uint8_t*>(md->elems);
   if (d.dtype == QJ_MXFP6_E3M2) {
     const mx::ElemFormat& f = *mx::format(d.dtype);
-    const int64_t blocks = d.k / mx::kBlock;
-    if (!md->scales) return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales is NULL");
-    if (ld < blocks * f.block_bytes)
-      return fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the %lld element bytes of a column",
-                  (long long)ld, (long long)(blocks * f.block_bytes));
-    if (md->scales_ld < blocks)
-      return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales_ld=%lld is smaller than k/32=%lld",
-                  (long long)md->scales_ld, (long long)blocks);
+    QJ_TRY(check_mx_split_data(d, *md, ld, f.block_bytes));
     const int16_t* iv = mx::e3m2_int_table();
     QJ_TRY(pack_mx16(
         w.get(), isa, mx::kBlock,

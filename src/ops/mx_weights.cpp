@@ -119,20 +119,30 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
 
 }  // namespace
 
+qj_status check_mx_split_data(const qj_weights_desc& d, const qj_mx_weights_data& md, int64_t ld,
+                              int64_t block_bytes) {
+  const int64_t blocks = d.k / mx::kBlock;
+  if (!md.scales) return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales is NULL");
+  if (ld < blocks * block_bytes)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the %lld element bytes of a column",
+                (long long)ld, (long long)(blocks * block_bytes));
+  if (md.scales_ld < blocks)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales_ld=%lld is smaller than k/32=%lld",
+                (long long)md.scales_ld, (long long)blocks);
+  const int64_t limit = int64_t(1) << 53;  // the columns' scale rows: n * scales_ld bytes
+  if (md.scales_ld > limit / std::max<int64_t>(d.n, 1))
+    return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales_ld=%lld with n=%lld exceeds the address space",
+                (long long)md.scales_ld, (long long)d.n);
+  return QJ_OK;
+}
+
 qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
                           std::shared_ptr<PackedWeights>* out) {
   if (mx16_weights_type(d.dtype)) return pack_mx16_weights(d, data, ld, isa, out);
   const auto* md = static_cast<const qj_mx_weights_data*>(data);
   const mx::ElemFormat& f = *mx::format(d.dtype);
-  const int64_t blocks = d.k / mx::kBlock;
   if (!md->elems) return fail(QJ_ERR_INVALID_ARGUMENT, "data->elems is NULL");
-  if (!md->scales) return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales is NULL");
-  if (ld < blocks * f.block_bytes)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "ld=%lld is smaller than the %lld element bytes of a column",
-                (long long)ld, (long long)(blocks * f.block_bytes));
-  if (md->scales_ld < blocks)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "data->scales_ld=%lld is smaller than k/32=%lld",
-                (long long)md->scales_ld, (long long)blocks);
+  QJ_TRY(check_mx_split_data(d, *md, ld, f.block_bytes));
   auto w = std::make_shared<PackedWeights>();
   w->dtype = d.dtype;
   w->k = d.k;

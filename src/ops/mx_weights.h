@@ -33,6 +33,10 @@ int mx_int_shift(qj_dtype t);
 // Argument checks of qj_weights_pack (quantized) / qj_weights_quantize_pack for an MX dtype.
 qj_status check_mx_weights_desc(const qj_weights_desc* d, bool quantized);
 // data -> qj_mx_weights_data (quantjit.h); ld = bytes between the element rows of two columns.
+// The SPLIT-layout input of an OCP type (elements and E8M0 scale arrays, qj_mx_weights_data):
+// scales present, ld and scales_ld large enough for k / 32 blocks and within the address space.
+qj_status check_mx_split_data(const qj_weights_desc& d, const qj_mx_weights_data& md, int64_t ld,
+                              int64_t block_bytes);
 qj_status pack_mx_weights(const qj_weights_desc& d, const void* data, int64_t ld, qj_isa isa,
                           std::shared_ptr<PackedWeights>* out);
 // fp32 (K x N or N x K, ld in floats) -> MX with the FLOOR scale rule (MX.md 3.2), per column.
