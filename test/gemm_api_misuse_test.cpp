@@ -570,6 +570,33 @@ TEST_F(Misuse, RunBadPartitions) {
     EXPECT_FAIL(qj_gemm_run_parallel(plan, m, a.data(), k, c.data(), n, nt), QJ_ERR_INVALID_ARGUMENT,
                 "num_threads", str(nt));
   EXPECT_TRUE(c_untouched());
+  // Valid partitions with huge thread counts: a slice of nothing (or a little), no int overflow in
+  // the split (the sanitizer build aborts on one).
+  for (P p : {P{0, 536870912}, P{1, 536870912}, P{std::numeric_limits<int32_t>::max() - 1, std::numeric_limits<int32_t>::max()}}) {
+    qj_partition part{p.t, p.nt};
+    EXPECT_EQ(qj_gemm_run(plan, m, a.data(), k, c.data(), n, &part), QJ_OK) << qj_last_error();
+  }
+  // The same through the fp32-FMA kernels' driver (F16 weights).
+  std::vector<uint16_t> wh(static_cast<size_t>(k * n), 0x3c00);  // 1.0
+  qj_weights_desc fd{};
+  fd.dtype = QJ_F16;
+  fd.k = k;
+  fd.n = n;
+  fd.layout = QJ_LAYOUT_KN;
+  qj_weights fw = nullptr;
+  ASSERT_EQ(qj_weights_pack(&fd, wh.data(), n, &fw), QJ_OK) << qj_last_error();
+  qj_gemm_desc g{};
+  g.a_type = QJ_F32;
+  g.c_type = QJ_F32;
+  qj_gemm_plan fp = nullptr;
+  ASSERT_EQ(qj_gemm_plan_create(&g, fw, &fp), QJ_OK) << qj_last_error();
+  std::vector<float> af(static_cast<size_t>(m * k), 1.0f), cf(static_cast<size_t>(m * n), 0.0f);
+  for (P p : {P{0, 536870912}, P{std::numeric_limits<int32_t>::max() - 1, std::numeric_limits<int32_t>::max()}}) {
+    qj_partition part{p.t, p.nt};
+    EXPECT_EQ(qj_gemm_run(fp, m, af.data(), k, cf.data(), n, &part), QJ_OK) << qj_last_error();
+  }
+  qj_gemm_plan_destroy(fp);
+  qj_weights_destroy(fw);
 }
 
 // Non-finite fp32 / bf16 A fails the call before anything is written, on every partition.

@@ -782,7 +782,7 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const int64_t n_panels = w.n_panels;
   Range mt{0, m_tiles}, np{0, n_panels};
   if (nth > 1) {
-    if (m_tiles >= 4 * nth || n_panels < nth)
+    if (m_tiles >= 4 * static_cast<int64_t>(nth) || n_panels < nth)
       mt = split_range(m_tiles, tid, nth);
     else
       np = split_range(n_panels, tid, nth);
@@ -939,7 +939,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   // partition computes every element identically.
   Range mt{0, m_tiles}, np{0, n_panels};
   if (nth > 1) {
-    if (m_tiles >= 4 * nth || n_panels < nth)
+    if (m_tiles >= 4 * static_cast<int64_t>(nth) || n_panels < nth)
       mt = split_range(m_tiles, tid, nth);
     else
       np = split_range(n_panels, tid, nth);
