@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -452,11 +454,13 @@ TEST(EmbeddingBag, BadInputsNameBagAndIndexAndWriteNothing) {
 
 TEST(EmbeddingBag, BadDescsAndArguments) {
   qj_embedding_bag_desc d = simple_desc(QJ_F32, 8);
-  qj_embedding_bag_plan p = nullptr;
+  // A failing create leaves *out as it was (a sentinel here, never dereferenced).
+  qj_embedding_bag_plan const sentinel = reinterpret_cast<qj_embedding_bag_plan>(uintptr_t{0x40});
+  qj_embedding_bag_plan p = sentinel;
   auto expect_bad = [&](const qj_embedding_bag_desc& bd, const char* needle) {
     EXPECT_EQ(qj_embedding_bag_plan_create(&bd, &p), QJ_ERR_INVALID_ARGUMENT) << needle;
     EXPECT_NE(std::string(qj_last_error()).find(needle), std::string::npos) << qj_last_error();
-    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(p, sentinel);
   };
   qj_embedding_bag_desc b = d;
   b.row_type = QJ_S8;
@@ -495,6 +499,7 @@ TEST(EmbeddingBag, BadDescsAndArguments) {
   b.prefetch_hint = static_cast<qj_prefetch_hint>(5);
   expect_bad(b, "prefetch_hint=5");
   EXPECT_EQ(qj_embedding_bag_plan_create(nullptr, &p), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(p, sentinel);
 
   ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK);
   float table[16] = {}, out[8];
@@ -550,6 +555,20 @@ TEST(EmbeddingBag, ParallelAndConcatenatedOutputs) {
             QJ_ERR_OUT_OF_RANGE);
   EXPECT_NE(std::string(qj_last_error()).find("bag 36"), std::string::npos) << qj_last_error();
   for (float v : many) ASSERT_EQ(v, -1.0f);
+  for (int32_t nt : {0, -1, 1025, std::numeric_limits<int32_t>::max()}) {
+    EXPECT_EQ(qj_embedding_bag_run_parallel(p8, t8.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr,
+                                            many.data(), nt),
+              QJ_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qj_last_error()).find("num_threads=" + std::to_string(nt)), std::string::npos) << qj_last_error();
+  }
+  for (float v : many) ASSERT_EQ(v, -1.0f);
+  // More threads than bags: one per bag runs, same bits.
+  std::vector<float> single(many.size(), -1.0f), wide(many.size(), -1.0f);
+  ASSERT_EQ(qj_embedding_bag_run_parallel(p8, t8.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr,
+                                          single.data(), 1), QJ_OK);
+  ASSERT_EQ(qj_embedding_bag_run_parallel(p8, t8.data(), rows, nb, b.idx.data(), b.total(), offs.data(), nullptr,
+                                          wide.data(), 1024), QJ_OK) << qj_last_error();
+  EXPECT_EQ(0, std::memcmp(single.data(), wide.data(), single.size() * sizeof(float)));
   qj_embedding_bag_plan_destroy(p8);
   qj_embedding_bag_plan_destroy(p4);
 }

@@ -260,6 +260,13 @@ TEST(RowwiseAdagrad, BadInputsLeaveTheTableUntouched) {
   EXPECT_NE(std::string(qj_last_error()).find("momentum is NULL"), std::string::npos);
   EXPECT_EQ(qj_rowwise_adagrad_fused(&p.d, t.data(), h.data(), p.rows, 0, nullptr, 0, nullptr, nullptr, nullptr, 0, 0),
             QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(qj_rowwise_adagrad_fused(&p.d, t.data(), h.data(), p.rows, p.nbags, p.idx.data(),
+                                     static_cast<int64_t>(p.idx64.size()), p.ol.data(), p.w.data(), p.g.data(), 0, 1025),
+            QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("num_threads=1025 must be in [1, 1024]"), std::string::npos)
+      << qj_last_error();
+  EXPECT_EQ(t, p.table);
+  EXPECT_EQ(h, p.h);
 }
 
 // The driver's own structure: hash grouping of many indices (collisions, several occurrences of a

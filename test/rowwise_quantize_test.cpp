@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -252,6 +253,27 @@ TEST(RowwiseQuantize, PlainWrappersAndStrides) {
     float step = (mx - mn) / 15;
     for (int64_t j = 0; j < dim; ++j) EXPECT_NEAR(a[r * dim + j], x[r * dim + j], step * 0.5f * 1.01f + 1e-3f);
   }
+}
+
+// fp16 rows are widened into one fp32 row buffer: a dim whose buffer cannot be allocated is
+// QJ_ERR_OUT_OF_MEMORY with a message, not an escaped std::bad_alloc (the source is never read).
+// Needs an allocator that fails a 4 TiB request: not ASan's (it aborts), not vm.overcommit_memory=1.
+TEST(RowwiseQuantize, Fp16RowBufferAllocationFailure) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer allocators abort on a 4 TiB request";
+#endif
+  if (FILE* f = std::fopen("/proc/sys/vm/overcommit_memory", "r")) {
+    int mode = 0;
+    const bool read = std::fscanf(f, "%d", &mode) == 1;
+    std::fclose(f);
+    if (read && mode == 1) GTEST_SKIP() << "vm.overcommit_memory=1 grants any allocation";
+  }
+  const uint16_t src[8] = {};
+  uint8_t dst[16] = {};
+  const int64_t dim = int64_t(1) << 40;
+  EXPECT_EQ(qj_quantize_rowwise_f16(QJ_FUSED_8BIT, src, 1, dim, dst), QJ_ERR_OUT_OF_MEMORY);
+  EXPECT_NE(std::string(qj_last_error()).find("dim=1099511627776"), std::string::npos) << qj_last_error();
+  for (uint8_t v : dst) EXPECT_EQ(v, 0);
 }
 
 TEST(RowwiseQuantize, BadInputLeavesOutputUntouched) {

@@ -363,7 +363,9 @@ QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_
  *  concurrently from many threads. */
 QJ_API qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
                              int64_t ldc, const qj_partition* part);
-/** Convenience: run over num_threads threads with the installed pool (qj_set_parallel_for). */
+/** Convenience: run over num_threads in [1, 1024] threads with the installed pool
+ *  (qj_set_parallel_for). If the built-in pool cannot start them: QJ_ERR_OUT_OF_MEMORY, nothing
+ *  written. */
 QJ_API qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t lda,
                                       void* c, int64_t ldc, int32_t num_threads);
 QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);
@@ -482,7 +484,9 @@ typedef struct qj_embedding_bag_args {
 /** qj_embedding_bag_run with its arguments in a struct (required for SPLIT MX rows). */
 QJ_API qj_status qj_embedding_bag_run_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* args,
                                          const qj_partition* part);
-/** Convenience: run on num_threads threads of the installed pool (qj_set_parallel_for). */
+/** Convenience: run on num_threads in [1, 1024] threads of the installed pool
+ *  (qj_set_parallel_for; at most one per bag, or per index when gathering). If the built-in pool
+ *  cannot start them: QJ_ERR_OUT_OF_MEMORY, nothing written. */
 QJ_API qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* table,
                                                int64_t num_rows, int64_t num_bags,
                                                const void* indices, int64_t num_indices,
@@ -602,8 +606,9 @@ typedef struct qj_rowwise_adagrad_desc {
 /** Update table rows (and momentum, one float per table row) in place from the pooled-output
  *  gradients grad[num_bags][grad_stride] of one embedding-bag call. Inputs are validated like
  *  qj_embedding_bag_run (bad index: QJ_ERR_OUT_OF_RANGE naming bag and index; bad offsets or
- *  lengths: QJ_ERR_INVALID_ARGUMENT) before anything is written. num_threads >= 1 threads of the
- *  installed pool (qj_set_parallel_for) share the work. Rows a few places ahead are prefetched:
+ *  lengths: QJ_ERR_INVALID_ARGUMENT) before anything is written. num_threads in [1, 1024] threads of the
+ *  installed pool (qj_set_parallel_for) share the work (QJ_ERR_OUT_OF_MEMORY, nothing written, if
+ *  the built-in pool cannot start them). Rows a few places ahead are prefetched:
  *  with prefetchw, or, for rows of 512 bytes or more in tables larger than the last-level cache,
  *  into L2 (prefetcht1, which keeps more rows in flight from DRAM); the results do not depend on
  *  it. Large tables belong on huge pages (qj_embedding_table_alloc). */

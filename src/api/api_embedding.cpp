@@ -187,6 +187,7 @@ qj_status check_run(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, bool
 }
 
 qj_status run_call(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, const qj_partition* part);
+qj_status run_parallel(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, int32_t num_threads);
 
 }  // namespace
 
@@ -194,27 +195,28 @@ extern "C" {
 
 qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc, qj_embedding_bag_plan* out) {
   if (!out) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_plan_create: out is NULL");
-  *out = nullptr;
-  QJ_TRY(check_desc(desc));
-  std::unique_ptr<qj_embedding_bag_plan_s> p(new (std::nothrow) qj_embedding_bag_plan_s);
-  if (!p) return fail(QJ_ERR_OUT_OF_MEMORY, "qj_embedding_bag_plan_create: out of memory");
-  QJ_TRY(qj::guarded([&] { return qj::embedding_bag_plan_init(*desc, &p->p); }));
-  *out = p.release();
-  return QJ_OK;
+  return qj::guarded([&] {
+    QJ_TRY(check_desc(desc));
+    std::unique_ptr<qj_embedding_bag_plan_s> p(new (std::nothrow) qj_embedding_bag_plan_s);
+    if (!p) return fail(QJ_ERR_OUT_OF_MEMORY, "qj_embedding_bag_plan_create: out of memory");
+    QJ_TRY(qj::embedding_bag_plan_init(*desc, &p->p));
+    *out = p.release();  // written on success only
+    return QJ_OK;
+  });
 }
 
 qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64_t num_rows, int64_t num_bags,
                                const void* indices, int64_t num_indices, const void* offsets_or_lengths,
                                const float* weights, void* out, const qj_partition* part) {
   qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out, nullptr};
-  return run_call(p, c, part);
+  return qj::guarded([&] { return run_call(p, c, part); });
 }
 
 qj_status qj_embedding_bag_run_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* a, const qj_partition* part) {
   if (!a) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_ex: args is NULL");
   qj::EmbeddingBagCall c{a->table,     a->num_rows, a->num_bags, a->indices,     a->num_indices,
                          a->offsets_or_lengths, a->weights, a->out,    a->table_scales};
-  return run_call(p, c, part);
+  return qj::guarded([&] { return run_call(p, c, part); });
 }
 
 }  // extern "C"
@@ -243,11 +245,23 @@ qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* tab
                                         const void* offsets_or_lengths, const float* weights, void* out,
                                         int32_t num_threads) {
   qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out, nullptr};
+  return qj::guarded([&] { return run_parallel(p, c, num_threads); });
+}
+
+}  // extern "C"
+
+namespace {
+qj_status run_parallel(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, int32_t num_threads) {
   bool noop;
   QJ_TRY(check_run(p, c, &noop));
-  if (num_threads < 1)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_parallel: num_threads=%d is < 1", num_threads);
+  if (num_threads < 1 || num_threads > 1024)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_parallel: num_threads=%d must be in [1, 1024]",
+                num_threads);
   if (noop) return QJ_OK;
+  // Slices are ranges of bags (gather: of indices): more threads than those would only idle (the
+  // output is the same for any count).
+  const int64_t items = p->p.d.pooling == QJ_POOL_NONE ? c.num_indices : c.num_bags;
+  if (num_threads > items) num_threads = static_cast<int32_t>(std::max<int64_t>(items, 1));
   if (num_threads == 1) return qj::embedding_bag_run(p->p, c, 0, 1);
   // Every slice validates the whole call first, so a bad input fails all of them before anything
   // is written; the first failure's message is reported.
@@ -260,7 +274,7 @@ qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* tab
   } ctx;
   ctx.p = p;
   ctx.c = &c;
-  qj::parallel_for(
+  QJ_TRY(qj::parallel_for(
       [](void* vctx, int32_t t, int32_t n) {
         auto* x = static_cast<Ctx*>(vctx);
         qj_status s = qj::embedding_bag_run(x->p->p, *x->c, t, n);
@@ -272,10 +286,13 @@ qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* tab
           }
         }
       },
-      &ctx, num_threads);
+      &ctx, num_threads));
   if (ctx.status.load() != QJ_OK) return fail(static_cast<qj_status>(ctx.status.load()), "%s", ctx.msg.c_str());
   return QJ_OK;
 }
+}  // namespace
+
+extern "C" {
 
 const char* qj_embedding_bag_plan_kernel_name(qj_embedding_bag_plan p) { return p ? p->p.name.c_str() : ""; }
 
@@ -320,7 +337,8 @@ qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table
   if (num_rows < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_rows=%" PRId64 " is negative", fn, num_rows);
   if (num_bags < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_bags=%" PRId64 " is negative", fn, num_bags);
   if (num_indices < 0) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_indices=%" PRId64 " is negative", fn, num_indices);
-  if (num_threads < 1) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_threads=%d is < 1", fn, num_threads);
+  if (num_threads < 1 || num_threads > 1024)
+    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_threads=%d must be in [1, 1024]", fn, num_threads);
   if (num_bags == 0 && num_indices == 0) return QJ_OK;
   if (!offsets_or_lengths) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offsets_or_lengths is NULL", fn);
   if (num_indices > 0) {
@@ -372,7 +390,7 @@ qj_status qj_quantize_rowwise_ex(qj_dtype dst_type, uint32_t flags, qj_dtype src
   qj::RowwiseConvert c;
   QJ_TRY(check_rowwise("qj_quantize_rowwise", true, dst_type, flags, src_type, dst, dst_stride, src, rows, dim, &c));
   if (rows == 0) return QJ_OK;
-  return qj::quantize_rowwise(c, src, dst);
+  return qj::guarded([&] { return qj::quantize_rowwise(c, src, dst); });
 }
 
 qj_status qj_dequantize_rowwise_ex(qj_dtype src_type, uint32_t flags, const void* src, int64_t src_stride,
@@ -380,7 +398,7 @@ qj_status qj_dequantize_rowwise_ex(qj_dtype src_type, uint32_t flags, const void
   qj::RowwiseConvert c;
   QJ_TRY(check_rowwise("qj_dequantize_rowwise", false, src_type, flags, dst_type, src, src_stride, dst, rows, dim, &c));
   if (rows == 0) return QJ_OK;
-  return qj::dequantize_rowwise(c, src, dst);
+  return qj::guarded([&] { return qj::dequantize_rowwise(c, src, dst); });
 }
 
 qj_status qj_quantize_rowwise(qj_dtype dst_type, const float* src, int64_t rows, int64_t dim, void* dst) {

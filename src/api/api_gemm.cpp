@@ -200,12 +200,12 @@ qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t
       void* c;
       qj_status st[1024];
     } ctx{p->p.get(), m, lda, ldc, a, c, {}};
-    qj::parallel_for(
+    QJ_TRY(qj::parallel_for(
         [](void* v, int32_t t, int32_t n) {
           auto* x = static_cast<Ctx*>(v);
           x->st[t] = qj::gemm_run(*x->p, x->m, x->a, x->lda, x->c, x->ldc, t, n);
         },
-        &ctx, num_threads);
+        &ctx, num_threads));
     for (int t = 0; t < num_threads; ++t)
       if (ctx.st[t] != QJ_OK) return ctx.st[t];
     return QJ_OK;

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "src/core/status.h"
+
 namespace qj {
 namespace {
 
@@ -27,13 +29,23 @@ class Pool {
     for (auto& t : workers_) t.join();
   }
 
-  void run(qj_task_fn fn, void* ctx, int32_t n) {
+  qj_status run(qj_task_fn fn, void* ctx, int32_t n) {
     std::lock_guard<std::mutex> run_lock(run_mu_);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      while (static_cast<int32_t>(workers_.size()) < n - 1) {
-        int id = static_cast<int>(workers_.size()) + 1;
-        workers_.emplace_back([this, id] { worker(id); });
+      // Workers that cannot be started fail the call before any slice runs (the ones started
+      // stay for later calls).
+      try {
+        // Reserved first: a started thread must never meet a failing vector growth (a joinable
+        // std::thread destroyed terminates the process).
+        if (static_cast<int32_t>(workers_.size()) < n - 1) workers_.reserve(static_cast<size_t>(n - 1));
+        while (static_cast<int32_t>(workers_.size()) < n - 1) {
+          int id = static_cast<int>(workers_.size()) + 1;
+          workers_.emplace_back([this, id] { worker(id); });
+        }
+      } catch (const std::exception& e) {
+        return fail(QJ_ERR_OUT_OF_MEMORY, "cannot start %d threads (%zu running): %s", n - 1, workers_.size(),
+                    e.what());
       }
       fn_ = fn;
       ctx_ = ctx;
@@ -45,6 +57,7 @@ class Pool {
     fn(ctx, 0, n);
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return pending_ == 0; });
+    return QJ_OK;
   }
 
  private:
@@ -92,16 +105,16 @@ void set_parallel_for(qj_parallel_for_fn fn, void* pool) {
   g_pool = pool;
 }
 
-void parallel_for(qj_task_fn fn, void* ctx, int32_t n) {
+qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n) {
   if (n <= 1) {
     fn(ctx, 0, 1);
-    return;
+    return QJ_OK;
   }
   if (g_fn) {
     g_fn(g_pool, fn, ctx, n);
-    return;
+    return QJ_OK;
   }
-  pool().run(fn, ctx, n);
+  return pool().run(fn, ctx, n);
 }
 
 }  // namespace qj

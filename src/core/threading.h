@@ -23,8 +23,9 @@ inline Range split_range(int64_t total, int32_t t, int32_t n) {
 }
 
 // Runs fn(ctx, t, n) for t in [0, n) on the installed pool (or the built-in one) and returns when
-// all are done.
-void parallel_for(qj_task_fn fn, void* ctx, int32_t n);
+// all are done. QJ_ERR_OUT_OF_MEMORY (with the message set) when the built-in pool cannot start
+// the threads: then no slice has run.
+[[nodiscard]] qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n);
 void set_parallel_for(qj_parallel_for_fn fn, void* pool);
 
 }  // namespace qj

@@ -743,11 +743,7 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   if (d.mode == QJ_UPDATE_PER_OCCURRENCE_RACY) {
     if (num_threads > c.num_bags) num_threads = static_cast<int32_t>(c.num_bags);
     qj_task_fn fn = d.index_bits == 32 ? tier_fns<K>().per_occurrence32 : tier_fns<K>().per_occurrence64;
-    if (num_threads <= 1)
-      fn(&job, 0, 1);
-    else
-      parallel_for(fn, &job, num_threads);
-    return QJ_OK;
+    return parallel_for(fn, &job, num_threads);  // (one thread: the caller's)
   }
 
   const size_t un = static_cast<size_t>(n);
@@ -771,11 +767,7 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   if (!in_range) return report_bad_index(d, c);
   job.unique = s.unique;
   if (num_threads > job.unique) num_threads = static_cast<int32_t>(job.unique);
-  if (num_threads <= 1)
-    tier_fns<K>().coalesced(&job, 0, 1);
-  else
-    parallel_for(tier_fns<K>().coalesced, &job, num_threads);
-  return QJ_OK;
+  return parallel_for(tier_fns<K>().coalesced, &job, num_threads);  // (one thread: the caller's)
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "src/core/isa.h"
@@ -316,7 +317,15 @@ qj_status quantize_rowwise(const RowwiseConvert& c, const void* src, void* dst) 
   const RowLayout L{fused::bits_of(c.fused_type), c.dim, c.sb_first};
   const int64_t stride = c.fused_stride ? c.fused_stride : L.bytes();
   const Kernels& k = kernels();
-  std::vector<float> buf(static_cast<size_t>(c.plain_type == QJ_F16 ? c.dim : 0));
+  // fp16 rows are widened into one row of fp32 at a time.
+  std::vector<float> buf;
+  const size_t buf_floats = static_cast<size_t>(c.plain_type == QJ_F16 ? c.dim : 0);
+  try {
+    buf.resize(buf_floats);
+  } catch (const std::bad_alloc&) {
+    return fail(QJ_ERR_OUT_OF_MEMORY, "quantize_rowwise: cannot allocate %zu bytes for one fp32 row of dim=%lld",
+                buf_floats * sizeof(float), static_cast<long long>(c.dim));
+  }
   // Pass 1: check every row, so that a bad row leaves dst untouched.
   for (int64_t r = 0; r < c.rows; ++r) {
     const float* x = plain_row(k, c, src, r, buf);
