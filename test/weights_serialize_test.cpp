@@ -447,6 +447,37 @@ TEST(WeightsSerialize, InconsistentFieldsWithValidChecksum) {
   EXPECT_EQ(try_load(bad.data(), bad.size()), QJ_ERR_CORRUPT_DATA) << "magic";
 }
 
+// A header-only image whose counts agree with each other but not with its size: rejected as
+// corrupt before anything is allocated from those counts (2^60 zero points were an attempted
+// 2^62-byte allocation, QJ_ERR_OUT_OF_MEMORY; 2^28 of them a GiB zero-filled first).
+TEST(WeightsSerialize, HugeConsistentCountsWithoutPayload) {
+  struct Case {
+    int64_t k, n;
+    qj_granularity gran;
+    int64_t group;
+    uint64_t count;
+  };
+  for (Case c : {Case{1024, int64_t{1} << 28, QJ_GRAN_CHANNEL, 0, uint64_t{1} << 28},
+                 Case{int64_t{1} << 31, int64_t{1} << 31, QJ_GRAN_GROUP, 4, uint64_t{1} << 60}}) {
+    std::vector<uint8_t> img(kHeaderBytes + 8, 0);
+    std::memcpy(img.data(), "QJWEIGHT", 8);
+    put<uint32_t>(img, kOffVersion, 2u);
+    put<uint32_t>(img, kOffHeaderBytes, static_cast<uint32_t>(kHeaderBytes));
+    put<uint64_t>(img, kOffTotalBytes, img.size());
+    put<int32_t>(img, kOffDtype, QJ_S8);
+    put<int32_t>(img, kOffGran, c.gran);
+    put<int32_t>(img, kOffIsa, qj_max_isa());
+    put<int64_t>(img, kOffK, c.k);
+    put<int64_t>(img, kOffN, c.n);
+    put<int64_t>(img, kOffGroup, c.group);
+    put<uint64_t>(img, kOffNScales, c.count);
+    put<uint64_t>(img, kOffNZps, c.count);
+    put<uint64_t>(img, kOffNColsum, c.count);
+    reseal(img);
+    EXPECT_EQ(try_load(img.data(), img.size()), QJ_ERR_CORRUPT_DATA) << "n=" << c.n << ": " << qj_last_error();
+  }
+}
+
 // An image packed at one tier loads at every other tier: repacked for the current one (the info
 // reports the current tier), never misread, same results.
 TEST(WeightsSerialize, ImagesFromAnotherIsaTierAreRepacked) {

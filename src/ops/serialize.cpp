@@ -147,8 +147,11 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
     const uint64_t count = float_type || mx_type ? 0 : h.gran == QJ_GRAN_TENSOR ? 1 : groups * h.n;
     ok = h.n_scales == count && (h.n_zps == 0 || h.n_zps == count) &&
          h.n_colsum == (float_type || mx_fp8_weights_type(dt) ? 0 : static_cast<uint64_t>(groups * h.n));
+    // Every section must fit in the buffer before any size is added up (no wrap-around) or
+    // anything is allocated from the header's counts.
+    ok = ok && h.n_scales <= size / 4 && h.n_zps <= size / 4 && h.n_colsum <= size / 4 && h.packed_bytes <= size;
     if (ok) {
-      if (h.n_zps) w->zero_points.resize(h.n_zps);  // geometry depends on their presence
+      if (h.n_zps) w->zero_points.resize(1);  // geometry depends on their presence only
       set_weights_geometry(w.get(), img_isa);
       ok = h.nr == w->nr && h.kg == w->kg && h.kp == w->kp && h.n_panels == w->n_panels &&
            h.packed_bytes == static_cast<uint64_t>(w->n_panels) * w->panel_bytes() &&
