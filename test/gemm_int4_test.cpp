@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -611,6 +613,59 @@ TEST(GemmInt4, QuantizePack) {
           }
         }
     }
+}
+
+// Extreme magnitudes in qj_weights_quantize_pack (found by fuzzing): subnormal weights whose
+// amax / qmax or range / 15 underflows get the least positive scale (not 0, which zeroed them and
+// made the library refuse its own serialized image); a U4 range beyond fp32 is an error (it was
+// quantized with scale 1: a wrong GEMM result with QJ_OK).
+TEST(GemmInt4, QuantizePackExtremeMagnitudes) {
+  const int64_t k = 32, n = 2;
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (qj_dtype wt : {QJ_S8, QJ_S4, QJ_U4})
+    for (float v : {tiny, 7 * tiny}) {
+      std::vector<float> w(static_cast<size_t>(k * n), 0.0f);  // K x N; column 1: one tiny weight
+      w[5 * n + 1] = v;
+      qj_weights_desc d{};
+      d.dtype = wt;
+      d.k = k;
+      d.n = n;
+      d.layout = QJ_LAYOUT_KN;
+      d.granularity = QJ_GRAN_CHANNEL;
+      std::shared_ptr<qj::PackedWeights> pw;
+      ASSERT_EQ(qj::quantize_int_weights(d, w.data(), n, qj_max_isa(), &pw), QJ_OK) << qj_last_error();
+      EXPECT_EQ(pw->scale(0, 1), tiny) << qj_dtype_name(wt) << " " << v;
+      EXPECT_EQ(pw->q(5, 1) - pw->zp(0, 1), static_cast<int32_t>(v / tiny)) << qj_dtype_name(wt);
+      qj_weights qw = nullptr;
+      ASSERT_EQ(qj_weights_quantize_pack(&d, w.data(), n, &qw), QJ_OK) << qj_last_error();
+      std::vector<uint8_t> img(qj_weights_serialized_size(qw));
+      ASSERT_EQ(qj_weights_serialize(qw, img.data(), img.size()), QJ_OK);
+      qj_weights back = nullptr;
+      EXPECT_EQ(qj_weights_deserialize(img.data(), img.size(), &back), QJ_OK) << qj_last_error();
+      qj_weights_destroy(back);
+      qj_weights_destroy(qw);
+    }
+  for (qj_granularity gr : {QJ_GRAN_CHANNEL, QJ_GRAN_TENSOR}) {
+    std::vector<float> w(static_cast<size_t>(k * n), 1.0f);
+    w[3 * n + 1] = 3e38f;
+    w[4 * n + 1] = -3e38f;
+    qj_weights_desc d{};
+    d.dtype = QJ_U4;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_KN;
+    d.granularity = gr;
+    qj_weights qw = reinterpret_cast<qj_weights>(uintptr_t{0x40});
+    EXPECT_EQ(qj_weights_quantize_pack(&d, w.data(), n, &qw), QJ_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(qj_last_error()).find("overflows fp32"), std::string::npos) << qj_last_error();
+    EXPECT_NE(std::string(qj_last_error()).find(gr == QJ_GRAN_CHANNEL ? "of column 1:" : "of the tensor:"),
+              std::string::npos) << qj_last_error();
+    EXPECT_EQ(qw, reinterpret_cast<qj_weights>(uintptr_t{0x40}));
+    d.dtype = QJ_S8;  // symmetric: amax / 127 is fine
+    qw = nullptr;
+    EXPECT_EQ(qj_weights_quantize_pack(&d, w.data(), n, &qw), QJ_OK) << qj_last_error();
+    qj_weights_destroy(qw);
+  }
 }
 
 // Serialization round trip, and repacking: weights packed under one tier, planned under another.

@@ -206,7 +206,9 @@ QJ_API void qj_weights_destroy(qj_weights w);
  *  not divide k is QJ_ERR_INVALID_ARGUMENT (no padding is implied). Zero points: S4 in [-8, 7],
  *  U4 in [0, 15]. qj_weights_quantize_pack computes S4 symmetric (scale = amax / 7, q in [-7, 7])
  *  and U4 asymmetric (over [min(0, lo), max(0, hi)]: scale = (max - min) / 15, zero point
- *  rne(-min / scale) in [0, 15]) per channel or per group. The nibbles stay 4-bit in memory;
+ *  rne(-min / scale) in [0, 15]) per channel or per group (max - min beyond fp32:
+ *  QJ_ERR_INVALID_ARGUMENT; a scale that underflows to 0 for subnormal weights is replaced by the
+ *  least positive float, for S8 too). The nibbles stay 4-bit in memory;
  *  the GEMM kernels decode them in registers.
  *  GEMM with S4 / U4 weights takes every A type and output type of the S8 path and has the same
  *  exact definition (integer sums per group folded in fp32, docs/kernel-contract.md);

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include <sys/mman.h>
 
@@ -498,6 +500,11 @@ qj_status pack_int_weights(const qj_weights_desc& d, const void* data, int64_t l
 
 namespace {
 
+// A computed scale (amax / qmax, range / 15) of nonzero weights, kept > 0: tiny subnormal weights
+// make it underflow to 0, which would zero them and which no image may hold (deserialization
+// rejects scales <= 0). The least positive float then maps every weight to |q| < qmax / 2.
+float positive_scale(float s) { return s > 0.0f ? s : std::numeric_limits<float>::denorm_min(); }
+
 // fp32 weights to integer codes, in the source's own memory order (so that the loops run along
 // contiguous memory and vectorize; -O3 turns nearbyint into vroundps in the AVX2 copy):
 //   stats:  per scale index (tensor: 0; channel / group: (kk / gk) * n + c) the amax (symmetric)
@@ -711,7 +718,16 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
     bool any = false;
     for (int64_t i = 0; i < count; ++i) {
       float range = hi[i] - lo[i];
-      w->scales[i] = range > 0.0f && std::isfinite(range) ? range / 15.0f : 1.0f;
+      if (std::isinf(range)) {  // 15 steps cannot span it (finite values up to +-3.4e38)
+        char where[64] = "the tensor";
+        if (w->gran == QJ_GRAN_CHANNEL)
+          std::snprintf(where, sizeof where, "column %lld", (long long)i);
+        else if (w->gran == QJ_GRAN_GROUP)
+          std::snprintf(where, sizeof where, "column %lld, group %lld", (long long)(i % n), (long long)(i / n));
+        return fail(QJ_ERR_INVALID_ARGUMENT, "U4 weights of %s: max - min = %g - (%g) overflows fp32; "
+                    "quantize them as S4 or S8", where, (double)hi[i], (double)lo[i]);
+      }
+      w->scales[i] = range > 0.0f ? positive_scale(range / 15.0f) : 1.0f;
       float z = std::nearbyint(-lo[i] / w->scales[i]);
       zp[i] = static_cast<int32_t>(std::fmin(std::fmax(z, 0.0f), 15.0f));
       any |= zp[i] != 0;
@@ -724,7 +740,7 @@ qj_status quantize_int_weights(const qj_weights_desc& d, const float* src, int64
   }
   // Symmetric: scale = amax / qmax over each channel (tensor: everything; group: the group).
   const float qmax = d.dtype == QJ_S8 ? 127.0f : 7.0f;
-  for (int64_t i = 0; i < count; ++i) w->scales[i] = amax[i] > 0.0f ? amax[i] / qmax : 1.0f;
+  for (int64_t i = 0; i < count; ++i) w->scales[i] = amax[i] > 0.0f ? positive_scale(amax[i] / qmax) : 1.0f;
   weight_codes(geom, w->scales.data(), nullptr, -qmax, qmax, q.data());
   QJ_TRY(pack_codes());
   *out = std::move(w);
