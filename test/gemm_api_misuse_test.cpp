@@ -20,6 +20,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/formats/half.h"
@@ -630,6 +631,32 @@ TEST_F(Misuse, RunNonFiniteDynamicA) {
       }
     }
   }
+}
+
+// A user pool that runs every slice on a thread of its own: a failing slice's message is
+// thread-local there, and must still reach the caller.
+void thread_per_slice_pool(void*, qj_task_fn fn, void* ctx, int32_t n) {
+  std::vector<std::thread> ts;
+  for (int32_t t = 0; t < n; ++t) ts.emplace_back([=] { fn(ctx, t, n); });
+  for (auto& th : ts) th.join();
+}
+
+TEST_F(Misuse, RunParallelErrorMessageFromAPoolThread) {
+  qj_gemm_desc d = gd;
+  d.a_type = QJ_F32;
+  d.c_type = QJ_F32;
+  qj_gemm_plan p = nullptr;
+  ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
+  std::vector<float> af(m * k, 0.5f);
+  af[3 * k + 17] = kNaN;
+  qj_set_parallel_for(thread_per_slice_pool, nullptr);
+  for (int threads : {2, 3}) {
+    ASSERT_EQ(qj_set_max_isa(static_cast<qj_isa>(42)), QJ_ERR_INVALID_ARGUMENT);  // an unrelated message first
+    EXPECT_FAIL(qj_gemm_run_parallel(p, m, af.data(), k, c.data(), n, threads), QJ_ERR_INVALID_ARGUMENT, "a", "row 3");
+  }
+  qj_set_parallel_for(nullptr, nullptr);
+  EXPECT_TRUE(c_untouched());
+  qj_gemm_plan_destroy(p);
 }
 
 // The non-finite value at every column (vector bodies and tails of the amax scan) and in every row.

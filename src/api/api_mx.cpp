@@ -151,22 +151,22 @@ qj_status qj_mx_storage_size(qj_mx_layout layout, qj_dtype t, int64_t n, size_t*
 
 qj_status qj_mx_quantize(qj_dtype mx_type, qj_rounding r, const float* src, int64_t n, void* elems,
                          uint8_t* scales) {
-  return qj::guarded([&] { return quantize_impl("qj_mx_quantize", mx_type, r, QJ_F32, src, n, elems, scales); });
+  return quantize_impl("qj_mx_quantize", mx_type, r, QJ_F32, src, n, elems, scales);
 }
 
 qj_status qj_mx_quantize_ex(qj_dtype mx_type, qj_rounding r, qj_dtype src_type, const void* src,
                             int64_t n, void* elems, uint8_t* scales) {
-  return qj::guarded([&] { return quantize_impl("qj_mx_quantize_ex", mx_type, r, src_type, src, n, elems, scales); });
+  return quantize_impl("qj_mx_quantize_ex", mx_type, r, src_type, src, n, elems, scales);
 }
 
 qj_status qj_mx_dequantize(qj_dtype mx_type, const void* elems, const uint8_t* scales, int64_t n,
                            float* dst) {
-  return qj::guarded([&] { return dequantize_impl("qj_mx_dequantize", mx_type, elems, scales, n, QJ_F32, dst); });
+  return dequantize_impl("qj_mx_dequantize", mx_type, elems, scales, n, QJ_F32, dst);
 }
 
 qj_status qj_mx_dequantize_ex(qj_dtype mx_type, const void* elems, const uint8_t* scales,
                               int64_t n, qj_dtype dst_type, void* dst) {
-  return qj::guarded([&] { return dequantize_impl("qj_mx_dequantize_ex", mx_type, elems, scales, n, dst_type, dst); });
+  return dequantize_impl("qj_mx_dequantize_ex", mx_type, elems, scales, n, dst_type, dst);
 }
 
 qj_status qj_mx_export(qj_mx_layout layout, qj_dtype mx_type, const void* elems,
