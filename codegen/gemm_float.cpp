@@ -30,8 +30,6 @@
 namespace qj {
 namespace {
 
-constexpr int kBPrefetch = 3072;  // bytes ahead in the weight stream (f16 / bf16 main loop)
-
 using namespace asmjit;
 using namespace asmjit::x86;
 
@@ -705,17 +703,14 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     a.test(r8, r8);
     a.jz(l_rem);
     a.bind(l_main);
-    // The weights are one sequential stream; with mr rows of FMAs per 64 weight bytes the
-    // out-of-order window covers too few lines to keep DRAM busy, so each line is prefetched
-    // kBPrefetch bytes ahead (past the last panel it touches nothing: a prefetch never faults).
-    // Cold f16 512 x 512 (3 rounds, us): M = 4 31-43 -> 27-30, M = 8 55-75 -> 43-45, M = 16
-    // 85-90 -> 78-81, M = 64 310-330 -> 300; warm unchanged (2048 to 4096 bytes measured alike).
-    // Few rows keep enough lines in flight by themselves, and their load ports are busier: warm
-    // 512 x 512 lost 8% at bf16 M = 1 and 4-15% at bf16 M = 2 (two lines per 4 FMAs), f16 M = 2
-    // nothing. So rows > lines per unit (f16 1, bf16 2 with nr = 2 vectors).
+    // Weight prefetch (simd.h). Cold f16 512 x 512 (3 rounds, us): M = 4 31-43 -> 27-30, M = 8
+    // 55-75 -> 43-45, M = 16 85-90 -> 78-81, M = 64 310-330 -> 300; warm unchanged (2048 to 4096
+    // bytes ahead measured alike). Few rows keep enough lines in flight by themselves, and their
+    // load ports are busier: warm 512 x 512 lost 8% at bf16 M = 1 and 4-15% at bf16 M = 2 (two
+    // lines per 4 FMAs), f16 M = 2 nothing. So rows > lines per unit (f16 1, bf16 2 at nr = 2
+    // vectors).
     const int unit_lines = (unit_b + 63) / 64;
-    if (p.mr > unit_lines)
-      for (int l = 0; l < p.sets * unit_b; l += 64) a.prefetcht0(ptr(rdx, kBPrefetch + l));
+    if (p.mr > unit_lines) cg::emit_weight_prefetch(a, rdx, 0, p.sets * unit_b);
     for (int u = 0; u < p.sets; ++u) emit_unit(a, p, u, u);
     advance_a(p.sets * unit_a);
     a.add(rdx, p.sets * unit_b);
