@@ -145,6 +145,21 @@ class Misuse : public ::testing::Test {
     qj_weights_destroy(w);
   }
   bool c_untouched() const { return c == c0; }
+  // A plan of the same weights for fp32 A (quantized on the fly) and fp32 C, and an A whose row 3
+  // holds `bad` at column 17 (rows 0-2 are fine: a row-by-row writer would write them).
+  qj_gemm_plan f32_plan() {
+    qj_gemm_desc d = gd;
+    d.a_type = QJ_F32;
+    d.c_type = QJ_F32;
+    qj_gemm_plan p = nullptr;
+    EXPECT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
+    return p;
+  }
+  static std::vector<float> f32_a_with(float bad) {
+    std::vector<float> af(m * k, 0.5f);
+    af[3 * k + 17] = bad;
+    return af;
+  }
   // Sentinel handles: a failed create must leave *out as it was.
   static qj_weights sentinel_w() { return reinterpret_cast<qj_weights>(uintptr_t{0x5a5a}); }
   static qj_gemm_plan sentinel_p() { return reinterpret_cast<qj_gemm_plan>(uintptr_t{0x5a5a}); }
@@ -642,13 +657,9 @@ void thread_per_slice_pool(void*, qj_task_fn fn, void* ctx, int32_t n) {
 }
 
 TEST_F(Misuse, RunParallelErrorMessageFromAPoolThread) {
-  qj_gemm_desc d = gd;
-  d.a_type = QJ_F32;
-  d.c_type = QJ_F32;
-  qj_gemm_plan p = nullptr;
-  ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
-  std::vector<float> af(m * k, 0.5f);
-  af[3 * k + 17] = kNaN;
+  qj_gemm_plan p = f32_plan();
+  ASSERT_NE(p, nullptr);
+  const std::vector<float> af = f32_a_with(kNaN);
   qj_set_parallel_for(thread_per_slice_pool, nullptr);
   for (int threads : {2, 3}) {
     ASSERT_EQ(qj_set_max_isa(static_cast<qj_isa>(42)), QJ_ERR_INVALID_ARGUMENT);  // an unrelated message first
@@ -705,13 +716,9 @@ TEST(MisuseDynamicA, NonFiniteAtEveryPosition) {
 // The message should also show the offending value and its column (DESIGN.md: "names the
 // argument and the value that was wrong").
 TEST_F(Misuse, RunNonFiniteDynamicAMessageShowsValue) {
-  qj_gemm_desc d = gd;
-  d.a_type = QJ_F32;
-  d.c_type = QJ_F32;
-  qj_gemm_plan p = nullptr;
-  ASSERT_EQ(qj_gemm_plan_create(&d, w, &p), QJ_OK) << qj_last_error();
-  std::vector<float> af(m * k, 0.5f);
-  af[3 * k + 17] = kInf;
+  qj_gemm_plan p = f32_plan();
+  ASSERT_NE(p, nullptr);
+  const std::vector<float> af = f32_a_with(kInf);
   EXPECT_FAIL(qj_gemm_run(p, m, af.data(), k, c.data(), n, nullptr), QJ_ERR_INVALID_ARGUMENT, "a", "inf");
   EXPECT_NE(std::string(qj_last_error()).find("17"), std::string::npos)
       << "the column is not named: " << qj_last_error();
