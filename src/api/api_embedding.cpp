@@ -8,9 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 
@@ -265,30 +263,7 @@ qj_status run_parallel(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, i
   if (num_threads == 1) return qj::embedding_bag_run(p->p, c, 0, 1);
   // Every slice validates the whole call first, so a bad input fails all of them before anything
   // is written; the first failure's message is reported.
-  struct Ctx {
-    qj_embedding_bag_plan p;
-    const qj::EmbeddingBagCall* c;
-    std::atomic<int> status{QJ_OK};
-    std::string msg;
-    std::mutex mu;
-  } ctx;
-  ctx.p = p;
-  ctx.c = &c;
-  QJ_TRY(qj::parallel_for(
-      [](void* vctx, int32_t t, int32_t n) {
-        auto* x = static_cast<Ctx*>(vctx);
-        qj_status s = qj::embedding_bag_run(x->p->p, *x->c, t, n);
-        if (s != QJ_OK) {
-          std::lock_guard<std::mutex> lock(x->mu);
-          if (x->status.load() == QJ_OK) {
-            x->status = s;
-            x->msg = qj::last_error();
-          }
-        }
-      },
-      &ctx, num_threads));
-  if (ctx.status.load() != QJ_OK) return fail(static_cast<qj_status>(ctx.status.load()), "%s", ctx.msg.c_str());
-  return QJ_OK;
+  return qj::run_slices(num_threads, [&](int32_t t, int32_t n) { return qj::embedding_bag_run(p->p, c, t, n); });
 }
 }  // namespace
 

@@ -3,9 +3,7 @@
 #include <quantjit/quantjit.h>
 
 #include <memory>
-#include <mutex>
 #include <new>
-#include <string>
 
 #include "src/core/isa.h"
 #include "src/core/status.h"
@@ -195,29 +193,8 @@ qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t
     if (num_threads < 1 || num_threads > 1024)
       return qj::fail(QJ_ERR_INVALID_ARGUMENT, "num_threads=%d must be in [1, 1024]", num_threads);
     if (m == 0) return QJ_OK;
-    // A slice may run on a pool thread: its error message is thread-local there, so the first
-    // failure's message is carried back to the caller.
-    struct Ctx {
-      const qj::GemmPlan* p;
-      int64_t m, lda, ldc;
-      const void* a;
-      void* c;
-      std::mutex mu;
-      qj_status st = QJ_OK;
-      std::string msg;
-    } ctx{p->p.get(), m, lda, ldc, a, c, {}, QJ_OK, {}};
-    QJ_TRY(qj::parallel_for(
-        [](void* v, int32_t t, int32_t n) {
-          auto* x = static_cast<Ctx*>(v);
-          const qj_status s = qj::gemm_run(*x->p, x->m, x->a, x->lda, x->c, x->ldc, t, n);
-          if (s != QJ_OK) {
-            std::lock_guard<std::mutex> lock(x->mu);
-            if (x->st == QJ_OK) x->st = s, x->msg = qj::last_error();
-          }
-        },
-        &ctx, num_threads));
-    if (ctx.st != QJ_OK) return qj::fail(ctx.st, "%s", ctx.msg.c_str());
-    return QJ_OK;
+    const qj::GemmPlan& plan = *p->p;
+    return qj::run_slices(num_threads, [&](int32_t t, int32_t n) { return qj::gemm_run(plan, m, a, lda, c, ldc, t, n); });
   });
 }
 

@@ -8,6 +8,10 @@
 #include <quantjit/quantjit.h>
 
 #include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "src/core/status.h"
 
 namespace qj {
 
@@ -27,5 +31,30 @@ inline Range split_range(int64_t total, int32_t t, int32_t n) {
 // the threads: then no slice has run.
 [[nodiscard]] qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n);
 void set_parallel_for(qj_parallel_for_fn fn, void* pool);
+
+// parallel_for over slices that return a status: body(t, n) for t in [0, n). The first failing
+// slice's status is returned with its message set again on the calling thread (a message is
+// thread-local, and a pool may run slices on other threads).
+template <class Body>
+qj_status run_slices(int32_t n, const Body& body) {
+  struct Ctx {
+    const Body* body;
+    std::mutex mu;
+    qj_status st = QJ_OK;
+    std::string msg;
+  } ctx;
+  ctx.body = &body;
+  const qj_status started = parallel_for(
+      [](void* v, int32_t t, int32_t nt) {
+        auto* x = static_cast<Ctx*>(v);
+        const qj_status s = (*x->body)(t, nt);
+        if (s == QJ_OK) return;
+        std::lock_guard<std::mutex> lock(x->mu);
+        if (x->st == QJ_OK) x->st = s, x->msg = last_error();
+      },
+      &ctx, n);
+  if (started != QJ_OK) return started;
+  return ctx.st == QJ_OK ? QJ_OK : fail(ctx.st, "%s", ctx.msg.c_str());
+}
 
 }  // namespace qj
