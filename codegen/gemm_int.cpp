@@ -13,11 +13,13 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "codegen/simd.h"
 #include "codegen/weight_decode.h"
 #include "src/core/kernel_cache.h"
+#include "src/formats/mx.h"
 
 namespace qj {
 namespace {
@@ -461,6 +463,10 @@ struct DPlan {
   bool vnni;
   int mr, nr, nrv;
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0, a_split;
+  bool pairs;  // key.param[3]: int8-form MX codes decoded as quads, widened to s16 pairs
+  bool e2m3w;  // pairs, E2M3 on zmm: code words decoded by one vpermi2w (64-word table)
+  int quads;   // pairs: quad registers per column vector (MXFP4 2: both from one load; else 1)
+  int quad0, pctl;  // pairs: the quad registers; the 2 widening controls
   int acc0, acc1, facc, dec0, cst, dtmp, ones, hi_mult, abc, tmp;
   int ndec;  // decoded-weight registers
   int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
@@ -474,7 +480,9 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   // the vpshufb forms, as on the CPUs it stands for).
   p->vbmi = p->s.zmm && key.isa >= QJ_ISA_AVX512_VNNI && (key.flags & 32) != 0;
   p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
-  p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni, p->s.zmm);
+  p->pairs = key.param[3] == 1;
+  // pairs: the int8 decoder's VNNI form (MXINT8: d = code ^ 0x80, no nibble split).
+  p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni || p->pairs, p->s.zmm);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
     p->dec.n_temps = 0;
@@ -483,6 +491,20 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     *why = "no decoder for this weight type";
     return false;
   }
+  if (p->pairs) {
+    // Int8-form MX weights (MXFP4, E2M3, MXINT8) under s16 A (E3M2 A below the VNNI tier): each
+    // step's two quad vectors of decoded bytes d = q + offset (k0..3, k4..7 of every column) are
+    // widened by vpshufb into the four s16 pair rows of the int16-pair kernel, in place.
+    if (!p->dec.e8m0_scales || p->dec.int16 || p->dec.n_out != 2) {
+      *why = "s16 pairs from decoded quads are for the int8-form MX weights";
+      return false;
+    }
+    p->dec.int16 = true;
+    p->dec.n_out = 4;
+    p->quads = key.b_type == QJ_MXFP4_E2M1 ? 2 : 1;
+  }
+  p->e2m3w = p->pairs && key.b_type == QJ_MXFP6_E2M3 && p->s.zmm;
+  if (p->e2m3w) p->dec.n_consts = 2, p->dec.n_temps = 0;  // the two 32-word halves of the table
   if (key.isa < QJ_ISA_AVX2) {
     *why = "no JIT kernel below avx2";
     return false;
@@ -515,7 +537,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->group_a = (key.flags & 16) != 0;
   p->plain_e8m0 = (key.flags & 64) != 0;
   p->a_split = (key.flags & 128) != 0;
-  if (p->a_split && (p->dec.int16 || !p->vnni)) {
+  if (p->a_split && (p->dec.int16 || !p->vnni || p->pairs)) {
     *why = "split A is for the int8 decoders on the VNNI tier";
     return false;
   }
@@ -548,12 +570,18 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   // alternate so a decode can overlap the previous multiplies.
   p->ndec = p->dec.int16 ? 2 * p->nrv : p->dec.n_out * p->nrv;
   p->dec0 = used, used += p->ndec;
+  p->quad0 = p->pctl = -1;
+  if (p->pairs) p->quad0 = used, used += p->quads * p->nrv, p->pctl = used, used += 2;
   p->cst = used, used += p->dec.n_consts + (p->scaled ? p->dec.scaled_consts : 0);
   p->ones = p->hi_mult = p->abc = p->tmp = -1;
   if (!p->vnni && p->dec.int16) {  // vpbroadcastd A pair, vpmaddwd product
-    p->dtmp = used, used += p->dec.n_temps;
+    // A pair row is decoded before its multiplies, after the previous row's: the decoder's
+    // temporaries share the A broadcast and product registers (AVX2 E2M3 under E3M2 A: 3 rows
+    // instead of 2).
     p->abc = used, used += 1;
     p->tmp = used, used += 1;
+    p->dtmp = p->abc;
+    if (p->dec.n_temps > 2) used += p->dec.n_temps - 2;
   } else if (!p->vnni) {
     // vpmaddubsw products: the step's A quads broadcast, one or two temporaries; the decoder's
     // temporaries are free by then and share those registers.
@@ -577,6 +605,29 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   return true;
 }
 
+// Pairs mode (E2M3, MXINT8): quad qi (0: k0..3, 1: k4..7) of the column vector at src into dst:
+// MXINT8 d = code ^ 0x80; E2M3 on zmm the raw codes (the vpermi2w after the widening decodes
+// them); E2M3 on ymm d = 8v + 60 by the shared byte decoder.
+void emit_pair_quad(Assembler& a, const DPlan& p, int b_type, const Mem& src, int qi, int dst) {
+  const cg::Simd& s = p.s;
+  Mem m = src;
+  m.addOffset(qi * s.bytes);
+  const Vec d = s.v(dst);
+  if (b_type == QJ_MXINT8) {
+    if (s.zmm)
+      a.vpxord(d, s.v(p.cst), m);
+    else
+      a.vpxor(d, s.v(p.cst), m);
+  } else if (p.e2m3w) {
+    a.vmovdqu32(d, m);
+  } else {
+    const Vec c = s.v(p.dtmp);
+    a.vmovdqu(c, m);
+    cg::emit_e2m3_bytes_ymm(a, d, c, s.v(p.dtmp + 1), s.v(p.cst), s.v(p.cst + 1));
+    a.vpaddb(d, d, s.v(p.cst + 2));
+  }
+}
+
 bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   DPlan p;
   if (!make_dplan(key, &p, why)) return false;
@@ -595,10 +646,43 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.consts = p.cst;
   dr.temps = p.dtmp;
   dr.vbmi = p.vbmi;
-  dr.vnni = p.vnni;
+  dr.vnni = p.vnni || p.pairs;  // as decoder_info was asked
 
   cg::emit_save_callee_regs(a);
-  cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
+  if (p.e2m3w) {
+    // Word table of d = q + 60 (q = 8v) for the 64 E2M3 codes: vpermi2w index bit 5 (the sign)
+    // selects the second half.
+    const int8_t* q = mx::e2m3_int_table();
+    for (int h = 0; h < 2; ++h) {
+      uint8_t t[64];
+      for (int i = 0; i < 32; ++i) {
+        const uint16_t w = static_cast<uint16_t>(q[32 * h + i] + 60);
+        std::memcpy(t + 2 * i, &w, 2);
+      }
+      cg::store_red_zone_table(a, t, 64, rax);
+      a.vmovdqu32(s.v(p.cst + h), zmmword_ptr(rsp, cg::kRedZoneTable));
+    }
+  } else {
+    cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
+  }
+  if (p.pairs) {
+    // vpshufb controls (per 128-bit lane) widening quad dword bytes b0..b3 to the s16 pairs
+    // (b0, b1) and (b2, b3); through the red-zone table area, which the decoder has read by now
+    // (the MX scale constants below sit above its first 32 bytes).
+    uint8_t ctl[32];
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < 2; ++h) {
+        uint8_t* c = ctl + 16 * h + 4 * i;
+        c[0] = static_cast<uint8_t>(4 * i + 2 * h), c[1] = 0x80, c[2] = static_cast<uint8_t>(4 * i + 2 * h + 1), c[3] = 0x80;
+      }
+    cg::store_red_zone_table(a, ctl, 32, rax);
+    for (int h = 0; h < 2; ++h) {
+      if (s.zmm)
+        a.vbroadcasti32x4(s.v(p.pctl + h), xmmword_ptr(rsp, cg::kRedZoneTable + 16 * h));
+      else
+        a.vbroadcasti128(s.v(p.pctl + h), xmmword_ptr(rsp, cg::kRedZoneTable + 16 * h));
+    }
+  }
   // MX scale-decode constants in the red zone (above the decoder tables, which are loaded by now):
   // zmm: dwords 1, 0xfe, 0x400000 at rsp-16.. (embedded broadcasts); ymm: whole vectors at rsp-96.
   const int mx_c1 = s.zmm ? -16 : -96, mx_cfe = s.zmm ? -12 : -64, mx_c4 = s.zmm ? -8 : -32;
@@ -674,8 +758,26 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
       for (int o = 0; o < n_out; ++o) {
         const int d0 = p.dec0 + (o & 1) * p.nrv;
-        for (int j = 0; j < p.nrv; ++j)
-          cg::emit_decode16(a, s, key.b_type, ptr(rdx, b_off + j * col_bytes), o, dr, d0 + j);
+        for (int j = 0; j < p.nrv; ++j) {
+          const Mem src = ptr(rdx, b_off + j * col_bytes);
+          if (p.pairs) {
+            // Pair rows 0, 1 come from quad 0 (k0..3), rows 2, 3 from quad 1 (k4..7): MXFP4 decodes
+            // both from one load at row 0, the byte types each quad when its first row comes.
+            const int qreg = p.quad0 + p.quads * j;
+            int from = qreg;
+            if (p.quads == 2) {
+              const int outs[2] = {qreg, qreg + 1};
+              if (o == 0) cg::emit_decode(a, s, key.b_type, src, dr, outs, false);
+              from = qreg + o / 2;
+            } else if (o % 2 == 0) {
+              emit_pair_quad(a, p, key.b_type, src, o / 2, qreg);
+            }
+            a.vpshufb(s.v(d0 + j), s.v(from), s.v(p.pctl + (o & 1)));
+            if (p.e2m3w) a.vpermi2w(s.v(d0 + j), s.v(p.cst), s.v(p.cst + 1));  // code -> d
+          } else {
+            cg::emit_decode16(a, s, key.b_type, src, o, dr, d0 + j);
+          }
+        }
         int set = (p.dual && (o & 1)) ? p.acc1 : p.acc0;
         if (p.acc2 >= 0 && o >= 2) set = p.acc2 + (o - 2) * n_acc;
         for (int i = 0; i < p.mr; ++i) {
@@ -884,8 +986,8 @@ std::string name(const KernelKey& key) {
   if (key.b_type != QJ_S8) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s",
-                  dec.int16 ? "s16" : dt(key.a_type), dt(key.b_type),
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s",
+                  dec.int16 || key.param[3] == 1 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                   key.has_b_zp ? "_bzp" : "", (key.flags & 4) ? "_rc" : "", (key.flags & 2) ? "_cc" : "",
@@ -895,7 +997,7 @@ std::string name(const KernelKey& key) {
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
-                  (key.flags & 128) ? "_asplit" : "");
+                  (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

@@ -37,8 +37,12 @@
 //                  the b_zp correction and the output stage). Panels are b_skip bytes apart
 //                  after their block. Stages 1 and 2 have no output stage: their keys leave the
 //                  epilogue fields (c_type, bias, activation, b_zp, row scale, beta, n_tail) zero.
-//   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 byte per (block,
-//                  column) follows the panel's steps and is decoded to 2^(b - 127) in the kernel
+//   param[3]       (decoded MX) 1: the int8-form MX b_types read by the int16-pair kernel: each
+//                  step's two quad vectors of decoded bytes (q + offset) widened by vpshufb into
+//                  s16 pair rows, for s16 A (E3M2 A below the VNNI tier); row sums remove the offset
+//   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 bytes per (block,
+//                  column) sit in the panel's scale lines (int_weights.h) and are decoded to
+//                  2^(b - 127) in the kernel
 //   int16-pair b_types (MXFP6 E3M2; BDR MX9 / MX6 / MX4, blocks of 16 whose exponent byte is
 //                  decoded like E8M0): weights decoded to s16 pairs, A packed as s16 pairs (kg 2),
 //                  vpdpwssd (VNNI) or vpmaddwd + vpaddd; row sums only for MX4 (offset 8)

@@ -133,8 +133,9 @@ void broadcast_dword(Assembler& a, const Simd& s, int reg, uint32_t v, const Gp&
   }
 }
 
-// Writes n bytes (a multiple of 8) to the red-zone table area.
-void store_table(Assembler& a, const uint8_t* bytes, int n, const Gp& tmp) {
+}  // namespace
+
+void store_red_zone_table(Assembler& a, const uint8_t* bytes, int n, const Gp& tmp) {
   for (int i = 0; i < n; i += 8) {
     uint64_t q;
     std::memcpy(&q, bytes + i, 8);
@@ -142,8 +143,6 @@ void store_table(Assembler& a, const uint8_t* bytes, int n, const Gp& tmp) {
     a.mov(qword_ptr(rsp, kRedZoneTable + i), tmp);
   }
 }
-
-}  // namespace
 
 void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeRegs& r, const Gp& tmp,
                         bool scaled) {
@@ -167,12 +166,12 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       const int8_t* q = mx::fp4_int_table();
       for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i % 16] + 12);
       if (r.vbmi) {  // vpermb reads index bits 0..5: the 16 codes repeated 4 times
-        store_table(a, lut, 64, tmp);
+        store_red_zone_table(a, lut, 64, tmp);
         a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));
         break;
       }
       broadcast_dword(a, s, r.consts, 0x0f0f0f0fu, tmp);
-      store_table(a, lut, 16, tmp);
+      store_red_zone_table(a, lut, 16, tmp);
       if (s.zmm)
         a.vbroadcasti32x4(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable));
       else
@@ -186,14 +185,14 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
         // |q| of the magnitudes 0..15 and 16..31 (the positive codes), each 16-byte table in both
         // 128-bit lanes; then 60 bytes (see emit_decode).
         for (int i = 0; i < 32; ++i) lut[i] = static_cast<uint8_t>(q[i]);
-        store_table(a, lut, 32, tmp);
+        store_red_zone_table(a, lut, 32, tmp);
         a.vbroadcasti128(s.v(r.consts), xmmword_ptr(rsp, kRedZoneTable));
         a.vbroadcasti128(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable + 16));
         broadcast_dword(a, s, r.consts + 2, 0x3c3c3c3cu, tmp);
         break;
       }
       for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i] + 60);
-      store_table(a, lut, 64, tmp);
+      store_red_zone_table(a, lut, 64, tmp);
       if (r.vbmi) {
         a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));
         break;
@@ -219,7 +218,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
         for (int h = 0; h < 2; ++h) {
           uint8_t t[64];
           std::memcpy(t, q + 32 * h, 64);
-          store_table(a, t, 64, tmp);
+          store_red_zone_table(a, t, 64, tmp);
           a.vmovdqu32(s.v(r.consts + h), zmmword_ptr(rsp, kRedZoneTable));
         }
       } else {
@@ -231,7 +230,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
           t[i] = static_cast<uint8_t>(static_cast<int8_t>(i & 8 ? -p : p));
           t[16 + i] = static_cast<uint8_t>(e ? 4 : 0);
         }
-        store_table(a, t, 32, tmp);
+        store_red_zone_table(a, t, 32, tmp);
         a.vbroadcasti128(s.v(r.consts), xmmword_ptr(rsp, kRedZoneTable));
         a.vbroadcasti128(s.v(r.consts + 1), xmmword_ptr(rsp, kRedZoneTable + 16));
         broadcast_dword(a, s, r.consts + 2, 0x000f000fu, tmp);
@@ -249,7 +248,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
           const uint16_t b = static_cast<uint16_t>(1u << w);
           std::memcpy(t + 2 * w, &b, 2);
         }
-        store_table(a, t, 32, tmp);
+        store_red_zone_table(a, t, 32, tmp);
         a.vmovdqu(s.v(r.consts), ymmword_ptr(rsp, kRedZoneTable));
       }
       break;

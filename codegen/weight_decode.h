@@ -71,6 +71,8 @@ struct DecoderInfo {
 // Constants live in the red zone of the (leaf) kernels, written once by the setup code:
 // [rsp - 128, rsp - 64) tables for the decoders; the kernels' own constants above them.
 constexpr int kRedZoneTable = -128;
+// Writes n bytes (a multiple of 8, at most 128) to the red-zone table area; `tmp` is clobbered.
+void store_red_zone_table(asmjit::x86::Assembler& a, const uint8_t* bytes, int n, const asmjit::x86::Gp& tmp);
 
 // vbmi: the kernel may use AVX512-VBMI (zmm kernels on a CPU that has it): decoders that have a
 // vpermb form use it (MXFP4: fewer uops, one constant register instead of two). vnni: the kernel

@@ -237,12 +237,18 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 
 }  // namespace
 
-// E3M2 A (16v, no int8 form) with int8-form MX weights at the VNNI tier: the int8 kernels with A
-// split into two s8 parts, 16v = 32 hi + lo (PackASpec::split32, key flags bit 7), the weights
-// read in place. (Below VNNI the plan converts the weights instead: see gemm_plan_create.)
+// E3M2 A (16v, no int8 form) with int8-form MX weights, the weights read in place either way:
+//  - at the VNNI tier, the int8 kernels with A split into two s8 parts, 16v = 32 hi + lo
+//    (PackASpec::split32, key flags bit 7);
+//  - below it, where each vpmaddubsw would multiply a weight by one part of the split A only (and
+//    MXINT8 weights by one nibble of it), the int16-pair kernel with A as s16 pairs: each step's
+//    decoded quads widened into pair rows (key.param[3] = 1, codegen/gemm_int.h).
 // isa: the plan's tier (weights packed for AVX-512 serve it unrepacked: same layout).
 static bool split_a(int32_t a_type, const PackedWeights& w, qj_isa isa) {
   return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa >= QJ_ISA_AVX512_VNNI;
+}
+static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
+  return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa < QJ_ISA_AVX512_VNNI;
 }
 
 // Rows per iteration of the narrow-N kernel: 8 measured as fast as 12 or 16 at 156800 x {4, 8} x 36
@@ -321,22 +327,6 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     // former integer-form copies).
     if (fp8_a && w->is_mx()) return float_plan_create(desc, std::move(w), out);
   }
-  // E3M2 A with int8-form MX weights below the VNNI tier: each vpmaddubsw there would multiply a
-  // weight by one part of the split A (split_a), and MXINT8 weights by one nibble of it: the
-  // int16-pair kernel runs the BDR weights of exactly the same values and blocks
-  // (mx16_from_int8_mx: MX6 / MX9 codes, blocks of 32 with the E8M0 bytes) 1.3-2.3x faster (M = 64
-  // 4096^2, 2026-11-30: AVX-512 MXFP4 / E2M3 / MXINT8 139-144 / 144 / 129 GOPS against 104-110 /
-  // 84 / 56-57 split; AVX2 110-116 / 112-116 / 88-89 against 85-86 / 63-64 / 44-47) for a
-  // plan-owned copy of ~1 byte per weight. Converted for the tier the plan runs at, so plan_common
-  // finds nothing to repack.
-  if (at == QJ_MXFP6_E3M2 && w->is_mx() && !w->is_mx16() && max_isa() < QJ_ISA_AVX512_VNNI) {
-    std::shared_ptr<PackedWeights> w16;
-    QJ_TRY(mx16_from_int8_mx(*w, max_isa(), &w16));
-    QJ_LOG(1, "gemm: %s weights with %s A run as %s weights of the same values (a plan-owned copy, "
-           "int16-pair kernel, %s)", qj_dtype_name(w->dtype), qj_dtype_name(QJ_MXFP6_E3M2),
-           qj_dtype_name(w16->dtype), isa_name(max_isa()));
-    w = std::move(w16);
-  }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
   const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
@@ -361,6 +351,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   QJ_TRY(plan_common(desc, &w, p.get()));
   const int64_t n = w->n, groups = w->groups();
   const bool a_split = split_a(desc.a_type, *w, p->isa);
+  const bool a_pairs = w->is_mx16() || quads_as_pairs(desc.a_type, *w, p->isa);  // s16 pairs of A
 
   // Zero point of A as the kernel sees it.
   p->za = dynamic || mx_a ? 0 : desc.a_zero_point;
@@ -390,11 +381,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       probe.has_b_zp = w->zp_vec;
       if (w->is_mx() && has_vbmi()) probe.flags = 32;  // vpermb decoders
       if (a_split) probe.flags |= 128;
+      if (a_pairs && !w->is_mx16()) probe.param[3] = 1;
       p->blk.mr = std::max(1, gemm_int_max_mr(probe, 12));
       p->blk.kc = 0;  // decoded weights: K is not blocked
       p->blk.kc_min_rows = 0;
       // s8 A: kp bytes per row (s16 pairs for int16-pair weights, split A: 2 kp)
-      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (w->is_mx16() || a_split ? 2 : 1), 1);
+      int64_t mc = (256 << 10) / std::max<int64_t>(w->kp * (a_pairs || a_split ? 2 : 1), 1);
       mc = std::max<int64_t>(p->blk.mr, mc / p->blk.mr * p->blk.mr);
       p->blk.mc = std::min<int64_t>(mc, 4096);
       p->blk.nc_panels = std::min<int64_t>(
@@ -515,6 +507,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (w->is_mx() && has_vbmi()) key.flags |= 32;
         if (w->is_mx() && mx_plain_scales) key.flags |= 64;
         if (a_split) key.flags |= 128;
+        key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
@@ -949,8 +942,9 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const bool decoded = p.kind == GemmKind::kDecoded;
   const int64_t groups = w.groups();
   // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
-  // int16-pair weights (kMx16) read A as s16 pairs: 4-byte groups of 2 K.
-  const bool a_pairs = decoded && w.is_mx16();
+  // int16-pair weights (kMx16), and int8-form MX weights under E3M2 A below VNNI, read A as s16
+  // pairs: 4-byte groups of 2 K.
+  const bool a_pairs = decoded && (w.is_mx16() || quads_as_pairs(d.a_type, w, p.isa));
   const bool a_split = decoded && split_a(d.a_type, w, p.isa);  // two s8 quads per quad of K
   const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) * (a_split ? 2 : 1) : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;

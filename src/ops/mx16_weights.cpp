@@ -238,31 +238,4 @@ qj_status repack_mx16_weights(const PackedWeights& src, qj_isa isa, std::shared_
   return QJ_OK;
 }
 
-qj_status mx16_from_int8_mx(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
-  // FP4 q = 2v and E2M3 q = 8v scale to 16v (MX6: 2^-4 with E = the E8M0 byte), |16v| <= 120;
-  // MXINT8 (code * 2^-6) is 2 code * 2^-7 (MX9: int8 with every pair's double flag set).
-  int mul;
-  qj_dtype t;
-  switch (src.dtype) {
-    case QJ_MXFP4_E2M1: t = QJ_BDR_MX6, mul = 8; break;
-    case QJ_MXFP6_E2M3: t = QJ_BDR_MX6, mul = 2; break;
-    case QJ_MXINT8: t = QJ_BDR_MX9, mul = 2; break;
-    default:
-      return fail(QJ_ERR_INTERNAL, "mx16_from_int8_mx: %s weights have no int8 MX form", qj_dtype_name(src.dtype));
-  }
-  auto w = std::make_shared<PackedWeights>();
-  w->dtype = t;
-  w->k = src.k;
-  w->n = src.n;
-  // Integer forms read back once into a K-contiguous array (the accessor walks columns).
-  std::vector<int16_t> q(static_cast<size_t>(src.n) * src.k);
-  for (int64_t kk = 0; kk < src.k; ++kk)
-    for (int64_t c = 0; c < src.n; ++c) q[c * src.k + kk] = static_cast<int16_t>(src.q(kk, c) * mul);
-  QJ_TRY(pack_mx16(
-      w.get(), isa, mx::kBlock, [&](int64_t kk, int64_t c) -> int32_t { return q[c * src.k + kk]; },
-      [&](int64_t g, int64_t c) { return src.mx_scale_byte(g, c); }));
-  *out = std::move(w);
-  return QJ_OK;
-}
-
 }  // namespace qj

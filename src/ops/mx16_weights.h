@@ -38,14 +38,6 @@ qj_status quantize_mx16_weights(const qj_weights_desc& d, const float* w, int64_
                                 std::shared_ptr<PackedWeights>* out);
 qj_status repack_mx16_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out);
 
-// Int8-form OCP MX weights (MXFP4, MXFP6 E2M3, MXINT8) as BDR weights of exactly the same values
-// for the int16-pair kernel (E3M2 A below the VNNI tier; gemm.cpp): the blocks stay 32 long (group_size 32, not BDR's 16: the same
-// fp32 steps as the int8-form kernels), each with its E8M0 byte as the exponent E (decoded alike,
-// 0xFF NaN); FP4 / E2M3 as MX6 with q = 16 v (|q| <= 120, value = q * 2^(E - 127 - 4)), MXINT8
-// as MX9 with q = 2 code (every pair "double", value = q * 2^(E - 127 - 7)). Plan-internal: never
-// serialized.
-qj_status mx16_from_int8_mx(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out);
-
 // Read back from a kMx16 panel: the integer form q of element (kk, col).
 int32_t mx16_q(const PackedWeights& w, int64_t kk, int64_t col);
 

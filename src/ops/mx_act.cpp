@@ -392,8 +392,9 @@ void row_group_sums(const PackASpec& s, const int16_t* q, const uint8_t* sc, int
   }
 }
 
-// kg == 2: the s16 pairs of the int16-pair weight kernels (E3M2, BDR). The weight groups are 32
-// (E3M2 and the BDR form of OCP weights, mx16_from_int8_mx: one A block each) or 16 (BDR: A block
+// kg == 2: the s16 pairs of the int16-pair weight kernels (E3M2, BDR, and the int8-form OCP
+// weights under E3M2 A below VNNI). The weight groups are 32 (E3M2 and the OCP types: one A block
+// each) or 16 (BDR: A block
 // g / 2 spans weight groups g and g + 1), so the A factor and the row sums are taken per weight
 // group of gk = k / groups values.
 void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
