@@ -147,6 +147,10 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     *why = "nr must be a multiple of the vector width";
     return false;
   }
+  if (p->mx && 64 % p->nr != 0) {  // scale lines (int_weights.h) hold the bytes of 64 / nr groups
+    *why = "MX panels need nr dividing 64";
+    return false;
+  }
   p->nrv = p->nr / p->s.lanes32;
   int used = 0;
   p->acc = used, used += p->sets * p->mr * p->nrv;

@@ -517,6 +517,10 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     *why = "this weight type's decoder needs AVX512-VBMI (vpermb)";
     return false;
   }
+  if (p->dec.e8m0_scales && (key.nr < 1 || 64 % key.nr != 0)) {  // scale lines hold 64 / nr groups
+    *why = "MX panels need nr dividing 64";
+    return false;
+  }
   if (p->dec.e8m0_scales && key.granularity != QJ_GRAN_GROUP) {
     *why = "MX weights are grouped (blocks of 32)";
     return false;
