@@ -15,8 +15,10 @@
 // ReLU is 1-Lipschitz and is applied to both sides. A 0xFF scale byte must give NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -25,6 +27,8 @@
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
 #include "src/ops/gemm.h"
+#include "src/ops/int_weights.h"
+#include "src/ops/mx_weights.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
 #include "test/test_util.h"
@@ -357,6 +361,41 @@ TEST(GemmMx, LargeThreadsRepackSerialize) {
       t.serialize = false;
       t.pack_isa = qj_cpu_isa();
       EXPECT_EQ(run_case(t), "") << t.str();
+    }
+  }
+}
+
+// The packed panel layout is part of the serialized image (version 2, src/ops/serialize.cpp): each
+// 64-byte scale line holds the E8M0 bytes of 64 / nr groups, then come those groups' steps. Read
+// back from the raw bytes: MXFP4, AVX-512 panels (nr = 32, two groups per line), three groups.
+TEST(GemmMx, PanelScaleLines) {
+  const int64_t k = 96, n = 40, groups = k / 32;
+  std::vector<uint8_t> el(static_cast<size_t>(n * k / 2)), sc(static_cast<size_t>(n * groups));
+  for (size_t i = 0; i < el.size(); ++i) el[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t g = 0; g < groups; ++g) sc[c * groups + g] = static_cast<uint8_t>(100 + 3 * c + g);
+  qj_weights_desc d{};
+  d.dtype = QJ_MXFP4_E2M1;
+  d.k = k;
+  d.n = n;
+  d.layout = QJ_LAYOUT_NK;
+  const qj_mx_weights_data md{el.data(), sc.data(), groups};
+  std::shared_ptr<qj::PackedWeights> w;
+  ASSERT_EQ(qj::pack_mx_weights(d, &md, k / 2, QJ_ISA_AVX512, &w), QJ_OK) << qj_last_error();
+  ASSERT_EQ(w->nr, 32);
+  const size_t step_group = 32 / 8 * 32 * 4;  // 4 steps of 8 K x 32 columns x 4 bytes
+  ASSERT_EQ(w->panel_bytes(), 2 * 64 + 3 * step_group);
+  for (int64_t p = 0; p < w->n_panels; ++p) {
+    const uint8_t* panel = w->packed.data<uint8_t>() + p * w->panel_bytes();
+    for (int64_t c = p * 32; c < std::min<int64_t>(n, p * 32 + 32); ++c) {
+      const size_t cc = static_cast<size_t>(c - p * 32);
+      EXPECT_EQ(panel[cc], sc[c * groups + 0]) << c;                                // line 0, group 0
+      EXPECT_EQ(panel[32 + cc], sc[c * groups + 1]) << c;                           // line 0, group 1
+      EXPECT_EQ(panel[64 + 2 * step_group + cc], sc[c * groups + 2]) << c;          // line 1, group 2
+      // The first step of group 2 follows its line: nibbles of k = 64..67 (low) and 68..71 (high).
+      const uint8_t b = panel[2 * 64 + 2 * step_group + cc * 4];
+      EXPECT_EQ(b & 15, qj::mx::get_code(*qj::mx::format(QJ_MXFP4_E2M1), el.data() + c * (k / 2), 64)) << c;
+      EXPECT_EQ(b >> 4, qj::mx::get_code(*qj::mx::format(QJ_MXFP4_E2M1), el.data() + c * (k / 2), 68)) << c;
     }
   }
 }
