@@ -261,11 +261,11 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  +-M * 2^(1 - mu)); it is scaled by A's scale and by the block scale 2^(b - 127) (BDR:
  *  2^(E - 127)) in fp32 and accumulated in fp32 across blocks; the type's power of two (2^-shift)
  *  is applied with the output multiplier. E3M2 and BDR weights multiply as int16 pairs (vpdpwssd
- *  with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). Every MX type runs JIT at every tier from AVX2:
- *  MXINT8 and MXFP6 E2M3 in the int8 kernel at AVX512-VNNI (E2M3: vpermb with AVX512-VBMI, else vpshufb);
- *  elsewhere the plan holds a converted copy of the weights (BDR MX9 / MX6 codes of exactly the
- *  same values, same 32-element blocks and scale bytes: about 1.1 / 1.0 bytes per weight) for the
- *  int16-pair kernel, with the same results (logged at QJ_VERBOSE=1). The fp32 block partial sum
+ *  with AVX512-VNNI, vpmaddwd at AVX-512 / AVX2). Every MX type runs JIT at every tier from AVX2,
+ *  the weights read in place from their packed codes (no copy is made at plan creation): MXFP4,
+ *  MXFP6 E2M3 and MXINT8 in the int8 kernel (E2M3: vpermb with AVX512-VBMI, else vpshufb; below
+ *  AVX512-VNNI MXINT8 split into nibbles and E2M3 pair sums widened one by one, so vpmaddubsw
+ *  cannot saturate). The fp32 block partial sum
  *  * 2^(b - 127) overflows to +-Inf when it exceeds FLT_MAX (scale bytes near 0xFE); blocks
  *  quantized from fp32 weights below 2^100 in magnitude never do.
  * GEMM with MXFP8 weights (E4M3, E5M2; MX.md section 9 decision 6, the fp32 path): like F16 / BF16
@@ -323,8 +323,8 @@ typedef enum qj_activation {
  *        E3M2} with MXFP6 E3M2 / BDR MX9 / MX6 / MX4 weights (int16-pair kernel, JIT at every
  *        tier; A's block scale applies to both 16-blocks of BDR weights it spans); E3M2 A with
  *        MXFP4 / E2M3 / MXINT8 weights (AVX512-VNNI: the int8 kernels, A's 16v split into two s8
- *        parts 32 hi + lo; below it the weights are converted at plan creation to the BDR MX6 /
- *        MX9 codes of the same values and 32-blocks, 16v / 2 code, for the int16-pair kernel).
+ *        parts 32 hi + lo; below it the int16-pair kernel, A as s16 pairs, each step's decoded
+ *        weight quads widened into s16 pair rows; the weights are read in place either way).
  *      . fp32 route (A dequantized exactly to fp32, value * 2^(b - 127), 0xFF -> NaN; then the
  *        float GEMM's definition: products and sums in fp32, no per-block exactness): any A with
  *        F16 / BF16 / MXFP8 weights; MXFP8 A with every other MX / BDR weight type, every one
