@@ -72,9 +72,10 @@ struct Plan {
   // kE2m3Quad: dq the nrv decoded chunks; with VBMI (key.flags bit 2, zmm) one 64-byte table of q
   // in tbl, else tbl / tbl + 1 the 16-byte tables of |q| (magnitudes 0..15, 16..31) and temps
   // from tmp (zmm: the codes; ymm: the codes and one more); zmm without VBMI also the byte
-  // constants 0x10, 0x20 and zero at cst.
+  // constants 0x10, 0x20, zero and 0x3f at cst. zmm: the codes are dense (6 bits each,
+  // cg::emit_fp6_unpack), its idx and ctl at fp6.
   bool vbmi = false;
-  int dq = -1, cst = -1;
+  int dq = -1, cst = -1, fp6 = -1;
   bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
   bool pair = false;      // nrv even: vectors decoded in pairs by vpunpck{l,h}bw
   int sc = -1;            // scaled weights: the nrv block-scale vectors
@@ -173,7 +174,8 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       p->dq = used, used += p->nrv;
       p->tbl = used, used += p->vbmi ? 1 : 2;
       if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 2;
-      if (!p->vbmi && p->s.zmm) p->cst = used, used += 3;
+      if (!p->vbmi && p->s.zmm) p->cst = used, used += 4;
+      if (p->s.zmm) p->fp6 = used, used += 2;
     }
     if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
     if (p->src == MxSrc::kBdrPair) {
@@ -182,7 +184,9 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       if (p->bdr == QJ_BDR_MX9 && !p->s.zmm) p->tbl = used++, p->tmp = used++;
     }
     const bool quad = p->src != MxSrc::kFp8;
-    const int col_step = p->src == MxSrc::kFp4Nibble || p->bdr == QJ_BDR_MX4 ? 4 : p->bdr == QJ_BDR_MX9 ? 9 : 8;
+    const int col_step = p->src == MxSrc::kFp4Nibble || p->bdr == QJ_BDR_MX4 ? 4
+                         : p->bdr == QJ_BDR_MX9 ? 9
+                         : p->src == MxSrc::kE2m3Quad && p->s.zmm ? 6 : 8;
     p->step_bytes = col_step * p->nr;
     p->upi = quad ? 8 : p->sets;
     // MX9 (zmm): a whole block (2 steps) per iteration, so that each pair row's mask can be
@@ -276,7 +280,7 @@ constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f
 void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
   const cg::Simd& s = p.s;
   if (p.vbmi) {  // one vpermb over the 64-entry table (index bits 0..5: the whole code)
-    a.vmovdqu32(q, m);
+    cg::emit_fp6_unpack(a, true, q, m, s.v(p.fp6), s.v(p.fp6 + 1), q);
     a.vpermb(q, q, s.v(p.tbl));
     return;
   }
@@ -284,7 +288,8 @@ void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
   // zmm's negative side 0 - |q|.
   const Vec c = s.v(p.tmp);
   if (s.zmm) {
-    a.vmovdqu32(c, m);
+    cg::emit_fp6_unpack(a, false, c, m, s.v(p.fp6), s.v(p.fp6 + 1), q);
+    a.vpandd(c, c, s.v(p.cst + 3));
     cg::emit_e2m3_bytes_zmm(a, q, c, s.v(p.tbl), s.v(p.tbl + 1), s.v(p.cst), s.v(p.cst + 1), s.v(p.cst + 2));
     return;
   }
@@ -359,7 +364,9 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
   }
   if (p.src == MxSrc::kInt8Quad || p.src == MxSrc::kE2m3Quad) {
     const int b = u % 4;
-    const Mem m = ptr(rdx, j * 8 * s.lanes32 + (u / 4) * s.lanes32 * 4);
+    const bool dense = p.src == MxSrc::kE2m3Quad && s.zmm;  // chunks of 64 codes in 48 bytes
+    const Mem m = dense ? ptr(rdx, j * 2 * cg::kFp6VectorBytes + (u / 4) * cg::kFp6VectorBytes)
+                        : ptr(rdx, j * 8 * s.lanes32 + (u / 4) * s.lanes32 * 4);
     if (p.src == MxSrc::kE2m3Quad) {  // the chunk's q bytes, decoded by its first unit
       const Vec q = s.v(p.dq + j);
       if (b == 0) emit_e2m3_chunk(a, p, m, q);
@@ -623,15 +630,16 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
     if (p.pair) zero_regs(a, s, p.zero, 1);
     if (p.src == MxSrc::kE2m3Quad) {
+      if (s.zmm) cg::emit_fp6_unpack_setup(a, p.vbmi, s.v(p.fp6), s.v(p.fp6 + 1), rax);
       if (p.vbmi) {
         a.vmovdqu32(s.v(p.tbl), ptr(l_fp4));
       } else if (s.zmm) {
         a.vbroadcasti32x4(s.v(p.tbl), ptr(l_fp4, 64));
         a.vbroadcasti32x4(s.v(p.tbl + 1), ptr(l_fp4, 80));
-        const uint32_t bytes[2] = {0x10101010u, 0x20202020u};
-        for (int c = 0; c < 2; ++c) {
+        const uint32_t bytes[3] = {0x10101010u, 0x20202020u, 0x3f3f3f3fu};
+        for (int c = 0; c < 3; ++c) {
           a.mov(eax, bytes[c]);
-          a.vpbroadcastd(s.v(p.cst + c), eax);
+          a.vpbroadcastd(s.v(p.cst + (c == 2 ? 3 : c)), eax);
         }
         zero_regs(a, s, p.cst + 2, 1);
       } else {

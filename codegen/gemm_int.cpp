@@ -504,7 +504,8 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     p->quads = key.b_type == QJ_MXFP4_E2M1 ? 2 : 1;
   }
   p->e2m3w = p->pairs && key.b_type == QJ_MXFP6_E2M3 && p->s.zmm;
-  if (p->e2m3w) p->dec.n_consts = 2, p->dec.n_temps = 0;  // the two 32-word halves of the table
+  // e2m3w: the two 32-word halves of the table, the dense codes' unpack constants and temporary.
+  if (p->e2m3w) p->dec.n_consts = 4, p->dec.n_temps = 1;
   if (key.isa < QJ_ISA_AVX2) {
     *why = "no JIT kernel below avx2";
     return false;
@@ -610,12 +611,13 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
 }
 
 // Pairs mode (E2M3, MXINT8): quad qi (0: k0..3, 1: k4..7) of the column vector at src into dst:
-// MXINT8 d = code ^ 0x80; E2M3 on zmm the raw codes (the vpermi2w after the widening decodes
-// them); E2M3 on ymm d = 8v + 60 by the shared byte decoder.
+// MXINT8 d = code ^ 0x80; E2M3 on zmm the codes unpacked from their 6 bits (bits 6..7 undefined:
+// the vpermi2w after the widening reads index bits 0..5 and decodes them); E2M3 on ymm d = 8v + 60
+// by the shared byte decoder.
 void emit_pair_quad(Assembler& a, const DPlan& p, int b_type, const Mem& src, int qi, int dst) {
   const cg::Simd& s = p.s;
   Mem m = src;
-  m.addOffset(qi * s.bytes);
+  m.addOffset(qi * (p.e2m3w ? cg::kFp6VectorBytes : s.bytes));
   const Vec d = s.v(dst);
   if (b_type == QJ_MXINT8) {
     if (s.zmm)
@@ -623,7 +625,7 @@ void emit_pair_quad(Assembler& a, const DPlan& p, int b_type, const Mem& src, in
     else
       a.vpxor(d, s.v(p.cst), m);
   } else if (p.e2m3w) {
-    a.vmovdqu32(d, m);
+    cg::emit_fp6_unpack(a, p.vbmi, d, m, s.v(p.cst + 2), s.v(p.cst + 3), s.v(p.dtmp));
   } else {
     const Vec c = s.v(p.dtmp);
     a.vmovdqu(c, m);
@@ -666,6 +668,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       cg::store_red_zone_table(a, t, 64, rax);
       a.vmovdqu32(s.v(p.cst + h), zmmword_ptr(rsp, cg::kRedZoneTable));
     }
+    cg::emit_fp6_unpack_setup(a, p.vbmi, s.v(p.cst + 2), s.v(p.cst + 3), rax);
   } else {
     cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
   }

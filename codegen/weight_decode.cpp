@@ -24,6 +24,7 @@
 
 #include <quantjit/quantjit.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "src/formats/mx.h"
@@ -62,19 +63,22 @@ DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm) {
       d.e8m0_scales = true;
       break;
     case QJ_MXFP6_E2M3:
-      // One code per byte (6 bits used), quads of k0..k0+3 then k0+4..k0+7 per column vector;
-      // vpermb with a 64-entry table gives 8v + 60 in [0, 120]. Without VBMI (zmm, AVX512BW:
+      // Quads of k0..k0+3 then k0+4..k0+7 per column vector, one code per byte (ymm) or, zmm,
+      // unpacked to that from 6 bits per code; vpermb with a 64-entry table gives 8v + 60 in [0, 120]. Without VBMI (zmm, AVX512BW:
       // VNNI CPUs such as Cascade Lake) two vpshufb tables of the 32 magnitudes, the second and
       // the sign applied under byte masks (see emit_decode): 5 constants, 1 temporary.
+      // zmm: the codes are dense (6 bits each, see emit_fp6_unpack): 2 more constants (the
+      // unpack's idx and ctl), without VBMI a third (0x3f bytes: the vpshufb tables need bits 6..7
+      // clear).
       d.ok = true;
       d.k_per_step = 8;
-      d.bytes_per_col_step = 8;
+      d.bytes_per_col_step = zmm ? 6 : 8;
       d.n_out = 2;
       d.offset = 60;
       d.s16_terms = 1;  // one vpmaddubsw pair: 2 * 120 * 128 < 2^15 (two would overflow)
       // AVX2 (ymm, no byte masks): the two tables of |q|, vpsignb and vpblendvb, then + 60: 3
       // constants, 2 temporaries.
-      d.n_consts = vbmi ? 1 : (zmm ? 5 : 3);
+      d.n_consts = vbmi ? 3 : (zmm ? 8 : 3);
       d.n_temps = vbmi ? 0 : (zmm ? 1 : 2);
       d.e8m0_scales = true;
       break;
@@ -195,6 +199,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       store_red_zone_table(a, lut, 64, tmp);
       if (r.vbmi) {
         a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));
+        emit_fp6_unpack_setup(a, true, s.v(r.consts + 1), s.v(r.consts + 2), tmp);
         break;
       }
       // 60 + |q| of the magnitudes 0..15 and 16..31 (the positive codes: the first 32 entries),
@@ -205,6 +210,8 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       broadcast_dword(a, s, r.consts + 2, 0x10101010u, tmp);
       broadcast_dword(a, s, r.consts + 3, 0x20202020u, tmp);
       broadcast_dword(a, s, r.consts + 4, 0x78787878u, tmp);
+      emit_fp6_unpack_setup(a, false, s.v(r.consts + 5), s.v(r.consts + 6), tmp);
+      broadcast_dword(a, s, r.consts + 7, 0x3f3f3f3fu, tmp);
       break;
     }
     case QJ_MXINT8:
@@ -254,6 +261,54 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       break;
     default: break;
   }
+}
+
+void emit_fp6_unpack_setup(Assembler& a, bool vbmi, const Vec& idx, const Vec& ctl, const Gp& tmp) {
+  uint8_t t[64];
+  if (vbmi) {
+    for (int i = 0; i < 64; ++i) t[i] = static_cast<uint8_t>(i % 8 < 6 ? 6 * (i / 8) + i % 8 : 0);
+    store_red_zone_table(a, t, 64, tmp);
+    a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
+    for (int i = 0; i < 64; ++i) t[i] = static_cast<uint8_t>(6 * (i % 8));
+    store_red_zone_table(a, t, 64, tmp);
+    a.vmovdqu32(ctl, zmmword_ptr(rsp, kRedZoneTable));
+    return;
+  }
+  for (int l = 0; l < 4; ++l)  // vpermd: lane l takes dwords 3l, 3l + 1, 3l + 2 (and 3l + 2 again)
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t d = static_cast<uint32_t>(3 * l + std::min(j, 2));
+      std::memcpy(t + 16 * l + 4 * j, &d, 4);
+    }
+  store_red_zone_table(a, t, 64, tmp);
+  a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
+  for (int l = 0; l < 4; ++l)  // vpshufb: dword j of a lane = bytes 3j, 3j + 1, 3j + 1, 3j + 2
+    for (int j = 0; j < 4; ++j) {
+      uint8_t* c = t + 16 * l + 4 * j;
+      c[0] = static_cast<uint8_t>(3 * j), c[1] = c[2] = static_cast<uint8_t>(3 * j + 1);
+      c[3] = static_cast<uint8_t>(3 * j + 2);
+    }
+  store_red_zone_table(a, t, 64, tmp);
+  a.vmovdqu32(ctl, zmmword_ptr(rsp, kRedZoneTable));
+  a.mov(tmp.r32(), 0xAAAAAAAAu);  // the odd words
+  a.kmovd(k6, tmp.r32());
+  a.mov(tmp, 0xAAAAAAAAAAAAAAAAull);  // the odd bytes
+  a.kmovq(k7, tmp);
+}
+
+void emit_fp6_unpack(Assembler& a, bool vbmi, const Vec& out, const Mem& src, const Vec& idx, const Vec& ctl,
+                     const Vec& tmp) {
+  Mem m = src;
+  m.setSize(64);
+  if (vbmi) {
+    a.vpermb(out, idx, m);
+    a.vpmultishiftqb(out, ctl, out);
+    return;
+  }
+  a.vpermd(out, idx, m);
+  a.vpshufb(out, out, ctl);
+  a.k(k6).vpsrlw(out, out, 4);  // odd words: c2 | c3 << 6 (bits 12..15 zero)
+  a.vpsllw(tmp, out, 2);
+  a.k(k7).vmovdqu8(out, tmp);  // odd bytes: the word's second code
 }
 
 void emit_e2m3_bytes_zmm(Assembler& a, const Vec& out, const Vec& c, const Vec& tlo, const Vec& thi,
@@ -414,10 +469,10 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
     case QJ_MXFP6_E2M3:
       for (int o = 0; o < 2; ++o) {
         Mem m = src;
-        m.addOffset(o * s.bytes);
+        m.addOffset(o * (s.zmm ? kFp6VectorBytes : s.bytes));
         const Vec d = s.v(out[o]);
         if (r.vbmi) {
-          a.vmovdqu32(d, m);
+          emit_fp6_unpack(a, true, d, m, s.v(r.consts + 1), s.v(r.consts + 2), d);
           a.vpermb(d, d, s.v(r.consts));
           continue;
         }
@@ -429,7 +484,8 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
           continue;
         }
         // zmm without VBMI: tables of 60 + |q|, the negative side 120 - (60 + |q|) = 60 - |q|
-        a.vmovdqu32(c, m);
+        emit_fp6_unpack(a, false, c, m, s.v(r.consts + 5), s.v(r.consts + 6), d);
+        a.vpandd(c, c, s.v(r.consts + 7));
         emit_e2m3_bytes_zmm(a, d, c, s.v(r.consts), s.v(r.consts + 1), s.v(r.consts + 2), s.v(r.consts + 3),
                             s.v(r.consts + 4));
       }

@@ -107,6 +107,24 @@ void emit_e2m3_bytes_zmm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out,
 void emit_e2m3_bytes_ymm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out, const asmjit::x86::Vec& c,
                          const asmjit::x86::Vec& t, const asmjit::x86::Vec& tlo, const asmjit::x86::Vec& thi);
 
+// Dense FP6 (MXFP6 E2M3 panels of the zmm tiers, PackedWeights::fp6_dense): a vector of 64
+// codes is 48 bytes, code i at bits [6i, 6i + 6) LSB first. emit_fp6_unpack_setup loads the two
+// constant registers idx and ctl (and, without VBMI, the byte / word masks k7 / k6);
+// emit_fp6_unpack then puts code i in byte i of out, its bits 6..7 undefined (vpermb and
+// vpermi2w lookups ignore them; others clear them). It reads 64 bytes at src (the last 16 are
+// never used; packed buffers have 64 bytes of slack). vbmi: vpermb places bytes 6q..6q+5 in qword
+// q, vpmultishiftqb moves bits 6j.. of the qword to byte j (2 ops). Without VBMI: vpermd puts
+// bytes 12l..12l+11 in 128-bit lane l, vpshufb makes each dword [b0 b1 b1 b2] of its 3-byte group,
+// a shift by 4 of the odd words (k6) leaves c_2w | c_2w+1 << 6 in every word, and a byte-masked
+// move (k7) of the word shifted left by 2 puts c_2w+1 in the odd byte (5 ops, `tmp` clobbered).
+void emit_fp6_unpack_setup(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& idx,
+                           const asmjit::x86::Vec& ctl, const asmjit::x86::Gp& tmp);
+void emit_fp6_unpack(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& out,
+                     const asmjit::x86::Mem& src, const asmjit::x86::Vec& idx, const asmjit::x86::Vec& ctl,
+                     const asmjit::x86::Vec& tmp);
+// Bytes of one dense FP6 vector of 64 codes (the offset from one such vector to the next).
+constexpr int kFp6VectorBytes = 48;
+
 // int16-pair decoders (info.int16): decodes pair row o (0..3) of the step bytes of one column
 // vector at `src` into vector register `out` (one call per output, so the kernel can consume each
 // decoded vector before the next is made: fewer live registers). Uses r.temps (n_temps) and the

@@ -400,6 +400,56 @@ TEST(GemmMx, PanelScaleLines) {
   }
 }
 
+// MXFP6 E2M3 panels of the zmm tiers hold 6 bits per code (int_weights.h, fp6_dense): per 8-K step
+// and column vector, the 64 codes of k0..3 then those of k4..7 (code index 4 c + r) as one
+// LSB-first bit stream, 48 bytes per vector, as MX.md's FP6 packing. Read back from the raw bytes;
+// the ymm tier keeps one byte per code. Also the size: 6 bits per weight plus the scale lines.
+TEST(GemmMx, PanelDenseFp6) {
+  const int64_t k = 64, n = 16, groups = k / 32;
+  auto code_of = [](int64_t kk, int64_t c) { return static_cast<uint8_t>((kk * 7 + c * 13 + kk * c) % 64); };
+  std::vector<uint8_t> el(static_cast<size_t>(n * k * 6 / 8), 0), sc(static_cast<size_t>(n * groups), 127);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t kk = 0; kk < k; ++kk) {  // SPLIT FP6: element kk of the column at bits 6 kk
+      const int64_t bit = c * k * 6 + kk * 6;
+      const uint32_t x = static_cast<uint32_t>(code_of(kk, c)) << (bit % 8);
+      el[static_cast<size_t>(bit / 8)] |= static_cast<uint8_t>(x);
+      if (x >> 8) el[static_cast<size_t>(bit / 8 + 1)] |= static_cast<uint8_t>(x >> 8);
+    }
+  qj_weights_desc d{};
+  d.dtype = QJ_MXFP6_E2M3;
+  d.k = k;
+  d.n = n;
+  d.layout = QJ_LAYOUT_NK;
+  const qj_mx_weights_data md{el.data(), sc.data(), groups};
+  for (qj_isa isa : {QJ_ISA_AVX512, QJ_ISA_AVX2}) {
+    std::shared_ptr<qj::PackedWeights> w;
+    ASSERT_EQ(qj::pack_mx_weights(d, &md, k * 6 / 8, isa, &w), QJ_OK) << qj_last_error();
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t kk = 0; kk < k; ++kk) ASSERT_EQ(w->mx_code(kk, c), code_of(kk, c)) << kk << " " << c;
+    const uint8_t* panel = w->packed.data<uint8_t>();
+    if (isa == QJ_ISA_AVX2) {
+      ASSERT_FALSE(w->fp6_dense());
+      ASSERT_EQ(w->nr, 8);
+      EXPECT_EQ(w->panel_bytes(), 64u + static_cast<size_t>(k * 8));  // one byte a code
+      EXPECT_EQ(panel[64 + 1 * 4 + 3], code_of(3, 1));  // step 0: column 1's dword, byte 3
+      EXPECT_EQ(panel[64 + 32 + 2 * 4 + 1], code_of(5, 2));  // the k4..7 quads follow
+      continue;
+    }
+    ASSERT_TRUE(w->fp6_dense());
+    ASSERT_EQ(w->nr, 16);
+    ASSERT_EQ(w->panel_bytes(), 64u + static_cast<size_t>(k * n * 6 / 8));  // one scale line, 6 bits a code
+    for (int64_t st = 0; st < k / 8; ++st)
+      for (int64_t half = 0; half < 2; ++half) {
+        const uint8_t* v = panel + 64 + st * 96 + half * 48;
+        for (int64_t i = 0; i < 64; ++i) {
+          const int64_t c = i / 4, kk = st * 8 + half * 4 + i % 4;
+          const uint32_t bits = v[(6 * i) / 8] | (static_cast<uint32_t>(v[(6 * i) / 8 + 1]) << 8);
+          ASSERT_EQ((bits >> ((6 * i) % 8)) & 63, code_of(kk, c)) << "step " << st << " code " << i;
+        }
+      }
+  }
+}
+
 TEST(GemmMx, Misuse) {
   qj_weights_desc wd{};
   wd.dtype = QJ_MXFP4_E2M1;

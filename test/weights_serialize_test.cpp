@@ -7,8 +7,9 @@
 // correct checksum. Checked: round trips give the same GEMM output as the original weights and as
 // src/ref; every truncation, padding and sampled bit flip is rejected with QJ_ERR_CORRUPT_DATA
 // (a flip in the version field with QJ_ERR_VERSION_MISMATCH) and leaves *out untouched; a wrong
-// version with a valid checksum is QJ_ERR_VERSION_MISMATCH (version 1, before the MX panels got
-// their scale lines, is still read for other weight types); an image packed at another ISA tier is
+// version with a valid checksum is QJ_ERR_VERSION_MISMATCH (versions 1 and 2, before the MX
+// panels got their scale lines and E2M3 its 6-bit codes, are still read for the weight types
+// they did not change); an image packed at another ISA tier is
 // repacked for the current one and computes the same results.
 #include <gtest/gtest.h>
 #include <quantjit/quantjit.h>
@@ -199,7 +200,7 @@ TEST(WeightsSerialize, RoundTripSameResults) {
       std::vector<uint8_t> img = serialize(w);
       // The header says what it holds.
       EXPECT_EQ(0, std::memcmp(img.data(), "QJWEIGHT", 8));
-      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 2u);
+      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 3u);
       EXPECT_EQ(get<uint32_t>(img, kOffHeaderBytes), kHeaderBytes);
       EXPECT_EQ(get<uint64_t>(img, kOffTotalBytes), img.size());
       EXPECT_EQ(get<int64_t>(img, kOffK), c.k);
@@ -314,8 +315,11 @@ TEST(WeightsSerialize, FlippedBitsAreDetected) {
     std::vector<uint8_t> bad = img;
     bad[b / 8] ^= static_cast<uint8_t>(1u << (b % 8));
     const size_t byte = b / 8;
-    const qj_status want = (byte >= kOffVersion && byte < kOffVersion + 4) ? QJ_ERR_VERSION_MISMATCH
-                                                                           : QJ_ERR_CORRUPT_DATA;
+    // A flip to a version this library still reads (1 or 2 from 3) is caught by the checksum.
+    const uint32_t v = get<uint32_t>(bad, kOffVersion);
+    const qj_status want = (byte >= kOffVersion && byte < kOffVersion + 4 && (v < 1 || v > 3))
+                               ? QJ_ERR_VERSION_MISMATCH
+                               : QJ_ERR_CORRUPT_DATA;
     ASSERT_EQ(try_load(bad.data(), bad.size()), want) << "bit " << b << " (byte " << byte << ") of " << bits;
   }
   // A few random multi-byte corruptions of the payload.
@@ -338,8 +342,8 @@ TEST(WeightsSerialize, WrongVersionWithValidChecksum) {
   reseal(same);
   ASSERT_EQ(same, img);
   ASSERT_EQ(try_load(same.data(), same.size()), QJ_OK) << qj_last_error();
-  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 2u);
-  for (uint32_t v : {0u, 3u, 0x100u, 0xffffffffu}) {
+  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 3u);
+  for (uint32_t v : {0u, 4u, 0x100u, 0xffffffffu}) {
     std::vector<uint8_t> bad = img;
     put<uint32_t>(bad, kOffVersion, v);
     reseal(bad);
@@ -377,6 +381,33 @@ TEST(WeightsSerialize, Version1ImagesOfNonMxWeightsOnly) {
     put<uint32_t>(mimg, kOffVersion, 1u);
     reseal(mimg);
     EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_ERR_VERSION_MISMATCH) << qj_dtype_name(t);
+    EXPECT_NE(std::string(qj_last_error()).find("pack them again"), std::string::npos) << qj_last_error();
+  }
+}
+
+// Version 3 changed only the MXFP6 E2M3 panels (6 bits per code on the zmm tiers): version 2
+// images of E2M3 weights are refused, those of the other MX types are read as before.
+TEST(WeightsSerialize, Version2ImagesOfMxfp6E2m3Refused) {
+  const int64_t k = 64, n = 40;
+  std::vector<float> wf(static_cast<size_t>(k * n));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.25f;
+  for (qj_dtype t : {QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_MXFP6_E3M2}) {
+    qj_weights_desc d{};
+    d.dtype = t;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_NK;
+    qj_weights mw = nullptr;
+    ASSERT_EQ(qj_weights_quantize_pack(&d, wf.data(), k, &mw), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+    std::vector<uint8_t> mimg = serialize(mw);
+    qj_weights_destroy(mw);
+    put<uint32_t>(mimg, kOffVersion, 2u);
+    reseal(mimg);
+    if (t != QJ_MXFP6_E2M3) {
+      EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+      continue;
+    }
+    EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_ERR_VERSION_MISMATCH);
     EXPECT_NE(std::string(qj_last_error()).find("pack them again"), std::string::npos) << qj_last_error();
   }
 }
@@ -461,7 +492,7 @@ TEST(WeightsSerialize, HugeConsistentCountsWithoutPayload) {
                  Case{int64_t{1} << 31, int64_t{1} << 31, QJ_GRAN_GROUP, 4, uint64_t{1} << 60}}) {
     std::vector<uint8_t> img(kHeaderBytes + 8, 0);
     std::memcpy(img.data(), "QJWEIGHT", 8);
-    put<uint32_t>(img, kOffVersion, 2u);
+    put<uint32_t>(img, kOffVersion, 3u);
     put<uint32_t>(img, kOffHeaderBytes, static_cast<uint32_t>(kHeaderBytes));
     put<uint64_t>(img, kOffTotalBytes, img.size());
     put<int32_t>(img, kOffDtype, QJ_S8);

@@ -75,7 +75,8 @@ const WeightKind kKinds[] = {
     {"f16", QJ_F16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
     {"bf16", QJ_BF16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
     {"mxfp4", QJ_MXFP4_E2M1, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 4.25, false, PeerKind::kF32},
-    // E2M3 is packed one code per byte (a dense 6-bit panel layout is not done yet): 8.25 bits.
+    // E2M3: 6 bits per code plus the E8M0 byte per 32 on the zmm tiers (6.25 bits, the format's
+    // own size); AVX2 panels keep one byte per code (8.25 bits, see weight_bits below).
     {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     // E3M2 and BDR run as int16 pairs (src/ops/mx16_weights.h): one byte per value in the panels,
     // plus the scale byte per block (BDR: the exponent; MX9 also one "double" bit per value).
@@ -89,6 +90,13 @@ const WeightKind kKinds[] = {
     {"mx6", QJ_BDR_MX6, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 8.5, false, PeerKind::kF32},
     {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.5, false, PeerKind::kF32},
 };
+
+// Bits per weight that a GEMV streams: the type's row, except MXFP6 E2M3, dense (6 bits a code)
+// only in the panels of the zmm tiers (src/ops/int_weights.h).
+double weight_bits(const WeightKind& kind) {
+  if (kind.w == QJ_MXFP6_E2M3 && qj_max_isa() >= QJ_ISA_AVX512) return 6.25;
+  return kind.bits;
+}
 
 const WeightKind* find_kind(const std::string& name) {
   for (const WeightKind& k : kKinds)
@@ -570,7 +578,7 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   // Cold M = 1: the roof is a plain read of the weights' byte count right after the same flush,
   // timed in the same rounds (DRAM bandwidth on this shared machine moves with the neighbours,
   // and a small read after a flush is latency-bound: both hit the kernel just the same).
-  const double wbytes = kind.bits / 8.0 * static_cast<double>(k) * n;
+  const double wbytes = weight_bits(kind) / 8.0 * static_cast<double>(k) * n;
   // (On 2 MiB pages, as the library's packed weights ask for.)
   PageBuffer roof_buf;
   const bool cold_roof = o.cold && m == 1 && res.ok;

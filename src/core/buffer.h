@@ -14,9 +14,10 @@ struct FreeDeleter {
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  // Returns false on allocation failure.
-  bool allocate(size_t bytes, bool zero = true) {
-    size_t rounded = (bytes + 63) / 64 * 64;
+  // Returns false on allocation failure. `slack` bytes more are allocated (and zeroed with the
+  // rest) but not counted in size(): room for readers that may read past the end.
+  bool allocate(size_t bytes, bool zero = true, size_t slack = 0) {
+    size_t rounded = (bytes + slack + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
     void* p = std::aligned_alloc(64, rounded);
     if (!p) return false;

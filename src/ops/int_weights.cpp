@@ -145,7 +145,11 @@ uint8_t PackedWeights::mx_code(int64_t kk, int64_t col) const {
   }
   const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
   if (layout == PackLayout::kMxFp8) return step[fp8_byte_pos(nr, static_cast<int32_t>(lanes), c)];
-  return step[(c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4];
+  const int64_t i = mx_byte_index(r, c);
+  if (!fp6_dense()) return step[i];
+  const int64_t bit = 6 * i, sh = bit % 8;  // a code spans at most two bytes
+  const uint32_t v = step[bit / 8] | (sh > 2 ? static_cast<uint32_t>(step[bit / 8 + 1]) << 8 : 0u);
+  return static_cast<uint8_t>((v >> sh) & 63);
 }
 
 uint8_t PackedWeights::mx_scale_byte(int64_t g, int64_t col) const {
@@ -316,7 +320,7 @@ qj_status check_int_weights_desc(const qj_weights_desc* d, bool quantized) {
 }
 
 bool allocate_packed(PackedWeights* w, size_t bytes, bool zero) {
-  if (!w->packed.allocate(bytes, false)) return false;
+  if (!w->packed.allocate(bytes, false, 64)) return false;
   // Large weights are streamed from L3 / DRAM at M = 1: ask for transparent huge pages (before the
   // first touch) so the hardware prefetchers are not stopped at every 4 KiB page boundary
   // (measured, INT4 GEMV 1 x 11008 x 4096: 34-43 GB/s on 4 KiB pages, 48-57 GB/s with THP; the
@@ -327,7 +331,8 @@ bool allocate_packed(PackedWeights* w, size_t bytes, bool zero) {
     const uintptr_t hi = (p + bytes) & ~((uintptr_t(2) << 20) - 1);
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
   }
-  if (zero) std::memset(w->packed.data(), 0, (bytes + 63) / 64 * 64);
+  std::memset(w->packed.data<uint8_t>() + bytes, 0, 64);  // the over-read tail, never used
+  if (zero) std::memset(w->packed.data(), 0, bytes);
   return true;
 }
 

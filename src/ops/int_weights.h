@@ -28,7 +28,12 @@
 //                 below).
 //                 kMxNibble steps: 8 K, nr columns x 4 bytes as kNibble (low nibble k0 + r, high
 //                 nibble k0 + 4 + r), FP4 codes. kMxByte steps: 8 K, per column vector of `lanes`
-//                 columns (16 zmm, 8 ymm) lanes x 4 codes of k0..k0+3 then lanes x 4 of k0+4..k0+7.
+//                 columns (16 zmm, 8 ymm) lanes x 4 codes of k0..k0+3 then lanes x 4 of k0+4..k0+7:
+//                 one byte per code, except MXFP6 E2M3 on the zmm tiers (fp6_dense()), whose codes
+//                 are one LSB-first 6-bit stream (MX.md section 4, the library's FP6 packing: code
+//                 i of the step at bits [6i, 6i + 6)), so each vector of 64 codes is 48 bytes and a
+//                 step 6 bytes per column; the kernels unpack a vector with one byte permute and
+//                 one vpmultishiftqb (codegen/weight_decode.h, emit_unpack_fp6).
 //   kMxFp8 (MXFP8 E4M3 / E5M2, src/ops/mx_weights.h; the fp32-FMA kernels of codegen/gemm_float):
 //                 kg = 1: per k, nr code bytes; E8M0 bytes in scale lines as kMxNibble.
 //                 With two vectors per row (nr = 2 lanes) the nr bytes of a k are in the order one
@@ -89,11 +94,20 @@ struct PackedWeights {
   bool is_mx16() const {
     return dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX9 || dtype == QJ_BDR_MX6 || dtype == QJ_BDR_MX4;
   }
-  // MX: packed bytes per column per 8-K step (FP4 / MX4 4; E2M3 / INT8 / E3M2 / MX6 8; MX9 9;
-  // kMxFp8: 8, one byte per code).
+  // MXFP6 E2M3 codes packed 6 bits each (kMxByte on the zmm tiers; see the layout above).
+  bool fp6_dense() const { return layout == PackLayout::kMxByte && dtype == QJ_MXFP6_E2M3 && isa >= QJ_ISA_AVX512; }
+  // MX: packed bytes per column per 8-K step (FP4 / MX4 4; dense E2M3 6; E2M3 / INT8 / E3M2 / MX6
+  // 8; MX9 9; kMxFp8: 8, one byte per code).
   int32_t mx_col_step() const {
     if (layout == PackLayout::kMxNibble || dtype == QJ_BDR_MX4) return 4;
+    if (fp6_dense()) return 6;
     return dtype == QJ_BDR_MX9 ? 9 : 8;
+  }
+  // kMxByte: the code index within a step of code r (0..7, k0 + r) of panel column c; one byte
+  // per index, or 6 bits per index when fp6_dense().
+  int64_t mx_byte_index(int64_t r, int64_t c) const {
+    const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
+    return (c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4;
   }
   // Layout kMxFp8 (the fp32-FMA kernels' own MX panels): MXFP8 E4M3 / E5M2 codes. (Under MXFP8 A
   // those kernels also read every integer-form MX / BDR type in place: is_mx().)
@@ -154,7 +168,9 @@ qj_status repack_int_weights(const PackedWeights& w, qj_isa isa, std::shared_ptr
 // Fills layout, kg, nr, kp, n_panels and zp_vec of `w` (type, shape, granularity and zero points
 // set) for `isa`: the one definition of the geometry, used by packing and by deserialization.
 void set_weights_geometry(PackedWeights* w, qj_isa isa);
-// Allocates w->packed (64-byte aligned; huge pages requested from 4 MiB up), zeroed if `zero`.
+// Allocates w->packed (64-byte aligned; huge pages requested from 4 MiB up), zeroed if `zero`,
+// with 64 bytes more than `bytes` that no panel uses: the kernels read a dense FP6 vector's 48
+// bytes as 64 (their permute never selects the 16 past it), also at the end of the last panel.
 bool allocate_packed(PackedWeights* w, size_t bytes, bool zero);
 // True when `w` is already in the layout `isa` uses.
 bool weights_match_isa(const PackedWeights& w, qj_isa isa);

@@ -81,6 +81,7 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
   const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
   const bool nib = w->layout == PackLayout::kMxNibble;
   const bool fp8 = w->layout == PackLayout::kMxFp8, e4m3 = w->dtype == QJ_MXFP8_E4M3;
+  const bool dense = w->fp6_dense();
   for (int64_t p = 0; p < w->n_panels; ++p) {
     uint8_t* panel = base + p * w->panel_bytes();
     const int64_t c0 = p * nr, live = std::min<int64_t>(nr, n - c0);
@@ -96,8 +97,14 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
           if (e4m3 && (v & 0x7F) == 0x7F) panel[w->mx_scale_offset(kk / mx::kBlock) + c] = mx::kScaleNaN;
         } else if (nib)
           step[c * 4 + (r % 4)] |= static_cast<uint8_t>((v & 15) << (r < 4 ? 0 : 4));
-        else
-          step[(c / lanes) * 8 * lanes + (r / 4) * lanes * 4 + (c % lanes) * 4 + r % 4] = v;
+        else if (dense) {  // 6 bits at bit 6i of the step, LSB first (a code spans <= 2 bytes)
+          const int64_t bit = 6 * w->mx_byte_index(r, c), sh = bit % 8;
+          const uint32_t x = static_cast<uint32_t>(v & 63) << sh;
+          step[bit / 8] |= static_cast<uint8_t>(x);
+          if (sh > 2) step[bit / 8 + 1] |= static_cast<uint8_t>(x >> 8);
+        } else {
+          step[w->mx_byte_index(r, c)] = v;
+        }
       }
     }
     // Padding columns: code 0 (+0) and scale 2^-127 (finite, so no NaN leaks into padding lanes).

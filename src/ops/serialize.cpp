@@ -20,9 +20,11 @@ namespace qj {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'W', 'E', 'I', 'G', 'H', 'T'};
+// 3: MXFP6 E2M3 panels of the zmm tiers hold 6 bits per code (PackedWeights::fp6_dense).
 // 2: MX / BDR panels hold their scale bytes in scale lines ahead of the groups (int_weights.h).
-// 1: they held them after all the steps; version 1 images of other types are read alike.
-constexpr uint32_t kVersion = 2;
+// 1: they held them after all the steps. Older images of the types a version did not change are
+// read alike.
+constexpr uint32_t kVersion = 3;
 
 struct Header {
   char magic[8];
@@ -105,7 +107,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   std::memcpy(&h, p, sizeof h);
   if (std::memcmp(h.magic, kMagic, 8) != 0)
     return fail(QJ_ERR_CORRUPT_DATA, "buf does not start with the quantjit weights magic");
-  if (h.version != kVersion && h.version != 1)
+  if (h.version < 1 || h.version > kVersion)
     return fail(QJ_ERR_VERSION_MISMATCH, "serialized weights version %u, this library reads %u",
                 h.version, kVersion);
   if (h.header_bytes != sizeof(Header) || h.total_bytes != size)
@@ -118,9 +120,10 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   // Fields must describe a well-formed object (the checksum does not prove that the writer was us).
   const qj_dtype dt = static_cast<qj_dtype>(h.dtype);
   const bool mx_type = mx_weights_type(dt);  // scales are E8M0 bytes inside the panels
-  if (mx_type && h.version != kVersion)
+  const uint32_t layout_version = dt == QJ_MXFP6_E2M3 ? 3 : 2;  // their panels' last change
+  if (mx_type && h.version < layout_version)
     return fail(QJ_ERR_VERSION_MISMATCH, "serialized %s weights of version %u: their panel layout "
-                "changed in version %u; pack them again", qj_dtype_name(dt), h.version, kVersion);
+                "changed in version %u; pack them again", qj_dtype_name(dt), h.version, layout_version);
   const bool int_type = dt == QJ_S8 || dt == QJ_S4 || dt == QJ_U4 || mx_type;
   const bool float_type = dt == QJ_F16 || dt == QJ_BF16;
   bool ok = (int_type || float_type) && h.k > 0 && h.n > 0 && h.k <= (int64_t(1) << 31) &&
