@@ -73,15 +73,23 @@ struct Plan {
   // in tbl, else tbl / tbl + 1 the 16-byte tables of |q| (magnitudes 0..15, 16..31) and temps
   // from tmp (zmm: the codes; ymm: the codes and one more); zmm without VBMI also the byte
   // constants 0x10, 0x20, zero and 0x3f at cst. zmm: the codes are dense (6 bits each,
-  // cg::emit_fp6_unpack), its idx and ctl at fp6.
+  // cg::emit_fp6_unpack), its idx at fp6 and, multishift form, its ctl at fp6 + 1 (the shuffle
+  // form reads it from the table after the code).
   bool vbmi = false;
   int dq = -1, cst = -1, fp6 = -1;
+  Label data;  // the tables after the code (l_fp4 in emit)
   bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
   bool pair = false;      // nrv even: vectors decoded in pairs by vpunpck{l,h}bw
   int sc = -1;            // scaled weights: the nrv block-scale vectors
   int tot = -1;           // per-block accumulators: the mr * nrv totals
   int zero = -1, emask = -1;  // zero vector (pairs); E4M3 word mask 0xbfff
 };
+
+// Dense E2M3 codes (zmm): the unpack's vpmultishiftqb form (VBMI) for tiles of up to 4 rows, else
+// its shuffle form. Measured 4096 x 4096 under MXFP8 A (GOPS; one byte per code before): M = 1
+// multishift 39, shuffle 29 (30-32 before); M = 256 multishift 77, shuffle 99 (105 before): this
+// kernel is FMA-bound from a few rows on, and vpmultishiftqb takes an FMA pipe slot.
+bool fp6_multishift(const Plan& p) { return p.vbmi && p.mr <= 4; }
 
 const Gp kBases[5] = {rsi, r12, r13, r14, r15};
 
@@ -175,7 +183,7 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       p->tbl = used, used += p->vbmi ? 1 : 2;
       if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 2;
       if (!p->vbmi && p->s.zmm) p->cst = used, used += 4;
-      if (p->s.zmm) p->fp6 = used, used += 2;
+      if (p->s.zmm) p->fp6 = used, used += fp6_multishift(*p) ? 2 : 1;  // the shuffle form's ctl: l_fp4
     }
     if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
     if (p->src == MxSrc::kBdrPair) {
@@ -276,11 +284,19 @@ constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32, kCshYmm = -128;
 constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// E2M3 codes of one chunk (lanes dwords of 4 codes) at m -> their integer forms q = 8v (int8) in q.
-void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
+// The dense E2M3 unpack's ctl operand (zmm): a register (multishift form) or the table after the
+// code (offset 128, see emit).
+Operand fp6_ctl(const Plan& p) {
+  if (fp6_multishift(p)) return p.s.v(p.fp6 + 1);
+  return zmmword_ptr(p.data, 128);
+}
+
+// E2M3 codes of one chunk (lanes dwords of 4 codes) at m -> their integer forms q = 8v (int8) in q
+// (zmm: tmp clobbered).
+void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q, const Vec& tmp) {
   const cg::Simd& s = p.s;
   if (p.vbmi) {  // one vpermb over the 64-entry table (index bits 0..5: the whole code)
-    cg::emit_fp6_unpack(a, true, q, m, s.v(p.fp6), s.v(p.fp6 + 1), q);
+    cg::emit_fp6_unpack(a, fp6_multishift(p), q, m, s.v(p.fp6), fp6_ctl(p), tmp);
     a.vpermb(q, q, s.v(p.tbl));
     return;
   }
@@ -288,7 +304,7 @@ void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q) {
   // zmm's negative side 0 - |q|.
   const Vec c = s.v(p.tmp);
   if (s.zmm) {
-    cg::emit_fp6_unpack(a, false, c, m, s.v(p.fp6), s.v(p.fp6 + 1), q);
+    cg::emit_fp6_unpack(a, false, c, m, s.v(p.fp6), fp6_ctl(p), q);
     a.vpandd(c, c, s.v(p.cst + 3));
     cg::emit_e2m3_bytes_zmm(a, q, c, s.v(p.tbl), s.v(p.tbl + 1), s.v(p.cst), s.v(p.cst + 1), s.v(p.cst + 2));
     return;
@@ -369,7 +385,7 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
                         : ptr(rdx, j * 8 * s.lanes32 + (u / 4) * s.lanes32 * 4);
     if (p.src == MxSrc::kE2m3Quad) {  // the chunk's q bytes, decoded by its first unit
       const Vec q = s.v(p.dq + j);
-      if (b == 0) emit_e2m3_chunk(a, p, m, q);
+      if (b == 0) emit_e2m3_chunk(a, p, m, q, v);  // v is written after it
       if (b != 3) {
         a.vpslld(v, q, 24 - 8 * b);
         a.vpsrad(v, v, 24);
@@ -622,6 +638,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     for (int b = 0; b < n_bases; ++b) a.add(kBases[b], bytes);
   };
   Label l_fp4 = a.newLabel();  // the FP4 value table, or E2M3's tables (after the code)
+  p.data = l_fp4;
   if (p.mx) {
     const uint32_t vals[4] = {1u, 0xfeu, 0x400000u, static_cast<uint32_t>(127 - p.shift) << 23};  // 2^-shift
     const int offs[4] = {s.zmm ? kC1Zmm : kC1Ymm, s.zmm ? kCfeZmm : kCfeYmm, s.zmm ? kC4Zmm : kC4Ymm,
@@ -630,7 +647,10 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
     if (p.pair) zero_regs(a, s, p.zero, 1);
     if (p.src == MxSrc::kE2m3Quad) {
-      if (s.zmm) cg::emit_fp6_unpack_setup(a, p.vbmi, s.v(p.fp6), s.v(p.fp6 + 1), rax);
+      if (s.zmm) {
+        const bool ms = fp6_multishift(p);
+        cg::emit_fp6_unpack_setup(a, ms, s.v(p.fp6), ms ? Operand(s.v(p.fp6 + 1)) : Operand(), rax);
+      }
       if (p.vbmi) {
         a.vmovdqu32(s.v(p.tbl), ptr(l_fp4));
       } else if (s.zmm) {
@@ -789,11 +809,15 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       a.embed(t, sizeof t);
     }
   }
-  if (p.src == MxSrc::kE2m3Quad) {  // q of the 64 codes, then |q| of the magnitudes 0..31
-    uint8_t t[96];
+  if (p.src == MxSrc::kE2m3Quad) {
+    // q of the 64 codes, then |q| of the magnitudes 0..31, then (32 bytes on) the dense unpack's
+    // shuffle-form ctl
+    uint8_t t[192] = {};
     const int8_t* q = mx::e2m3_int_table();
     for (int c = 0; c < 64; ++c) t[c] = static_cast<uint8_t>(q[c]);
     for (int c = 0; c < 32; ++c) t[64 + c] = static_cast<uint8_t>(q[c]);  // codes 0..31: q >= 0
+    uint8_t idx[64];
+    cg::fp6_unpack_tables(false, idx, t + 128);
     a.align(AlignMode::kData, 64);
     a.bind(l_fp4);
     a.embed(t, sizeof t);

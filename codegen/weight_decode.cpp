@@ -263,49 +263,53 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
   }
 }
 
-void emit_fp6_unpack_setup(Assembler& a, bool vbmi, const Vec& idx, const Vec& ctl, const Gp& tmp) {
-  uint8_t t[64];
-  if (vbmi) {
-    for (int i = 0; i < 64; ++i) t[i] = static_cast<uint8_t>(i % 8 < 6 ? 6 * (i / 8) + i % 8 : 0);
-    store_red_zone_table(a, t, 64, tmp);
-    a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
-    for (int i = 0; i < 64; ++i) t[i] = static_cast<uint8_t>(6 * (i % 8));
-    store_red_zone_table(a, t, 64, tmp);
-    a.vmovdqu32(ctl, zmmword_ptr(rsp, kRedZoneTable));
+void fp6_unpack_tables(bool multishift, uint8_t idx[64], uint8_t ctl[64]) {
+  if (multishift) {
+    for (int i = 0; i < 64; ++i) {
+      idx[i] = static_cast<uint8_t>(i % 8 < 6 ? 6 * (i / 8) + i % 8 : 0);
+      ctl[i] = static_cast<uint8_t>(6 * (i % 8));
+    }
     return;
   }
-  for (int l = 0; l < 4; ++l)  // vpermd: lane l takes dwords 3l, 3l + 1, 3l + 2 (and 3l + 2 again)
+  for (int l = 0; l < 4; ++l)
     for (int j = 0; j < 4; ++j) {
+      // vpermd: lane l takes dwords 3l, 3l + 1, 3l + 2 (and 3l + 2 again)
       const uint32_t d = static_cast<uint32_t>(3 * l + std::min(j, 2));
-      std::memcpy(t + 16 * l + 4 * j, &d, 4);
-    }
-  store_red_zone_table(a, t, 64, tmp);
-  a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
-  for (int l = 0; l < 4; ++l)  // vpshufb: dword j of a lane = bytes 3j, 3j + 1, 3j + 1, 3j + 2
-    for (int j = 0; j < 4; ++j) {
-      uint8_t* c = t + 16 * l + 4 * j;
+      std::memcpy(idx + 16 * l + 4 * j, &d, 4);
+      // vpshufb: dword j of a lane = bytes 3j, 3j + 1, 3j + 1, 3j + 2
+      uint8_t* c = ctl + 16 * l + 4 * j;
       c[0] = static_cast<uint8_t>(3 * j), c[1] = c[2] = static_cast<uint8_t>(3 * j + 1);
       c[3] = static_cast<uint8_t>(3 * j + 2);
     }
-  store_red_zone_table(a, t, 64, tmp);
-  a.vmovdqu32(ctl, zmmword_ptr(rsp, kRedZoneTable));
+}
+
+void emit_fp6_unpack_setup(Assembler& a, bool multishift, const Vec& idx, const Operand& ctl, const Gp& tmp) {
+  uint8_t ti[64], tc[64];
+  fp6_unpack_tables(multishift, ti, tc);
+  store_red_zone_table(a, ti, 64, tmp);
+  a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
+  if (ctl.isReg()) {
+    store_red_zone_table(a, tc, 64, tmp);
+    a.vmovdqu32(ctl.as<Vec>(), zmmword_ptr(rsp, kRedZoneTable));
+  }
+  if (multishift) return;
   a.mov(tmp.r32(), 0xAAAAAAAAu);  // the odd words
   a.kmovd(k6, tmp.r32());
   a.mov(tmp, 0xAAAAAAAAAAAAAAAAull);  // the odd bytes
   a.kmovq(k7, tmp);
 }
 
-void emit_fp6_unpack(Assembler& a, bool vbmi, const Vec& out, const Mem& src, const Vec& idx, const Vec& ctl,
+void emit_fp6_unpack(Assembler& a, bool multishift, const Vec& out, const Mem& src, const Vec& idx, const Operand& ctl,
                      const Vec& tmp) {
   Mem m = src;
   m.setSize(64);
-  if (vbmi) {
+  if (multishift) {
     a.vpermb(out, idx, m);
-    a.vpmultishiftqb(out, ctl, out);
+    a.emit(Inst::kIdVpmultishiftqb, out, ctl, out);
     return;
   }
   a.vpermd(out, idx, m);
-  a.vpshufb(out, out, ctl);
+  a.emit(Inst::kIdVpshufb, out, out, ctl);
   a.k(k6).vpsrlw(out, out, 4);  // odd words: c2 | c3 << 6 (bits 12..15 zero)
   a.vpsllw(tmp, out, 2);
   a.k(k7).vmovdqu8(out, tmp);  // odd bytes: the word's second code

@@ -108,19 +108,30 @@ void emit_e2m3_bytes_ymm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out,
                          const asmjit::x86::Vec& t, const asmjit::x86::Vec& tlo, const asmjit::x86::Vec& thi);
 
 // Dense FP6 (MXFP6 E2M3 panels of the zmm tiers, PackedWeights::fp6_dense): a vector of 64
-// codes is 48 bytes, code i at bits [6i, 6i + 6) LSB first. emit_fp6_unpack_setup loads the two
-// constant registers idx and ctl (and, without VBMI, the byte / word masks k7 / k6);
-// emit_fp6_unpack then puts code i in byte i of out, its bits 6..7 undefined (vpermb and
-// vpermi2w lookups ignore them; others clear them). It reads 64 bytes at src (the last 16 are
-// never used; packed buffers have 64 bytes of slack). vbmi: vpermb places bytes 6q..6q+5 in qword
-// q, vpmultishiftqb moves bits 6j.. of the qword to byte j (2 ops). Without VBMI: vpermd puts
-// bytes 12l..12l+11 in 128-bit lane l, vpshufb makes each dword [b0 b1 b1 b2] of its 3-byte group,
-// a shift by 4 of the odd words (k6) leaves c_2w | c_2w+1 << 6 in every word, and a byte-masked
-// move (k7) of the word shifted left by 2 puts c_2w+1 in the odd byte (5 ops, `tmp` clobbered).
-void emit_fp6_unpack_setup(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& idx,
-                           const asmjit::x86::Vec& ctl, const asmjit::x86::Gp& tmp);
-void emit_fp6_unpack(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& out,
-                     const asmjit::x86::Mem& src, const asmjit::x86::Vec& idx, const asmjit::x86::Vec& ctl,
+// codes is 48 bytes, code i at bits [6i, 6i + 6) LSB first (MX.md's FP6 packing).
+// emit_fp6_unpack_setup loads the constants idx and ctl (and, for the shuffle form, the word /
+// byte masks k6 / k7); emit_fp6_unpack then puts code i in byte i of out, its bits 6..7 undefined
+// (vpermb and vpermi2w lookups ignore them; others clear them). It reads 64 bytes at src (the
+// last 16 are never used; packed buffers have 64 bytes of slack). Two forms:
+//  - multishift (AVX512-VBMI): vpermb places bytes 6q..6q+5 in qword q, vpmultishiftqb moves bits
+//    6j.. of the qword to byte j. 2 ops, the fewest: every zmm op counts when a decoded vector
+//    feeds only mr vpdpbusd (measured on Zen 4, 4096 x 4096, M = 256: one byte per code 320 GOPS,
+//    this 290, the shuffle form 280, a two-plane layout (nibbles + 2-bit crumbs, 3 ops) 260).
+//    But vpmultishiftqb takes a vpdpbusd / FMA pipe slot: in the FMA-bound fp32 kernel
+//    (codegen/gemm_float) it costs a quarter at M = 256, so there it serves tiles of <= 4 rows.
+//  - shuffle (AVX512BW; CPUs without VBMI, the AVX-512 tier, the fp32 kernel's large tiles):
+//    vpermd puts bytes 12l..12l+11 in 128-bit lane l, vpshufb makes each dword [b0 b1 b1 b2] of
+//    its 3-byte group, a shift by 4 of the odd words (k6) leaves c_2w | c_2w+1 << 6 in every word,
+//    and a byte-masked move (k7) of the word shifted left by 2 puts c_2w+1 in the odd byte. 5 ops
+//    (shuffle and shift pipes), `tmp` clobbered.
+// The constant bytes of a form (idx and ctl); with the shuffle form ctl may stay in memory.
+void fp6_unpack_tables(bool multishift, uint8_t idx[64], uint8_t ctl[64]);
+// ctl: a register to load, or (shuffle form) none (asmjit::Operand()), the kernel's own copy.
+void emit_fp6_unpack_setup(asmjit::x86::Assembler& a, bool multishift, const asmjit::x86::Vec& idx,
+                           const asmjit::Operand& ctl, const asmjit::x86::Gp& tmp);
+// ctl: a register (multishift form), or a register or 64-byte memory operand (shuffle form).
+void emit_fp6_unpack(asmjit::x86::Assembler& a, bool multishift, const asmjit::x86::Vec& out,
+                     const asmjit::x86::Mem& src, const asmjit::x86::Vec& idx, const asmjit::Operand& ctl,
                      const asmjit::x86::Vec& tmp);
 // Bytes of one dense FP6 vector of 64 codes (the offset from one such vector to the next).
 constexpr int kFp6VectorBytes = 48;
