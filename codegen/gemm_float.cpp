@@ -72,10 +72,10 @@ struct Plan {
   // kE2m3Quad: dq the nrv decoded chunks; with VBMI (key.flags bit 2, zmm) one 64-byte table of q
   // in tbl, else tbl / tbl + 1 the 16-byte tables of |q| (magnitudes 0..15, 16..31) and temps
   // from tmp (zmm: the codes; ymm: the codes and one more); zmm without VBMI also the byte
-  // constants 0x10, 0x20, zero and 0x3f at cst. zmm: the codes are dense (6 bits each,
-  // cg::emit_fp6_unpack), its idx at fp6 and, multishift form, its ctl at fp6 + 1 (the shuffle
-  // form reads it from the table after the code).
-  bool vbmi = false;
+  // constants 0x10, 0x20, zero and 0x3f at cst. VNNI tier (fp6_dense): the codes are dense (6 bits
+  // each, cg::emit_fp6_unpack), its idx at fp6 and, multishift form, its ctl at fp6 + 1 (the
+  // shuffle form reads it from the table after the code).
+  bool vbmi = false, fp6_dense = false;
   int dq = -1, cst = -1, fp6 = -1;
   Label data;  // the tables after the code (l_fp4 in emit)
   bool blockacc = false;  // key.flags bit 1: per-block accumulators (else scaled weight vectors)
@@ -89,7 +89,7 @@ struct Plan {
 // its shuffle form. Measured 4096 x 4096 under MXFP8 A (GOPS; one byte per code before): M = 1
 // multishift 39, shuffle 29 (30-32 before); M = 256 multishift 77, shuffle 99 (105 before): this
 // kernel is FMA-bound from a few rows on, and vpmultishiftqb takes an FMA pipe slot.
-bool fp6_multishift(const Plan& p) { return p.vbmi && p.mr <= 4; }
+bool fp6_multishift(const Plan& p) { return p.fp6_dense && p.vbmi && p.mr <= 4; }
 
 const Gp kBases[5] = {rsi, r12, r13, r14, r15};
 
@@ -182,8 +182,9 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       p->dq = used, used += p->nrv;
       p->tbl = used, used += p->vbmi ? 1 : 2;
       if (!p->vbmi) p->tmp = used, used += p->s.zmm ? 1 : 2;
-      if (!p->vbmi && p->s.zmm) p->cst = used, used += 4;
-      if (p->s.zmm) p->fp6 = used, used += fp6_multishift(*p) ? 2 : 1;  // the shuffle form's ctl: l_fp4
+      p->fp6_dense = p->s.zmm && key.isa >= QJ_ISA_AVX512_VNNI;  // PackedWeights::fp6_dense
+      if (!p->vbmi && p->s.zmm) p->cst = used, used += p->fp6_dense ? 4 : 3;
+      if (p->fp6_dense) p->fp6 = used, used += fp6_multishift(*p) ? 2 : 1;  // the shuffle form's ctl: l_fp4
     }
     if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
     if (p->src == MxSrc::kBdrPair) {
@@ -194,7 +195,7 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     const bool quad = p->src != MxSrc::kFp8;
     const int col_step = p->src == MxSrc::kFp4Nibble || p->bdr == QJ_BDR_MX4 ? 4
                          : p->bdr == QJ_BDR_MX9 ? 9
-                         : p->src == MxSrc::kE2m3Quad && p->s.zmm ? 6 : 8;
+                         : p->fp6_dense ? 6 : 8;
     p->step_bytes = col_step * p->nr;
     p->upi = quad ? 8 : p->sets;
     // MX9 (zmm): a whole block (2 steps) per iteration, so that each pair row's mask can be
@@ -296,7 +297,10 @@ Operand fp6_ctl(const Plan& p) {
 void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q, const Vec& tmp) {
   const cg::Simd& s = p.s;
   if (p.vbmi) {  // one vpermb over the 64-entry table (index bits 0..5: the whole code)
-    cg::emit_fp6_unpack(a, fp6_multishift(p), q, m, s.v(p.fp6), fp6_ctl(p), tmp);
+    if (p.fp6_dense)
+      cg::emit_fp6_unpack(a, fp6_multishift(p), q, m, s.v(p.fp6), fp6_ctl(p), tmp);
+    else
+      a.vmovdqu32(q, m);
     a.vpermb(q, q, s.v(p.tbl));
     return;
   }
@@ -304,8 +308,12 @@ void emit_e2m3_chunk(Assembler& a, const Plan& p, const Mem& m, const Vec& q, co
   // zmm's negative side 0 - |q|.
   const Vec c = s.v(p.tmp);
   if (s.zmm) {
-    cg::emit_fp6_unpack(a, false, c, m, s.v(p.fp6), fp6_ctl(p), q);
-    a.vpandd(c, c, s.v(p.cst + 3));
+    if (p.fp6_dense) {
+      cg::emit_fp6_unpack(a, false, c, m, s.v(p.fp6), fp6_ctl(p), q);
+      a.vpandd(c, c, s.v(p.cst + 3));
+    } else {
+      a.vmovdqu32(c, m);
+    }
     cg::emit_e2m3_bytes_zmm(a, q, c, s.v(p.tbl), s.v(p.tbl + 1), s.v(p.cst), s.v(p.cst + 1), s.v(p.cst + 2));
     return;
   }
@@ -380,7 +388,7 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
   }
   if (p.src == MxSrc::kInt8Quad || p.src == MxSrc::kE2m3Quad) {
     const int b = u % 4;
-    const bool dense = p.src == MxSrc::kE2m3Quad && s.zmm;  // chunks of 64 codes in 48 bytes
+    const bool dense = p.src == MxSrc::kE2m3Quad && p.fp6_dense;  // chunks of 64 codes in 48 bytes
     const Mem m = dense ? ptr(rdx, j * 2 * cg::kFp6VectorBytes + (u / 4) * cg::kFp6VectorBytes)
                         : ptr(rdx, j * 8 * s.lanes32 + (u / 4) * s.lanes32 * 4);
     if (p.src == MxSrc::kE2m3Quad) {  // the chunk's q bytes, decoded by its first unit
@@ -647,7 +655,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       for (int l = 0; l < (s.zmm ? 1 : 8); ++l) a.mov(dword_ptr(rsp, offs[c] + 4 * l), vals[c]);
     if (p.pair) zero_regs(a, s, p.zero, 1);
     if (p.src == MxSrc::kE2m3Quad) {
-      if (s.zmm) {
+      if (p.fp6_dense) {
         const bool ms = fp6_multishift(p);
         cg::emit_fp6_unpack_setup(a, ms, s.v(p.fp6), ms ? Operand(s.v(p.fp6 + 1)) : Operand(), rax);
       }
@@ -656,8 +664,8 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       } else if (s.zmm) {
         a.vbroadcasti32x4(s.v(p.tbl), ptr(l_fp4, 64));
         a.vbroadcasti32x4(s.v(p.tbl + 1), ptr(l_fp4, 80));
-        const uint32_t bytes[3] = {0x10101010u, 0x20202020u, 0x3f3f3f3fu};
-        for (int c = 0; c < 3; ++c) {
+        const uint32_t bytes[3] = {0x10101010u, 0x20202020u, 0x3f3f3f3fu};  // (0x3f: dense codes)
+        for (int c = 0; c < (p.fp6_dense ? 3 : 2); ++c) {
           a.mov(eax, bytes[c]);
           a.vpbroadcastd(s.v(p.cst + (c == 2 ? 3 : c)), eax);
         }

@@ -465,6 +465,7 @@ struct DPlan {
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0, a_split;
   bool pairs;  // key.param[3]: int8-form MX codes decoded as quads, widened to s16 pairs
   bool e2m3w;  // pairs, E2M3 on zmm: code words decoded by one vpermi2w (64-word table)
+  bool fp6_dense;  // E2M3 on the VNNI tier: 6 bits per code (cg::emit_fp6_unpack)
   int quads;   // pairs: quad registers per column vector (MXFP4 2: both from one load; else 1)
   int quad0, pctl;  // pairs: the quad registers; the 2 widening controls
   int acc0, acc1, facc, dec0, cst, dtmp, ones, hi_mult, abc, tmp;
@@ -482,7 +483,9 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->vnni = key.isa >= QJ_ISA_AVX512_VNNI;
   p->pairs = key.param[3] == 1;
   // pairs: the int8 decoder's VNNI form (MXINT8: d = code ^ 0x80, no nibble split).
-  p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni || p->pairs, p->s.zmm);
+  // MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (PackedWeights::fp6_dense).
+  p->fp6_dense = key.b_type == QJ_MXFP6_E2M3 && key.isa >= QJ_ISA_AVX512_VNNI;
+  p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni || p->pairs, p->s.zmm, p->fp6_dense);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
     p->dec.n_temps = 0;
@@ -504,8 +507,11 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     p->quads = key.b_type == QJ_MXFP4_E2M1 ? 2 : 1;
   }
   p->e2m3w = p->pairs && key.b_type == QJ_MXFP6_E2M3 && p->s.zmm;
-  // e2m3w: the two 32-word halves of the table, the dense codes' unpack constants and temporary.
-  if (p->e2m3w) p->dec.n_consts = 4, p->dec.n_temps = 1;
+  if (p->pairs && p->fp6_dense) {
+    *why = "pairs mode reads E2M3 panels of one byte per code (below the VNNI tier)";
+    return false;
+  }
+  if (p->e2m3w) p->dec.n_consts = 2, p->dec.n_temps = 0;  // the two 32-word halves of the table
   if (key.isa < QJ_ISA_AVX2) {
     *why = "no JIT kernel below avx2";
     return false;
@@ -611,13 +617,12 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
 }
 
 // Pairs mode (E2M3, MXINT8): quad qi (0: k0..3, 1: k4..7) of the column vector at src into dst:
-// MXINT8 d = code ^ 0x80; E2M3 on zmm the codes unpacked from their 6 bits (bits 6..7 undefined:
-// the vpermi2w after the widening reads index bits 0..5 and decodes them); E2M3 on ymm d = 8v + 60
-// by the shared byte decoder.
+// MXINT8 d = code ^ 0x80; E2M3 on zmm the raw codes (the vpermi2w after the widening decodes
+// them); E2M3 on ymm d = 8v + 60 by the shared byte decoder.
 void emit_pair_quad(Assembler& a, const DPlan& p, int b_type, const Mem& src, int qi, int dst) {
   const cg::Simd& s = p.s;
   Mem m = src;
-  m.addOffset(qi * (p.e2m3w ? cg::kFp6VectorBytes : s.bytes));
+  m.addOffset(qi * s.bytes);
   const Vec d = s.v(dst);
   if (b_type == QJ_MXINT8) {
     if (s.zmm)
@@ -625,7 +630,7 @@ void emit_pair_quad(Assembler& a, const DPlan& p, int b_type, const Mem& src, in
     else
       a.vpxor(d, s.v(p.cst), m);
   } else if (p.e2m3w) {
-    cg::emit_fp6_unpack(a, p.vbmi, d, m, s.v(p.cst + 2), s.v(p.cst + 3), s.v(p.dtmp));
+    a.vmovdqu32(d, m);
   } else {
     const Vec c = s.v(p.dtmp);
     a.vmovdqu(c, m);
@@ -652,6 +657,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.consts = p.cst;
   dr.temps = p.dtmp;
   dr.vbmi = p.vbmi;
+  dr.fp6_dense = p.fp6_dense;
   dr.vnni = p.vnni || p.pairs;  // as decoder_info was asked
 
   cg::emit_save_callee_regs(a);
@@ -668,7 +674,6 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       cg::store_red_zone_table(a, t, 64, rax);
       a.vmovdqu32(s.v(p.cst + h), zmmword_ptr(rsp, cg::kRedZoneTable));
     }
-    cg::emit_fp6_unpack_setup(a, p.vbmi, s.v(p.cst + 2), s.v(p.cst + 3), rax);
   } else {
     cg::emit_decoder_setup(a, s, key.b_type, dr, rax, p.scaled);
   }

@@ -34,7 +34,7 @@ namespace qj::cg {
 using namespace asmjit;
 using namespace asmjit::x86;
 
-DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm) {
+DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm, bool fp6_dense) {
   DecoderInfo d;
   d.a_quads = 2;  // every decoder's step is 8 K
   switch (b_type) {
@@ -67,18 +67,19 @@ DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm) {
       // unpacked to that from 6 bits per code; vpermb with a 64-entry table gives 8v + 60 in [0, 120]. Without VBMI (zmm, AVX512BW:
       // VNNI CPUs such as Cascade Lake) two vpshufb tables of the 32 magnitudes, the second and
       // the sign applied under byte masks (see emit_decode): 5 constants, 1 temporary.
-      // zmm: the codes are dense (6 bits each, see emit_fp6_unpack): 2 more constants (the
-      // unpack's idx and ctl), without VBMI a third (0x3f bytes: the vpshufb tables need bits 6..7
-      // clear).
+      // fp6_dense (zmm): 6 bits per code (see emit_fp6_unpack): 2 more constants (the unpack's
+      // idx and ctl), without VBMI a third (0x3f bytes: the vpshufb tables need bits 6..7 clear).
+      fp6_dense = fp6_dense && zmm;
       d.ok = true;
       d.k_per_step = 8;
-      d.bytes_per_col_step = zmm ? 6 : 8;
+      d.bytes_per_col_step = fp6_dense ? 6 : 8;
       d.n_out = 2;
       d.offset = 60;
       d.s16_terms = 1;  // one vpmaddubsw pair: 2 * 120 * 128 < 2^15 (two would overflow)
       // AVX2 (ymm, no byte masks): the two tables of |q|, vpsignb and vpblendvb, then + 60: 3
       // constants, 2 temporaries.
-      d.n_consts = vbmi ? 3 : (zmm ? 8 : 3);
+      d.n_consts = vbmi ? 1 : (zmm ? 5 : 3);
+      if (fp6_dense) d.n_consts += vbmi ? 2 : 3;
       d.n_temps = vbmi ? 0 : (zmm ? 1 : 2);
       d.e8m0_scales = true;
       break;
@@ -199,7 +200,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       store_red_zone_table(a, lut, 64, tmp);
       if (r.vbmi) {
         a.vmovdqu32(s.v(r.consts), zmmword_ptr(rsp, kRedZoneTable));
-        emit_fp6_unpack_setup(a, true, s.v(r.consts + 1), s.v(r.consts + 2), tmp);
+        if (r.fp6_dense) emit_fp6_unpack_setup(a, true, s.v(r.consts + 1), s.v(r.consts + 2), tmp);
         break;
       }
       // 60 + |q| of the magnitudes 0..15 and 16..31 (the positive codes: the first 32 entries),
@@ -210,8 +211,10 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       broadcast_dword(a, s, r.consts + 2, 0x10101010u, tmp);
       broadcast_dword(a, s, r.consts + 3, 0x20202020u, tmp);
       broadcast_dword(a, s, r.consts + 4, 0x78787878u, tmp);
-      emit_fp6_unpack_setup(a, false, s.v(r.consts + 5), s.v(r.consts + 6), tmp);
-      broadcast_dword(a, s, r.consts + 7, 0x3f3f3f3fu, tmp);
+      if (r.fp6_dense) {
+        emit_fp6_unpack_setup(a, false, s.v(r.consts + 5), s.v(r.consts + 6), tmp);
+        broadcast_dword(a, s, r.consts + 7, 0x3f3f3f3fu, tmp);
+      }
       break;
     }
     case QJ_MXINT8:
@@ -473,10 +476,13 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
     case QJ_MXFP6_E2M3:
       for (int o = 0; o < 2; ++o) {
         Mem m = src;
-        m.addOffset(o * (s.zmm ? kFp6VectorBytes : s.bytes));
+        m.addOffset(o * (r.fp6_dense ? kFp6VectorBytes : s.bytes));
         const Vec d = s.v(out[o]);
         if (r.vbmi) {
-          emit_fp6_unpack(a, true, d, m, s.v(r.consts + 1), s.v(r.consts + 2), d);
+          if (r.fp6_dense)
+            emit_fp6_unpack(a, true, d, m, s.v(r.consts + 1), s.v(r.consts + 2), d);
+          else
+            a.vmovdqu32(d, m);
           a.vpermb(d, d, s.v(r.consts));
           continue;
         }
@@ -488,8 +494,12 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
           continue;
         }
         // zmm without VBMI: tables of 60 + |q|, the negative side 120 - (60 + |q|) = 60 - |q|
-        emit_fp6_unpack(a, false, c, m, s.v(r.consts + 5), s.v(r.consts + 6), d);
-        a.vpandd(c, c, s.v(r.consts + 7));
+        if (r.fp6_dense) {
+          emit_fp6_unpack(a, false, c, m, s.v(r.consts + 5), s.v(r.consts + 6), d);
+          a.vpandd(c, c, s.v(r.consts + 7));
+        } else {
+          a.vmovdqu32(c, m);
+        }
         emit_e2m3_bytes_zmm(a, d, c, s.v(r.consts), s.v(r.consts + 1), s.v(r.consts + 2), s.v(r.consts + 3),
                             s.v(r.consts + 4));
       }

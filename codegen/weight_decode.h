@@ -78,12 +78,14 @@ void store_red_zone_table(asmjit::x86::Assembler& a, const uint8_t* bytes, int n
 // vpermb form use it (MXFP4: fewer uops, one constant register instead of two). vnni: the kernel
 // multiplies by vpdpbusd (else by vpmaddubsw: MXINT8 then uses its nibble-split decoder). zmm:
 // 512-bit vectors (E2M3 without VBMI: byte masks with zmm, vpblendvb with ymm).
-DecoderInfo decoder_info(int b_type, bool vbmi = false, bool vnni = true, bool zmm = true);
+// fp6_dense: MXFP6 E2M3 panels of the VNNI tier, 6 bits per code (see emit_fp6_unpack).
+DecoderInfo decoder_info(int b_type, bool vbmi = false, bool vnni = true, bool zmm = true, bool fp6_dense = false);
 
 struct DecodeRegs {
   int consts = 0;  // first of n_consts constant registers
   int temps = 0;   // first of n_temps scratch registers
   bool vbmi = false;  // as passed to decoder_info (zmm only)
+  bool fp6_dense = false;  // as passed to decoder_info
   bool vnni = true;   // as passed to decoder_info
 };
 
@@ -107,7 +109,7 @@ void emit_e2m3_bytes_zmm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out,
 void emit_e2m3_bytes_ymm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out, const asmjit::x86::Vec& c,
                          const asmjit::x86::Vec& t, const asmjit::x86::Vec& tlo, const asmjit::x86::Vec& thi);
 
-// Dense FP6 (MXFP6 E2M3 panels of the zmm tiers, PackedWeights::fp6_dense): a vector of 64
+// Dense FP6 (MXFP6 E2M3 panels of the VNNI tier, PackedWeights::fp6_dense): a vector of 64
 // codes is 48 bytes, code i at bits [6i, 6i + 6) LSB first (MX.md's FP6 packing).
 // emit_fp6_unpack_setup loads the constants idx and ctl (and, for the shuffle form, the word /
 // byte masks k6 / k7); emit_fp6_unpack then puts code i in byte i of out, its bits 6..7 undefined
@@ -119,7 +121,7 @@ void emit_e2m3_bytes_ymm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out,
 //    this 290, the shuffle form 280, a two-plane layout (nibbles + 2-bit crumbs, 3 ops) 260).
 //    But vpmultishiftqb takes a vpdpbusd / FMA pipe slot: in the FMA-bound fp32 kernel
 //    (codegen/gemm_float) it costs a quarter at M = 256, so there it serves tiles of <= 4 rows.
-//  - shuffle (AVX512BW; CPUs without VBMI, the AVX-512 tier, the fp32 kernel's large tiles):
+//  - shuffle (AVX512BW; VNNI CPUs without VBMI, the fp32 kernel's large tiles):
 //    vpermd puts bytes 12l..12l+11 in 128-bit lane l, vpshufb makes each dword [b0 b1 b1 b2] of
 //    its 3-byte group, a shift by 4 of the odd words (k6) leaves c_2w | c_2w+1 << 6 in every word,
 //    and a byte-masked move (k7) of the word shifted left by 2 puts c_2w+1 in the odd byte. 5 ops

@@ -400,10 +400,11 @@ TEST(GemmMx, PanelScaleLines) {
   }
 }
 
-// MXFP6 E2M3 panels of the zmm tiers hold 6 bits per code (int_weights.h, fp6_dense): per 8-K step
+// MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (int_weights.h, fp6_dense): per 8-K step
 // and column vector, the 64 codes of k0..3 then those of k4..7 (code index 4 c + r) as one
 // LSB-first bit stream, 48 bytes per vector, as MX.md's FP6 packing. Read back from the raw bytes;
-// the ymm tier keeps one byte per code. Also the size: 6 bits per weight plus the scale lines.
+// the AVX-512 and AVX2 tiers keep one byte per code. Also the sizes: 6 bits per weight plus the
+// scale lines, or 8.
 TEST(GemmMx, PanelDenseFp6) {
   const int64_t k = 64, n = 16, groups = k / 32;
   auto code_of = [](int64_t kk, int64_t c) { return static_cast<uint8_t>((kk * 7 + c * 13 + kk * c) % 64); };
@@ -421,18 +422,19 @@ TEST(GemmMx, PanelDenseFp6) {
   d.n = n;
   d.layout = QJ_LAYOUT_NK;
   const qj_mx_weights_data md{el.data(), sc.data(), groups};
-  for (qj_isa isa : {QJ_ISA_AVX512, QJ_ISA_AVX2}) {
+  for (qj_isa isa : {QJ_ISA_AVX512_VNNI, QJ_ISA_AVX512, QJ_ISA_AVX2}) {
     std::shared_ptr<qj::PackedWeights> w;
     ASSERT_EQ(qj::pack_mx_weights(d, &md, k * 6 / 8, isa, &w), QJ_OK) << qj_last_error();
     for (int64_t c = 0; c < n; ++c)
       for (int64_t kk = 0; kk < k; ++kk) ASSERT_EQ(w->mx_code(kk, c), code_of(kk, c)) << kk << " " << c;
     const uint8_t* panel = w->packed.data<uint8_t>();
-    if (isa == QJ_ISA_AVX2) {
+    if (isa != QJ_ISA_AVX512_VNNI) {
       ASSERT_FALSE(w->fp6_dense());
-      ASSERT_EQ(w->nr, 8);
-      EXPECT_EQ(w->panel_bytes(), 64u + static_cast<size_t>(k * 8));  // one byte a code
+      const int64_t lanes = isa == QJ_ISA_AVX2 ? 8 : 16;
+      ASSERT_EQ(w->nr, lanes);
+      EXPECT_EQ(w->panel_bytes(), 64u + static_cast<size_t>(k * lanes));  // one byte a code
       EXPECT_EQ(panel[64 + 1 * 4 + 3], code_of(3, 1));  // step 0: column 1's dword, byte 3
-      EXPECT_EQ(panel[64 + 32 + 2 * 4 + 1], code_of(5, 2));  // the k4..7 quads follow
+      EXPECT_EQ(panel[64 + lanes * 4 + 2 * 4 + 1], code_of(5, 2));  // the k4..7 quads follow
       continue;
     }
     ASSERT_TRUE(w->fp6_dense());

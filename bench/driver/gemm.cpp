@@ -75,8 +75,8 @@ const WeightKind kKinds[] = {
     {"f16", QJ_F16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
     {"bf16", QJ_BF16, QJ_F32, QJ_F32, true, QJ_GRAN_CHANNEL, 0, 16.0, true, PeerKind::kF32},
     {"mxfp4", QJ_MXFP4_E2M1, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 4.25, false, PeerKind::kF32},
-    // E2M3: 6 bits per code plus the E8M0 byte per 32 on the zmm tiers (6.25 bits, the format's
-    // own size); AVX2 panels keep one byte per code (8.25 bits, see weight_bits below).
+    // E2M3: 6 bits per code plus the E8M0 byte per 32 on the VNNI tier (6.25 bits, the format's
+    // own size); the AVX-512 / AVX2 panels keep one byte per code (8.25 bits, see weight_bits).
     {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     // E3M2 and BDR run as int16 pairs (src/ops/mx16_weights.h): one byte per value in the panels,
     // plus the scale byte per block (BDR: the exponent; MX9 also one "double" bit per value).
@@ -92,9 +92,9 @@ const WeightKind kKinds[] = {
 };
 
 // Bits per weight that a GEMV streams: the type's row, except MXFP6 E2M3, dense (6 bits a code)
-// only in the panels of the zmm tiers (src/ops/int_weights.h).
+// only in the panels of the VNNI tier (src/ops/int_weights.h).
 double weight_bits(const WeightKind& kind) {
-  if (kind.w == QJ_MXFP6_E2M3 && qj_max_isa() >= QJ_ISA_AVX512) return 6.25;
+  if (kind.w == QJ_MXFP6_E2M3 && qj_max_isa() >= QJ_ISA_AVX512_VNNI) return 6.25;
   return kind.bits;
 }
 

@@ -29,7 +29,7 @@
 //                 kMxNibble steps: 8 K, nr columns x 4 bytes as kNibble (low nibble k0 + r, high
 //                 nibble k0 + 4 + r), FP4 codes. kMxByte steps: 8 K, per column vector of `lanes`
 //                 columns (16 zmm, 8 ymm) lanes x 4 codes of k0..k0+3 then lanes x 4 of k0+4..k0+7:
-//                 one byte per code, except MXFP6 E2M3 on the zmm tiers (fp6_dense()), whose codes
+//                 one byte per code, except MXFP6 E2M3 on the VNNI tier (fp6_dense()), whose codes
 //                 are one LSB-first 6-bit stream (MX.md section 4, the library's FP6 packing: code
 //                 i of the step at bits [6i, 6i + 6)), so each vector of 64 codes is 48 bytes and a
 //                 step 6 bytes per column; the kernels unpack a vector with one byte permute and
@@ -94,8 +94,12 @@ struct PackedWeights {
   bool is_mx16() const {
     return dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX9 || dtype == QJ_BDR_MX6 || dtype == QJ_BDR_MX4;
   }
-  // MXFP6 E2M3 codes packed 6 bits each (kMxByte on the zmm tiers; see the layout above).
-  bool fp6_dense() const { return layout == PackLayout::kMxByte && dtype == QJ_MXFP6_E2M3 && isa >= QJ_ISA_AVX512; }
+  // MXFP6 E2M3 codes packed 6 bits each (kMxByte on the VNNI tier; see the layout above). The
+  // AVX-512 tier (CPUs without VNNI, and without VBMI: its unpack would take 6 more ops per 64
+  // codes, measured 25-40% slower) and AVX2 keep one byte per code.
+  bool fp6_dense() const {
+    return layout == PackLayout::kMxByte && dtype == QJ_MXFP6_E2M3 && isa >= QJ_ISA_AVX512_VNNI;
+  }
   // MX: packed bytes per column per 8-K step (FP4 / MX4 4; dense E2M3 6; E2M3 / INT8 / E3M2 / MX6
   // 8; MX9 9; kMxFp8: 8, one byte per code).
   int32_t mx_col_step() const {
