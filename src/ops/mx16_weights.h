@@ -15,6 +15,8 @@
 //    9 bits per value + the 8-bit exponent per 16, i.e. the format's own size plus 1/2 bit.
 // Dense 6-bit packing (E3M2 / MX6 codes) would add a permute, a shift and a mask per decoded
 // vector to a loop that issues only mr multiplies per vector (the nibbles of MX4 cost one op).
+// (E2M3 in the int8 kernels is dense on the VNNI tier: there two ops per 64 codes cost ~10% at
+// M >= 16 and gave 1.3-1.4x from DRAM at M = 1; see codegen/weight_decode.h, emit_fp6_unpack.)
 #pragma once
 #include <quantjit/quantjit.h>
 
