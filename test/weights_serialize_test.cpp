@@ -353,6 +353,28 @@ TEST(WeightsSerialize, WrongVersionWithValidChecksum) {
   }
 }
 
+// A 64 x 40 image of MX / BDR weights (qj_weights_quantize_pack), first read back as written,
+// then relabelled as format version `version` and resealed; empty if packing failed.
+std::vector<uint8_t> mx_image_of_version(qj_dtype t, uint32_t version) {
+  const int64_t k = 64, n = 40;
+  std::vector<float> wf(static_cast<size_t>(k * n));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.25f;
+  qj_weights_desc d{};
+  d.dtype = t;
+  d.k = k;
+  d.n = n;
+  d.layout = QJ_LAYOUT_NK;
+  qj_weights mw = nullptr;
+  EXPECT_EQ(qj_weights_quantize_pack(&d, wf.data(), k, &mw), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+  if (!mw) return {};
+  std::vector<uint8_t> img = serialize(mw);
+  qj_weights_destroy(mw);
+  EXPECT_EQ(try_load(img.data(), img.size()), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+  put<uint32_t>(img, kOffVersion, version);
+  reseal(img);
+  return img;
+}
+
 // Version 2 changed only the MX / BDR panels (their scale bytes moved into scale lines ahead of
 // the groups): a version 1 image of other weights is read as before, one of MX weights is refused.
 TEST(WeightsSerialize, Version1ImagesOfNonMxWeightsOnly) {
@@ -364,45 +386,20 @@ TEST(WeightsSerialize, Version1ImagesOfNonMxWeightsOnly) {
   reseal(img);
   EXPECT_EQ(try_load(img.data(), img.size()), QJ_OK) << qj_last_error();
 
-  const int64_t k = 64, n = 40;
-  std::vector<float> wf(static_cast<size_t>(k * n));
-  for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.25f;
   for (qj_dtype t : {QJ_MXFP4_E2M1, QJ_MXINT8, QJ_MXFP8_E4M3, QJ_BDR_MX6}) {
-    qj_weights_desc d{};
-    d.dtype = t;
-    d.k = k;
-    d.n = n;
-    d.layout = QJ_LAYOUT_NK;
-    qj_weights mw = nullptr;
-    ASSERT_EQ(qj_weights_quantize_pack(&d, wf.data(), k, &mw), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
-    std::vector<uint8_t> mimg = serialize(mw);
-    qj_weights_destroy(mw);
-    ASSERT_EQ(try_load(mimg.data(), mimg.size()), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
-    put<uint32_t>(mimg, kOffVersion, 1u);
-    reseal(mimg);
+    std::vector<uint8_t> mimg = mx_image_of_version(t, 1u);
+    ASSERT_FALSE(mimg.empty());
     EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_ERR_VERSION_MISMATCH) << qj_dtype_name(t);
     EXPECT_NE(std::string(qj_last_error()).find("pack them again"), std::string::npos) << qj_last_error();
   }
 }
 
-// Version 3 changed only the MXFP6 E2M3 panels (6 bits per code on the zmm tiers): version 2
+// Version 3 changed only the MXFP6 E2M3 panels (6 bits per code on the VNNI tier): version 2
 // images of E2M3 weights are refused, those of the other MX types are read as before.
 TEST(WeightsSerialize, Version2ImagesOfMxfp6E2m3Refused) {
-  const int64_t k = 64, n = 40;
-  std::vector<float> wf(static_cast<size_t>(k * n));
-  for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.25f;
   for (qj_dtype t : {QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_MXFP6_E3M2}) {
-    qj_weights_desc d{};
-    d.dtype = t;
-    d.k = k;
-    d.n = n;
-    d.layout = QJ_LAYOUT_NK;
-    qj_weights mw = nullptr;
-    ASSERT_EQ(qj_weights_quantize_pack(&d, wf.data(), k, &mw), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
-    std::vector<uint8_t> mimg = serialize(mw);
-    qj_weights_destroy(mw);
-    put<uint32_t>(mimg, kOffVersion, 2u);
-    reseal(mimg);
+    std::vector<uint8_t> mimg = mx_image_of_version(t, 2u);
+    ASSERT_FALSE(mimg.empty());
     if (t != QJ_MXFP6_E2M3) {
       EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
       continue;
