@@ -85,7 +85,7 @@ struct Plan {
   int zero = -1, emask = -1;  // zero vector (pairs); E4M3 word mask 0xbfff
 };
 
-// Dense E2M3 codes (zmm): the unpack's vpmultishiftqb form (VBMI) for tiles of up to 4 rows, else
+// Dense E2M3 codes (VNNI tier): the unpack's vpmultishiftqb form (VBMI) for tiles of up to 4 rows, else
 // its shuffle form. Measured 4096 x 4096 under MXFP8 A (GOPS; one byte per code before): M = 1
 // multishift 39, shuffle 29 (30-32 before); M = 256 multishift 77, shuffle 99 (105 before): this
 // kernel is FMA-bound from a few rows on, and vpmultishiftqb takes an FMA pipe slot.
@@ -285,7 +285,7 @@ constexpr int kC1Ymm = -96, kCfeYmm = -64, kC4Ymm = -32, kCshYmm = -128;
 constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// The dense E2M3 unpack's ctl operand (zmm): a register (multishift form) or the table after the
+// The dense E2M3 unpack's ctl operand: a register (multishift form) or the table after the
 // code (offset 128, see emit).
 Operand fp6_ctl(const Plan& p) {
   if (fp6_multishift(p)) return p.s.v(p.fp6 + 1);

@@ -63,10 +63,11 @@ DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm, bool fp6_de
       d.e8m0_scales = true;
       break;
     case QJ_MXFP6_E2M3:
-      // Quads of k0..k0+3 then k0+4..k0+7 per column vector, one code per byte (ymm) or, zmm,
-      // unpacked to that from 6 bits per code; vpermb with a 64-entry table gives 8v + 60 in [0, 120]. Without VBMI (zmm, AVX512BW:
-      // VNNI CPUs such as Cascade Lake) two vpshufb tables of the 32 magnitudes, the second and
-      // the sign applied under byte masks (see emit_decode): 5 constants, 1 temporary.
+      // Quads of k0..k0+3 then k0+4..k0+7 per column vector, one code per byte (or, fp6_dense,
+      // unpacked to that from 6 bits per code); vpermb with a 64-entry table gives 8v + 60 in
+      // [0, 120]. Without VBMI (zmm, AVX512BW: VNNI CPUs such as Cascade Lake) two vpshufb tables
+      // of the 32 magnitudes, the second and the sign applied under byte masks (see emit_decode):
+      // 5 constants, 1 temporary.
       // fp6_dense (zmm): 6 bits per code (see emit_fp6_unpack): 2 more constants (the unpack's
       // idx and ctl), without VBMI a third (0x3f bytes: the vpshufb tables need bits 6..7 clear).
       fp6_dense = fp6_dense && zmm;

@@ -33,7 +33,8 @@
 //                 are one LSB-first 6-bit stream (MX.md section 4, the library's FP6 packing: code
 //                 i of the step at bits [6i, 6i + 6)), so each vector of 64 codes is 48 bytes and a
 //                 step 6 bytes per column; the kernels unpack a vector with one byte permute and
-//                 one vpmultishiftqb (codegen/weight_decode.h, emit_unpack_fp6).
+//                 one vpmultishiftqb, or 5 ops without them (codegen/weight_decode.h,
+//                 emit_fp6_unpack).
 //   kMxFp8 (MXFP8 E4M3 / E5M2, src/ops/mx_weights.h; the fp32-FMA kernels of codegen/gemm_float):
 //                 kg = 1: per k, nr code bytes; E8M0 bytes in scale lines as kMxNibble.
 //                 With two vectors per row (nr = 2 lanes) the nr bytes of a k are in the order one

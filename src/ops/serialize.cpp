@@ -20,7 +20,7 @@ namespace qj {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'W', 'E', 'I', 'G', 'H', 'T'};
-// 3: MXFP6 E2M3 panels of the zmm tiers hold 6 bits per code (PackedWeights::fp6_dense).
+// 3: MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (PackedWeights::fp6_dense).
 // 2: MX / BDR panels hold their scale bytes in scale lines ahead of the groups (int_weights.h).
 // 1: they held them after all the steps. Older images of the types a version did not change are
 // read alike.
