@@ -484,7 +484,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->pairs = key.param[3] == 1;
   // pairs: the int8 decoder's VNNI form (MXINT8: d = code ^ 0x80, no nibble split).
   // MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (PackedWeights::fp6_dense).
-  p->fp6_dense = key.b_type == QJ_MXFP6_E2M3 && key.isa >= QJ_ISA_AVX512_VNNI;
+  p->fp6_dense = key.b_type == QJ_MXFP6_E2M3 && key.isa >= QJ_ISA_AVX512_VNNI && key.param[4] == 0;
   p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni || p->pairs, p->s.zmm, p->fp6_dense);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
@@ -1009,7 +1009,7 @@ std::string name(const KernelKey& key) {
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
-                  (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : "");
+                  (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : key.param[4] == 1 ? "_b8" : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/isa.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
 #include "src/ops/gemm.h"
@@ -449,6 +450,40 @@ TEST(GemmMx, PanelDenseFp6) {
           ASSERT_EQ((bits >> ((6 * i) % 8)) & 63, code_of(kk, c)) << "step " << st << " code " << i;
         }
       }
+  }
+}
+
+// The GEMM driver's scratch for many rows (src/ops/gemm.cpp, GemmPlan::kernels_b8): dense E2M3
+// panels of the VNNI tier turned into one byte per code are, byte for byte, the AVX-512 tier's
+// panels of the same weights (same geometry, scale lines, padding), by the vpermb form and the
+// scalar one. Several scale lines (nr = 32: two groups a line), a partial last panel.
+TEST(GemmMx, DensePanelsToBytes) {
+  const int64_t k = 32 * 7, n = 40;
+  std::vector<float> wf(static_cast<size_t>(k * n));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = std::sin(0.37f * static_cast<float>(i)) * static_cast<float>(1 + i % 5);
+  qj_weights_desc d{};
+  d.dtype = QJ_MXFP6_E2M3;
+  d.k = k;
+  d.n = n;
+  d.layout = QJ_LAYOUT_NK;
+  std::shared_ptr<qj::PackedWeights> dense, bytes;
+  ASSERT_EQ(qj::quantize_mx_weights(d, wf.data(), k, QJ_ISA_AVX512_VNNI, &dense), QJ_OK) << qj_last_error();
+  ASSERT_EQ(qj::quantize_mx_weights(d, wf.data(), k, QJ_ISA_AVX512, &bytes), QJ_OK) << qj_last_error();
+  ASSERT_TRUE(dense->fp6_dense());
+  ASSERT_FALSE(bytes->fp6_dense());
+  ASSERT_EQ(dense->nr, bytes->nr);
+  ASSERT_EQ(dense->mx_panel_bytes(8), bytes->panel_bytes());
+  ASSERT_LT(dense->panel_bytes(), bytes->panel_bytes());
+  const size_t all = static_cast<size_t>(bytes->n_panels) * bytes->panel_bytes();
+  for (bool vbmi : {false, true}) {
+    if (vbmi && !qj::cpu_features().avx512vbmi) continue;
+    std::vector<uint8_t> out(all, 0xAB);
+    qj::fp6_panels_to_bytes(*dense, 0, dense->n_panels, out.data(), vbmi);
+    EXPECT_EQ(0, std::memcmp(out.data(), bytes->packed.data<uint8_t>(), all)) << "vbmi " << vbmi;
+    // a range of panels lands at the start of dst
+    std::vector<uint8_t> one(bytes->panel_bytes(), 0xCD);
+    qj::fp6_panels_to_bytes(*dense, 1, 2, one.data(), vbmi);
+    EXPECT_EQ(0, std::memcmp(one.data(), bytes->packed.data<uint8_t>() + bytes->panel_bytes(), one.size()));
   }
 }
 

@@ -254,6 +254,15 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 // Rows per iteration of the narrow-N kernel: 8 measured as fast as 12 or 16 at 156800 x {4, 8} x 36
 // and faster at 120 x 4 x 288, with fewer rows left to the ordinary kernels.
 constexpr int kNarrowMr = 8;
+// Dense E2M3 GEMM (GemmPlan::kernels_b8): row tiles from which a call unpacks its B blocks into
+// scratch, and the packed A of a row block then (one unpack of B per row block). Measured 4096 x
+// 4096 (GOPS, in-kernel unpack -> B blocks unpacked, the same minutes): M = 64 276-288 -> 299-308,
+// M = 256 262-282 -> 323-334 (one byte per code before the dense panels: 325-331), M = 1024
+// 284-293 -> 314-324; M = 16 / 32 (3 / 6 tiles) lost (267-283 -> 215-228 / 276-289 -> 267-276):
+// there B is unpacked for too few tiles. The default row block (b.mc, 64 rows at K = 4096)
+// unpacked B ten times as often: 294-298 at M = 256.
+constexpr int64_t kFp6BytesMinTiles = 8;
+constexpr int64_t kFp6BytesMaxA = int64_t(2) << 20;
 // The narrow-N kernel (codegen/gemm_int flags bit 6) and its expanded operands: B patterns per
 // 8-byte K chunk (chunk t covers K [8t, 8t + 8); when K is not a multiple of 8 the last chunk is
 // K [K - 8, K) with zeros where the previous chunk already counted), qword c of a pattern holding
@@ -491,6 +500,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     cache_stats(&before);
     // Few rows: two accumulator sets over alternate K groups hide the vpdpbusd latency.
     auto s8_flags = [&](int r) -> uint8_t { return (r <= 2 && w->gran != QJ_GRAN_GROUP) ? 1 : 0; };
+    bool w_b8_off = false;  // a byte-panel kernel was declined: none are used
     for (int r = 1; r <= p->blk.mr; ++r) {
       key.mr = static_cast<uint8_t>(r);
       key.flags = s8_flags(r);
@@ -514,10 +524,25 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       if (st != QJ_OK) {
         QJ_LOG(1, "gemm: JIT declined (%s); falling back to the scalar reference", last_error());
         p->kernels.clear();
+        p->kernels_b8.clear();
         break;
       }
       p->gen_us += ref.gen_us();
       p->kernels.push_back(std::move(ref));
+      if (decoded && w->fp6_dense() && has_vbmi()) {
+        KernelKey kb = key;
+        kb.param[4] = 1;
+        KernelRef rb;
+        if (acquire_kernel(kb, gemm_int_family(), &rb) != QJ_OK) {
+          QJ_LOG(1, "gemm: JIT declined the E2M3 byte-panel kernels (%s); every block unpacks in the kernel",
+                 last_error());
+          p->kernels_b8.clear();
+          w_b8_off = true;
+        } else if (!w_b8_off) {
+          p->gen_us += rb.gen_us();
+          p->kernels_b8.push_back(std::move(rb));
+        }
+      }
     }
     if (!p->kernels.empty() && !decoded && p->blk.kc > 0) {
       // K blocks: the stages before the last store raw sums (no output stage in their keys).
@@ -734,6 +759,7 @@ struct Scratch {
   std::vector<int32_t> row_sum;
   std::vector<float> amax, inv, pre, row_scale, rg_scale;
   std::vector<float> amax_col;  // group-quantized A: one group's amax over a tile's rows
+  AlignedBuffer b8;   // dense E2M3: one N block's panels with one byte per code (GemmPlan::kernels_b8)
 };
 
 Scratch& scratch() {
@@ -948,7 +974,13 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const bool a_split = decoded && split_a(d.a_type, w, p.isa);  // two s8 quads per quad of K
   const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) * (a_split ? 2 : 1) : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
-  const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
+  // Dense E2M3 with byte-panel kernels: a call of enough row tiles unpacks each N block once
+  // (fp6_panels_to_bytes) for a row block of up to kFp6BytesMaxA bytes of packed A, instead of
+  // every tile's kernel unpacking every vector (two ops per 64 codes against mr multiplies each).
+  const bool b8_any = !p.kernels_b8.empty() && mt.end - mt.begin >= kFp6BytesMinTiles;
+  const int64_t mc_tiles = b8_any ? std::max<int64_t>(1, std::min<int64_t>(mt.end - mt.begin,
+                                                                           kFp6BytesMaxA / static_cast<int64_t>(tile_bytes)))
+                                  : std::max<int64_t>(1, b.mc / mr);
   if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   // K blocks (s8 plans whose tiles of A outgrow the L1): sums of the MC x NC block in scratch.
@@ -957,6 +989,9 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const size_t acc_tile_bytes = static_cast<size_t>(b.nc_panels) * mr * w.nr * 4;
   if (kblocked && s.acc.size() < acc_tile_bytes * mc_tiles && !s.acc.allocate(acc_tile_bytes * mc_tiles, false))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of K-block sums", acc_tile_bytes * mc_tiles);
+  const size_t b8_bytes = b8_any ? static_cast<size_t>(std::min(b.nc_panels, np.end - np.begin)) * w.mx_panel_bytes(8) : 0;
+  if (b8_any && s.b8.size() < b8_bytes && !s.b8.allocate(b8_bytes, false))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to unpack E2M3 weights", b8_bytes);
   s.row_sum.resize(static_cast<size_t>(mc_tiles) * groups * mr);
   const int64_t scale_slots = group_a ? groups * mr : mr;  // A scales per tile
   s.inv.resize(static_cast<size_t>(mc_tiles) * scale_slots);
@@ -994,6 +1029,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 
   for (int64_t t0 = mt.begin; t0 < mt.end; t0 += mc_tiles) {
     const int64_t t1 = std::min(mt.end, t0 + mc_tiles);
+    const bool b8 = b8_any && t1 - t0 >= std::min<int64_t>(kFp6BytesMinTiles, mc_tiles);
     // Pack this block of row tiles (with quantization and row sums).
     for (int64_t t = t0; t < t1; ++t) {
       int64_t row0;
@@ -1041,7 +1077,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
         const int64_t kg0 = kb * b.kc;
         const int64_t kgn = kblocked ? std::min(b.kc, kgroups - kg0) : kgroups;
         const int stage = !kblocked ? 0 : kb == 0 ? 1 : kb + 1 == k_blocks ? 3 : 2;
-        const std::vector<KernelRef>& kernels = stage ? p.kblock_kernels[stage - 1] : p.kernels;
+        const std::vector<KernelRef>& kernels = b8 ? p.kernels_b8 : stage ? p.kblock_kernels[stage - 1] : p.kernels;
         if (kblocked) {
           args.k_groups = kgn;
           args.b_skip = static_cast<int64_t>(w.panel_bytes()) - kgn * w.nr * 4;
@@ -1049,6 +1085,10 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
         // What is the same for every tile of this N (and K) block is set once (the kernel gets
         // the struct's address, so the compiler cannot keep these out of the loop itself).
         args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes() + kg0 * w.nr * 4;
+        if (b8) {
+          fp6_panels_to_bytes(w, p0, p1, s.b8.data<uint8_t>(), true);
+          args.b = s.b8.data<uint8_t>();
+        }
         args.n_panels = p1 - p0;
         args.last_is_tail = (p1 == n_panels && n_tail != 0) ? 1 : 0;
         args.col_corr = p.col_corr.data<int32_t>() + p0 * w.nr;

@@ -41,6 +41,10 @@ struct GemmPlan {
   bool jit = false;
   GemmBlocking blk;
   std::vector<KernelRef> kernels;  // kernels[r - 1] computes r rows (r = 1..mr)
+  // Dense MXFP6 E2M3 weights (VNNI tier, a CPU with VBMI): the same kernels for panels of one
+  // byte per code (key.param[4] = 1). A block of at least kFp6BytesMinTiles row tiles first
+  // unpacks each of its N blocks into per-thread scratch (fp6_panels_to_bytes) and runs these.
+  std::vector<KernelRef> kernels_b8;
   // K-blocked s8 plans (blk.kc > 0): the first, middle and last K-block stages (gemm_int.h),
   // [r - 1] for r rows; empty below blk.kc_min_rows - 1 rows (such calls are not K-blocked).
   std::vector<KernelRef> kblock_kernels[3];

@@ -102,9 +102,15 @@ int32_t fp8_byte_pos(int32_t nr, int32_t lanes, int32_t c) {
   return (j / 2) * 2 * lanes + (w / 8) * 16 + (j % 2) * 8 + w % 8;
 }
 
-size_t PackedWeights::mx_group_bytes() const {
-  const size_t col_step = static_cast<size_t>(mx_col_step());  // kMxFp8: 8 (32 k x nr per block)
-  return static_cast<size_t>(group_steps()) * nr * col_step;
+size_t PackedWeights::mx_group_bytes(int32_t col_step) const {
+  // kMxFp8: 8 (32 k x nr per block)
+  const size_t cs = static_cast<size_t>(col_step ? col_step : mx_col_step());
+  return static_cast<size_t>(group_steps()) * nr * cs;
+}
+
+size_t PackedWeights::mx_panel_bytes(int32_t col_step) const {
+  return (static_cast<size_t>((groups() + mx_line_groups() - 1) / mx_line_groups()) * 64 +
+          static_cast<size_t>(groups()) * mx_group_bytes(col_step) + 63) / 64 * 64;
 }
 
 size_t PackedWeights::mx_group_offset(int64_t g) const {
@@ -162,9 +168,7 @@ size_t PackedWeights::panel_bytes() const {
     case PackLayout::kMxNibble:
     case PackLayout::kMxByte:
     case PackLayout::kMxFp8:
-    case PackLayout::kMx16:
-      return (static_cast<size_t>((groups() + mx_line_groups() - 1) / mx_line_groups()) * 64 +
-              static_cast<size_t>(groups()) * mx_group_bytes() + 63) / 64 * 64;
+    case PackLayout::kMx16: return mx_panel_bytes();
     case PackLayout::kNibble: return static_cast<size_t>(groups()) * group_block_bytes();
     case PackLayout::kHalf: return static_cast<size_t>(kp) * nr * 2;
     default: return static_cast<size_t>(k_groups()) * nr * 4;  // quads, pairs, bf16 pairs

@@ -123,7 +123,10 @@ struct PackedWeights {
   // as one sequential stream (a separate stream of scale bytes at the panel's end cost MXFP4 at
   // M = 1 from DRAM about a fifth of its speed).
   int64_t mx_line_groups() const { return 64 / nr; }
-  size_t mx_group_bytes() const;            // bytes of the steps of one group (all nr columns)
+  // Bytes of the steps of one group (all nr columns), and of a whole MX panel, with col_step bytes
+  // per column per step (0: mx_col_step(); 8: the same panel with one byte per code).
+  size_t mx_group_bytes(int32_t col_step = 0) const;
+  size_t mx_panel_bytes(int32_t col_step = 0) const;
   size_t mx_group_offset(int64_t g) const;  // panel offset of group g's first step
   size_t mx_scale_offset(int64_t g) const;  // panel offset of group g's nr scale bytes
   // Panel offset of the 8-K step holding k index kk (kMxFp8: of k row kk, nr bytes).

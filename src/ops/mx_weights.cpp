@@ -9,6 +9,8 @@
 // touched. The element codes are kept as given (read back by mx_code).
 #include "src/ops/mx_weights.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -191,6 +193,58 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_
       [&](int64_t g, int64_t c) { return scales[c * blocks + g]; }));
   *out = std::move(w);
   return QJ_OK;
+}
+
+namespace {
+
+// One vector: 48 bytes of 64 LSB-first 6-bit codes at src -> 64 code bytes at dst.
+void fp6_vector_scalar(const uint8_t* src, uint8_t* dst) {
+  for (int i = 0; i < 64; ++i) {
+    const int bit = 6 * i, sh = bit % 8;
+    const uint32_t v = src[bit / 8] | (sh > 2 ? static_cast<uint32_t>(src[bit / 8 + 1]) << 8 : 0u);
+    dst[i] = static_cast<uint8_t>((v >> sh) & 63);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp6_vectors_vbmi(const uint8_t* src, uint8_t* dst,
+                                                                              int64_t n) {
+  alignas(64) uint8_t idx[64], ctl[64];
+  for (int i = 0; i < 64; ++i) {  // vpermb: bytes 6q..6q+5 to qword q; vpmultishiftqb: bits 6j.. to byte j
+    idx[i] = static_cast<uint8_t>(i % 8 < 6 ? 6 * (i / 8) + i % 8 : 0);
+    ctl[i] = static_cast<uint8_t>(6 * (i % 8));
+  }
+  const __m512i vi = _mm512_load_si512(idx), vc = _mm512_load_si512(ctl), m = _mm512_set1_epi8(63);
+  for (int64_t v = 0; v < n; ++v) {
+    const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src + 48 * v);
+    const __m512i y = _mm512_multishift_epi64_epi8(vc, _mm512_permutexvar_epi8(vi, x));
+    _mm512_storeu_si512(dst + 64 * v, _mm512_and_si512(y, m));
+  }
+}
+
+}  // namespace
+
+void fp6_panels_to_bytes(const PackedWeights& w, int64_t p0, int64_t p1, uint8_t* dst, bool vbmi) {
+  const int64_t groups = w.groups(), lg = w.mx_line_groups();
+  const size_t gb6 = w.mx_group_bytes(), gb8 = w.mx_group_bytes(8), pb8 = w.mx_panel_bytes(8);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = w.packed.data<uint8_t>() + p * w.panel_bytes();
+    uint8_t* out = dst + (p - p0) * pb8;
+    size_t used = 0;
+    for (int64_t g0 = 0; g0 < groups; g0 += lg) {  // scale lines: the line, then its groups' steps
+      const int64_t ng = std::min(lg, groups - g0), line = g0 / lg;
+      const uint8_t* s = src + line * (64 + lg * gb6);
+      uint8_t* d = out + line * (64 + lg * gb8);
+      std::memcpy(d, s, 64);
+      const int64_t vectors = ng * static_cast<int64_t>(gb6) / 48;
+      if (vbmi) {
+        fp6_vectors_vbmi(s + 64, d + 64, vectors);
+      } else {
+        for (int64_t v = 0; v < vectors; ++v) fp6_vector_scalar(s + 64 + 48 * v, d + 64 + 64 * v);
+      }
+      used = static_cast<size_t>(d + 64 + ng * gb8 - out);
+    }
+    std::memset(out + used, 0, pb8 - used);  // the panel's padding, as packed
+  }
 }
 
 qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out) {
