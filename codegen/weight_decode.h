@@ -121,6 +121,8 @@ void emit_e2m3_bytes_ymm(asmjit::x86::Assembler& a, const asmjit::x86::Vec& out,
 //    this 290, the shuffle form 280, a two-plane layout (nibbles + 2-bit crumbs, 3 ops) 260).
 //    But vpmultishiftqb takes a vpdpbusd / FMA pipe slot: in the FMA-bound fp32 kernel
 //    (codegen/gemm_float) it costs a quarter at M = 256, so there it serves tiles of <= 4 rows.
+//    (Calls of many rows avoid the unpack in the int8 kernels altogether: the GEMM driver turns
+//    each B block into one byte per code once per row block, GemmPlan::kernels_b8.)
 //  - shuffle (AVX512BW; VNNI CPUs without VBMI, the fp32 kernel's large tiles):
 //    vpermd puts bytes 12l..12l+11 in 128-bit lane l, vpshufb makes each dword [b0 b1 b1 b2] of
 //    its 3-byte group, a shift by 4 of the odd words (k6) leaves c_2w | c_2w+1 << 6 in every word,
