@@ -754,7 +754,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
 namespace {
 
 struct Scratch {
-  AlignedBuffer a_pack;
+  AlignedBuffer a_pack;  // packed A of a row block (dense E2M3 with many rows: up to kFp6BytesMaxA)
   AlignedBuffer acc;  // K-blocked plans: int32 sums of the tiles of one MC x NC block
   std::vector<int32_t> row_sum;
   std::vector<float> amax, inv, pre, row_scale, rg_scale;

@@ -152,10 +152,7 @@ uint8_t PackedWeights::mx_code(int64_t kk, int64_t col) const {
   const int64_t lanes = isa >= QJ_ISA_AVX512 ? 16 : 8;
   if (layout == PackLayout::kMxFp8) return step[fp8_byte_pos(nr, static_cast<int32_t>(lanes), c)];
   const int64_t i = mx_byte_index(r, c);
-  if (!fp6_dense()) return step[i];
-  const int64_t bit = 6 * i, sh = bit % 8;  // a code spans at most two bytes
-  const uint32_t v = step[bit / 8] | (sh > 2 ? static_cast<uint32_t>(step[bit / 8 + 1]) << 8 : 0u);
-  return static_cast<uint8_t>((v >> sh) & 63);
+  return fp6_dense() ? fp6_get(step, i) : step[i];
 }
 
 uint8_t PackedWeights::mx_scale_byte(int64_t g, int64_t col) const {

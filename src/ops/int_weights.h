@@ -152,6 +152,20 @@ struct PackedWeights {
   int32_t zp(int64_t g, int64_t col) const;
 };
 
+// Dense FP6 codes (fp6_dense): code i of a step at bits [6i, 6i + 6), LSB first; a code spans at
+// most two bytes. fp6_put ORs into zeroed bytes.
+inline uint8_t fp6_get(const uint8_t* p, int64_t i) {
+  const int64_t bit = 6 * i, sh = bit % 8;
+  const uint32_t v = p[bit / 8] | (sh > 2 ? static_cast<uint32_t>(p[bit / 8 + 1]) << 8 : 0u);
+  return static_cast<uint8_t>((v >> sh) & 63);
+}
+inline void fp6_put(uint8_t* p, int64_t i, uint8_t code) {
+  const int64_t bit = 6 * i, sh = bit % 8;
+  const uint32_t x = static_cast<uint32_t>(code & 63) << sh;
+  p[bit / 8] |= static_cast<uint8_t>(x);
+  if (sh > 2) p[bit / 8 + 1] |= static_cast<uint8_t>(x >> 8);
+}
+
 // Panel geometry of a tier for N columns and a weight type.
 int32_t weights_nr(qj_isa isa, int64_t n, qj_dtype dtype = QJ_S8);
 int32_t weights_kg(qj_isa isa, qj_dtype dtype = QJ_S8);

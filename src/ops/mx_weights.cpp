@@ -99,14 +99,10 @@ qj_status pack_mx(PackedWeights* w, qj_isa isa, const Code& code, const Scale& s
           if (e4m3 && (v & 0x7F) == 0x7F) panel[w->mx_scale_offset(kk / mx::kBlock) + c] = mx::kScaleNaN;
         } else if (nib)
           step[c * 4 + (r % 4)] |= static_cast<uint8_t>((v & 15) << (r < 4 ? 0 : 4));
-        else if (dense) {  // 6 bits at bit 6i of the step, LSB first (a code spans <= 2 bytes)
-          const int64_t bit = 6 * w->mx_byte_index(r, c), sh = bit % 8;
-          const uint32_t x = static_cast<uint32_t>(v & 63) << sh;
-          step[bit / 8] |= static_cast<uint8_t>(x);
-          if (sh > 2) step[bit / 8 + 1] |= static_cast<uint8_t>(x >> 8);
-        } else {
+        else if (dense)
+          fp6_put(step, w->mx_byte_index(r, c), v);
+        else
           step[w->mx_byte_index(r, c)] = v;
-        }
       }
     }
     // Padding columns: code 0 (+0) and scale 2^-127 (finite, so no NaN leaks into padding lanes).
@@ -199,11 +195,7 @@ namespace {
 
 // One vector: 48 bytes of 64 LSB-first 6-bit codes at src -> 64 code bytes at dst.
 void fp6_vector_scalar(const uint8_t* src, uint8_t* dst) {
-  for (int i = 0; i < 64; ++i) {
-    const int bit = 6 * i, sh = bit % 8;
-    const uint32_t v = src[bit / 8] | (sh > 2 ? static_cast<uint32_t>(src[bit / 8 + 1]) << 8 : 0u);
-    dst[i] = static_cast<uint8_t>((v >> sh) & 63);
-  }
+  for (int i = 0; i < 64; ++i) dst[i] = fp6_get(src, i);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp6_vectors_vbmi(const uint8_t* src, uint8_t* dst,

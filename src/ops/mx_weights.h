@@ -47,7 +47,7 @@ qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_pt
 // Dense MXFP6 E2M3 panels (w.fp6_dense()) [p0, p1) with one byte per code instead, as the AVX-512
 // tier packs them (w.mx_panel_bytes(8) bytes per panel, contiguous at dst; the same scale lines):
 // the GEMM driver's per-block scratch for many rows, whose kernels then skip the unpack (see
-// run_int in src/ops/gemm.cpp). vbmi: vpermb + vpmultishiftqb per 64 codes, else scalar.
+// gemm_run in src/ops/gemm.cpp). vbmi: vpermb + vpmultishiftqb per 64 codes, else scalar.
 void fp6_panels_to_bytes(const PackedWeights& w, int64_t p0, int64_t p1, uint8_t* dst, bool vbmi);
 
 // Calls fn(c, v) for every column c of the fp32 weights (K x N or N x K, ld in floats) with v its
