@@ -265,7 +265,9 @@ QJ_API qj_status qj_weights_clamped(qj_weights w, int64_t* count);
  *  the weights read in place from their packed codes (no copy is made at plan creation): MXFP4,
  *  MXFP6 E2M3 and MXINT8 in the int8 kernel (E2M3: vpermb with AVX512-VBMI, else vpshufb; below
  *  AVX512-VNNI MXINT8 split into nibbles and E2M3 pair sums widened one by one, so vpmaddubsw
- *  cannot saturate). The fp32 block partial sum
+ *  cannot saturate). Packed E2M3 weights hold 6 bits per code at the AVX512-VNNI tier (one byte
+ *  below it); a call of many rows unpacks each cache-sized block of them once into per-thread
+ *  scratch (about 0.6 MiB, plus up to 2 MiB of packed A). The fp32 block partial sum
  *  * 2^(b - 127) overflows to +-Inf when it exceeds FLT_MAX (scale bytes near 0xFE); blocks
  *  quantized from fp32 weights below 2^100 in magnitude never do.
  * GEMM with MXFP8 weights (E4M3, E5M2; MX.md section 9 decision 6, the fp32 path): like F16 / BF16
