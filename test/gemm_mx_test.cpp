@@ -409,13 +409,13 @@ TEST(GemmMx, PanelScaleLines) {
 TEST(GemmMx, PanelDenseFp6) {
   const int64_t k = 64, n = 16, groups = k / 32;
   auto code_of = [](int64_t kk, int64_t c) { return static_cast<uint8_t>((kk * 7 + c * 13 + kk * c) % 64); };
-  std::vector<uint8_t> el(static_cast<size_t>(n * k * 6 / 8), 0), sc(static_cast<size_t>(n * groups), 127);
+  const qj::mx::ElemFormat& fmt = *qj::mx::format(QJ_MXFP6_E2M3);
+  std::vector<uint8_t> el(static_cast<size_t>(n * groups * fmt.block_bytes)), sc(static_cast<size_t>(n * groups), 127);
   for (int64_t c = 0; c < n; ++c)
-    for (int64_t kk = 0; kk < k; ++kk) {  // SPLIT FP6: element kk of the column at bits 6 kk
-      const int64_t bit = c * k * 6 + kk * 6;
-      const uint32_t x = static_cast<uint32_t>(code_of(kk, c)) << (bit % 8);
-      el[static_cast<size_t>(bit / 8)] |= static_cast<uint8_t>(x);
-      if (x >> 8) el[static_cast<size_t>(bit / 8 + 1)] |= static_cast<uint8_t>(x >> 8);
+    for (int64_t g = 0; g < groups; ++g) {  // the SPLIT input, block by block
+      uint8_t codes[32];
+      for (int j = 0; j < 32; ++j) codes[j] = code_of(32 * g + j, c);
+      qj::mx::pack_block(fmt, codes, el.data() + (c * groups + g) * fmt.block_bytes);
     }
   qj_weights_desc d{};
   d.dtype = QJ_MXFP6_E2M3;

@@ -500,7 +500,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     cache_stats(&before);
     // Few rows: two accumulator sets over alternate K groups hide the vpdpbusd latency.
     auto s8_flags = [&](int r) -> uint8_t { return (r <= 2 && w->gran != QJ_GRAN_GROUP) ? 1 : 0; };
-    bool w_b8_off = false;  // a byte-panel kernel was declined: none are used
+    std::vector<KernelKey> keys;  // of p->kernels
     for (int r = 1; r <= p->blk.mr; ++r) {
       key.mr = static_cast<uint8_t>(r);
       key.flags = s8_flags(r);
@@ -524,25 +524,25 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       if (st != QJ_OK) {
         QJ_LOG(1, "gemm: JIT declined (%s); falling back to the scalar reference", last_error());
         p->kernels.clear();
-        p->kernels_b8.clear();
         break;
       }
       p->gen_us += ref.gen_us();
       p->kernels.push_back(std::move(ref));
-      if (decoded && w->fp6_dense() && has_vbmi()) {
-        KernelKey kb = key;
-        kb.param[4] = 1;
-        KernelRef rb;
-        if (acquire_kernel(kb, gemm_int_family(), &rb) != QJ_OK) {
-          QJ_LOG(1, "gemm: JIT declined the E2M3 byte-panel kernels (%s); every block unpacks in the kernel",
-                 last_error());
-          p->kernels_b8.clear();
-          w_b8_off = true;
-        } else if (!w_b8_off) {
-          p->gen_us += rb.gen_us();
-          p->kernels_b8.push_back(std::move(rb));
-        }
+      keys.push_back(key);
+    }
+    // Dense E2M3: the same kernels for byte panels (GemmPlan::kernels_b8), all or none.
+    for (size_t r = 0; decoded && w->fp6_dense() && has_vbmi() && r < p->kernels.size(); ++r) {
+      KernelKey kb = keys[r];
+      kb.param[4] = 1;
+      KernelRef rb;
+      if (acquire_kernel(kb, gemm_int_family(), &rb) != QJ_OK) {
+        QJ_LOG(1, "gemm: JIT declined the E2M3 byte-panel kernels (%s); every block unpacks in the kernel",
+               last_error());
+        p->kernels_b8.clear();
+        break;
       }
+      p->gen_us += rb.gen_us();
+      p->kernels_b8.push_back(std::move(rb));
     }
     if (!p->kernels.empty() && !decoded && p->blk.kc > 0) {
       // K blocks: the stages before the last store raw sums (no output stage in their keys).

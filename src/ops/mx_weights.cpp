@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codegen/weight_decode.h"
 #include "src/core/status.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
@@ -201,10 +202,7 @@ void fp6_vector_scalar(const uint8_t* src, uint8_t* dst) {
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp6_vectors_vbmi(const uint8_t* src, uint8_t* dst,
                                                                               int64_t n) {
   alignas(64) uint8_t idx[64], ctl[64];
-  for (int i = 0; i < 64; ++i) {  // vpermb: bytes 6q..6q+5 to qword q; vpmultishiftqb: bits 6j.. to byte j
-    idx[i] = static_cast<uint8_t>(i % 8 < 6 ? 6 * (i / 8) + i % 8 : 0);
-    ctl[i] = static_cast<uint8_t>(6 * (i % 8));
-  }
+  cg::fp6_unpack_tables(true, idx, ctl);  // the kernels' vpermb + vpmultishiftqb form
   const __m512i vi = _mm512_load_si512(idx), vc = _mm512_load_si512(ctl), m = _mm512_set1_epi8(63);
   for (int64_t v = 0; v < n; ++v) {
     const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src + 48 * v);
