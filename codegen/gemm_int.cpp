@@ -277,6 +277,106 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tall and narrow (flags bit 6 with nr = 16; VNNI, u8 A read in place, rows K bytes apart): one
+// panel of at most 16 columns and a K of at most kTallMaxKGroups quads, e.g. FBGEMM's
+// 156800 x 16 x 36 (a convolution as a GEMM). With so short a K an mr-row tile spends as long in
+// its output stage as in its multiplies, and the ordinary kernel runs the two one after the other
+// (one call per tile, the output stage of 16 rows after the last multiply). Here one call covers
+// n_panels iterations of 2 * mr rows, the B quads sit in registers for the whole call, and the
+// rows are software-pipelined in two banks of mr accumulators: while one bank accumulates its
+// rows, the output stage of the other bank's rows is emitted between its K steps, so that the
+// conversions and stores issue beside the vpdpbusd instead of after them.
+//   prologue  K(bank 0, rows 0..mr-1)
+//   loop      K(bank 1, rows mr..2mr-1) + out(bank 0); K(bank 0, next 2mr rows' first mr) + out(bank 1)
+//   last      K(bank 1) + out(bank 0); out(bank 1)
+// key.param[1] = K (a multiple of 4); key.mr = rows per bank; key.n_tail = live columns (0: 16).
+// A row of A is read at [a + row * K + 4 k] (the plan uses it only when lda == K). Output stages:
+// every one of emit_output_vec except row scales, grouped weights and weight zero points (u8 A).
+bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
+  const cg::Simd s = cg::simd_for(key.isa);
+  const int k = static_cast<int>(key.param[1]);
+  const int kg = k / 4, mr = key.mr;
+  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 1 || kg > kTallMaxKGroups ||
+      key.nr != 16 || mr < 1) {
+    *why = "tall tiles need avx512_vnni, u8 A, K a multiple of 4 up to 4 * kTallMaxKGroups and nr 16";
+    return false;
+  }
+  if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale) {
+    *why = "tall tiles: unsupported output stage";
+    return false;
+  }
+  // Registers: two banks of mr accumulators, the kg B vectors, the column corrections, two A
+  // broadcasts, the output stage's two temporaries. (B as the multiplies' memory operand, a
+  // second 64-byte load per vpdpbusd, ran at half the speed.)
+  const int bank[2] = {0, mr}, breg = 2 * mr, corr = breg + kg, areg = corr + 1, treg = areg + 2;
+  if (treg + 2 > s.regs) {
+    *why = "register tile too large for the ISA";
+    return false;
+  }
+  const int lanes = key.n_tail ? key.n_tail : 16;
+
+  cg::emit_save_callee_regs(a);
+  a.mov(rsi, ARG(a));
+  a.mov(rbx, ARG(c));
+  a.mov(r9, ARG(n_panels));  // iterations of 2 mr rows
+  a.mov(r14, ARG(ldc));
+  a.mov(rdx, ARG(b));
+  for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * 64));
+  a.mov(r8, ARG(col_corr));
+  a.vmovdqu32(s.v(corr), ptr(r8));
+  a.mov(r8, ARG(col_mult));
+  a.mov(r10, ARG(col_bias));
+
+  cg::EpilogueRegs er;
+  er.consts = rdi;
+  er.c_row = rbx;
+  er.mult = r8;
+  er.bias = r10;
+  er.row_scale = r11;  // unused (no row scale)
+  er.tmp = rax;
+  er.t0 = treg;
+  er.t1 = treg + 1;
+  // The output stage of row i of bank b (C rows in order: rbx walks down C by ldc).
+  auto out_row = [&](int b, int i) {
+    cg::emit_output_vec(a, s, key, er, bank[b] + i, false, 0, 0, lanes);
+    a.add(rbx, r14);
+  };
+  // The K steps of bank b, rows first_row.. of the iteration at rsi, with the output stage of
+  // the other bank's rows (out_other) spread over them.
+  int next_a = 0;
+  auto k_bank = [&](int b, int first_row, bool out_other) {
+    for (int i = 0; i < mr; ++i) a.vmovdqa32(s.v(bank[b] + i), s.v(corr));
+    int done = 0;
+    for (int q = 0; q < kg; ++q) {
+      for (int i = 0; i < mr; ++i) {
+        const Vec av = s.v(areg + (next_a++ & 1));
+        a.vpbroadcastd(av, dword_ptr(rsi, (first_row + i) * k + 4 * q));
+        a.vpdpbusd(s.v(bank[b] + i), av, s.v(breg + q));
+      }
+      // rows of the other bank due by this step: evenly over the kg steps
+      const int due = out_other ? (q + 1) * mr / kg : 0;
+      for (; done < due; ++done) out_row(1 - b, done);
+    }
+  };
+
+  Label l_loop = a.newLabel(), l_last = a.newLabel();
+  k_bank(0, 0, false);
+  a.dec(r9);
+  a.jz(l_last);
+  a.bind(l_loop);
+  k_bank(1, mr, true);
+  a.add(rsi, 2 * mr * k);
+  k_bank(0, 0, true);
+  a.dec(r9);
+  a.jnz(l_loop);
+  a.bind(l_last);
+  k_bank(1, mr, true);
+  for (int i = 0; i < mr; ++i) out_row(1, i);
+  cg::emit_restore_and_return(a);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Narrow N (flags bit 6; VNNI, u8 A read in place), N = 4 or 8: a column-vectorized tile would
 // waste 3/4 or 1/2 of every vpdpbusd, and a row would cost a whole epilogue vector. Here a row's
 // accumulator has 2N dwords (ymm for N = 4, zmm for N = 8) and lane 2c + d sums column c over
@@ -986,7 +1086,10 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 bool emit(const KernelKey& key, Assembler& a, std::string* why) {
-  if (key.b_type == QJ_S8) return (key.flags & 64) ? emit_s8_narrow(key, a, why) : emit_s8(key, a, why);
+  if (key.b_type == QJ_S8) {
+    if (key.flags & 64) return key.nr == 16 ? emit_s8_tall(key, a, why) : emit_s8_narrow(key, a, why);
+    return emit_s8(key, a, why);
+  }
   return emit_decoded(key, a, why);
 }
 
@@ -1027,8 +1130,9 @@ std::string name(const KernelKey& key) {
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",
                 key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                (key.flags & 64) ? "_narrow" : (key.flags & 1) ? "_dual" : "",
-                key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str() : "",
+                (key.flags & 64) ? (key.nr == 16 ? "_tall" : "_narrow") : (key.flags & 1) ? "_dual" : "",
+                key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str()
+                : (key.flags & 64) ? ("_k" + std::to_string(key.param[1])).c_str() : "",
                 stage == 3 ? "_klast" : "");
   return buf;
 }

@@ -86,6 +86,9 @@ struct GemmIntArgs {
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);
 
+// The tall kernel (flags bit 6 with nr = 16, emit_s8_tall) keeps all of B in registers: K quads.
+constexpr int kTallMaxKGroups = 19;
+
 const KernelFamily& gemm_int_family();
 
 // The largest mr <= cap for which the generator accepts `key` (its mr field is ignored): the

@@ -640,6 +640,70 @@ TEST_P(GemmInt8, NarrowN) {
       }
 }
 
+// N <= 16 (not 4 or 8) with u8 A in place (lda == K, K a multiple of 4 up to 4 *
+// kTallMaxKGroups) on VNNI run the tall kernel (codegen/gemm_int emit_s8_tall) for whole
+// iterations of two banks of rows, software-pipelined, and the ordinary kernels for the rows left
+// over: the plan takes it (checked), every output type, bias / ReLU, zero points, full-range
+// values, partial panels (N < 16), rows per bank from 8 (K <= 44) down to 4 (K = 76), iterations
+// 1 to many, padded rows of C, partitions. lda != K, K % 4 != 0 and K > 76 take the ordinary
+// kernels on the same data; other tiers and A types too.
+TEST_P(GemmInt8, TallN) {
+  uint32_t seed = 2700;
+  for (int64_t k : {4, 8, 36, 44, 48, 52, 64, 76, 80, 38})
+    for (int64_t n : {1, 3, 9, 12, 15, 16})
+      for (int64_t m : {15, 16, 17, 29, 31, 32, 33, 100}) {
+        if ((m + n + k) % 2 == 1 && m != 16 && m != 33) continue;  // a sample of the rest
+        GemmCase c;
+        c.k = k;
+        c.n = n;
+        c.m = m;
+        c.a_type = (seed % 7 == 6) ? QJ_S8 : QJ_U8;
+        c.gran = (seed % 5 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
+        c.relu = seed % 3 == 1;
+        c.bias = seed % 4 != 2;
+        c.a_zp_val = (seed % 3 == 0) ? 0 : (seed % 3 == 1) ? (c.a_type == QJ_U8 ? 255 : -128) : 17;
+        c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
+        c.lda_pad = seed % 9 == 4 ? 3 : 0;
+        c.ldc_pad = seed % 3 ? 0 : 5;
+        c.beta = (seed % 8 == 7) ? 0.5f : 0.0f;
+        c.threads = m >= 32 ? 1 + static_cast<int>(seed % 3) : 1;
+        c.seed = ++seed;
+        GemmCase o = with_out(c, kOutTypes[seed % 5]);
+        if (o.c_type != QJ_F32) o.beta = 0.0f;
+        EXPECT_CASE(o);
+        c.c_type = QJ_U8;  // the FBGEMM benchmark's output stage, every case
+        c.beta = 0.0f;
+        EXPECT_CASE(c);
+      }
+  // The plan holds the tall kernel exactly where it applies.
+  for (int64_t k : {4, 36, 76, 80, 38})
+    for (int64_t n : {3, 8, 16, 17}) {
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = k;
+      wd.n = n;
+      wd.layout = QJ_LAYOUT_KN;
+      wd.granularity = QJ_GRAN_TENSOR;
+      const float scale = 0.01f;
+      wd.scales = &scale;
+      std::vector<int8_t> b(static_cast<size_t>(k * n), 3);
+      std::shared_ptr<qj::PackedWeights> w;
+      ASSERT_EQ(qj::pack_int_weights(wd, b.data(), n, isa(), &w), QJ_OK) << qj_last_error();
+      qj_gemm_desc gd{};
+      gd.a_type = QJ_U8;
+      gd.a_scale = 0.1f;
+      gd.a_zero_point = 3;
+      gd.c_type = QJ_U8;
+      gd.c_scale = 0.5f;
+      std::unique_ptr<qj::GemmPlan> p;
+      ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+      const bool narrow = n == 8 && k >= 8;  // the narrow-N kernel's case
+      const bool tall = isa() >= QJ_ISA_AVX512_VNNI && n <= 16 && !narrow && k % 4 == 0 && k <= 76;
+      EXPECT_EQ(p->narrow_tall, tall) << "k " << k << " n " << n;
+      if (tall) EXPECT_EQ(p->narrow_mr, k <= 44 ? 16 : 8) << "k " << k;  // two banks of 8, or of 4 at K = 76
+    }
+}
+
 // --- Weight layouts and odd leading dimensions ------------------------------------------------------
 TEST_P(GemmInt8, LayoutsAndLeadingDims) {
   uint32_t seed = 800;
@@ -1109,6 +1173,15 @@ int guarded_runs(qj_isa isa) {
             if (r >= 100) return r;
             bad += r;
           }
+  // Tall N (u8 A in place, B in registers, two banks of rows per iteration).
+  for (qj_dtype ct : {QJ_U8, QJ_S32, QJ_BF16})
+    for (int64_t k : {4, 36, 76})
+      for (int64_t n : {3, 16})
+        for (int64_t m : {16, 17, 33}) {
+          const int r = guarded_run(QJ_U8, ct, m, n, k, 13);
+          if (r >= 100) return r;
+          bad += r;
+        }
   // Narrow N (u8 A in place, 8-byte K chunks ending at each row's last byte).
   for (qj_dtype ct : {QJ_U8, QJ_S8, QJ_S32, QJ_F32})
     for (int64_t k : {8, 12, 20, 36, 100})

@@ -312,6 +312,33 @@ qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   return QJ_OK;
 }
 
+// Rows per bank of the tall kernel (emit_s8_tall: two banks, 2 * kTallMr rows per iteration).
+// Measured (fraction of the VNNI peak, 156800 x 16 x 36 / 20000 x 16 x 64): 8 rows 0.865-0.872 /
+// 0.85-0.90, 6 rows 0.863 / 0.90-0.91, 4 rows 0.82-0.86 / 0.84-0.86; K above 44 leaves fewer
+// registers (plan_tall).
+constexpr int kTallMr = 8;
+// The tall kernel (codegen/gemm_int flags bit 6, nr = 16) for N <= 16, u8 A in place: it reads
+// the packed panel and the plan's column arrays as they are. `key` is the plan's s8 key.
+void plan_tall(KernelKey key, GemmPlan* p) {
+  const PackedWeights& w = *p->w;
+  // rows per bank: what the registers leave beside B (emit_s8_tall), at most kTallMr
+  key.mr = static_cast<uint16_t>(std::min<int64_t>(kTallMr, (32 - 5 - w.k / 4) / 2));
+  key.nr = 16;
+  key.flags = 64;
+  key.n_tail = static_cast<uint16_t>(w.n % 16);
+  key.param[0] = 0;
+  key.param[1] = static_cast<uint32_t>(w.k);
+  KernelRef ref;
+  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
+    QJ_LOG(1, "gemm: tall kernel declined (%s); using the ordinary kernels", last_error());
+    return;
+  }
+  p->gen_us += ref.gen_us();
+  p->narrow = std::move(ref);
+  p->narrow_mr = 2 * key.mr;
+  p->narrow_tall = true;
+}
+
 void gemm_hide_vbmi_for_tests(bool hide) { g_hide_vbmi.store(hide, std::memory_order_relaxed); }
 
 qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
@@ -581,6 +608,10 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
         (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32))
       QJ_TRY(plan_narrow(key, p.get()));
+    else if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 && n <= 16 &&
+             w->k % 4 == 0 && w->k / 4 <= kTallMaxKGroups && w->layout == PackLayout::kQuad8 && w->nr == 16 &&
+             w->gran != QJ_GRAN_GROUP && w->zero_points.empty())
+      plan_tall(key, p.get());
     if (p->jit && !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k == w->kp && w->zero_points.empty()) {
       GemmIntArgs& g = p->gemv_args;
       g.consts = p->consts;
@@ -906,7 +937,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     return QJ_OK;
   }
   const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
-  if (p.narrow_mr > 0 && m >= p.narrow_mr) {
+  if (p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || lda == w.k)) {
     // Narrow N: whole groups of narrow_mr rows in one call of the narrow-N kernel (split over the
     // threads by groups), the rows left over by the ordinary kernels below (exact either way).
     const int64_t iters = m / p.narrow_mr;
@@ -916,13 +947,20 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       args.consts = p.consts;
       args.a = static_cast<const uint8_t*>(a) + r.begin * p.narrow_mr * lda;
       args.lda = lda;
-      args.b = p.narrow_b.data<uint8_t>();
       args.c = static_cast<uint8_t*>(c) + r.begin * p.narrow_mr * ldc * out_bytes;
       args.ldc = ldc * out_bytes;
       args.n_panels = r.end - r.begin;
-      args.col_corr = p.narrow_cols.data<int32_t>();
-      args.col_mult = reinterpret_cast<const float*>(args.col_corr + 16);
-      args.col_bias = args.col_mult + 16;
+      if (p.narrow_tall) {
+        args.b = w.packed.data<uint8_t>();
+        args.col_corr = p.col_corr.data<int32_t>();
+        args.col_mult = p.col_mult.data<float>();
+        args.col_bias = p.col_bias.data<float>();
+      } else {
+        args.b = p.narrow_b.data<uint8_t>();
+        args.col_corr = p.narrow_cols.data<int32_t>();
+        args.col_mult = reinterpret_cast<const float*>(args.col_corr + 16);
+        args.col_bias = args.col_mult + 16;
+      }
       p.narrow.fn<GemmIntKernel>()(&args);
     }
     const int64_t m4 = iters * p.narrow_mr;
