@@ -276,19 +276,44 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   return true;
 }
 
+// The software pipeline of the tall and narrow kernels over r9 = n_panels banks of rows, bank j
+// at rsi + j * bank_bytes, in two register banks that alternate: k_bank(b, out_other) emits all
+// of K for the bank at rsi into register bank b, with the output stage of register bank 1 - b
+// (the previous bank of rows) spread between its K steps when out_other; out_bank(b) emits that
+// output stage alone (the last bank's).
+template <class KBank, class OutBank>
+void emit_bank_pipeline(Assembler& a, int bank_bytes, KBank&& k_bank, OutBank&& out_bank) {
+  Label l_loop = a.newLabel(), l_last0 = a.newLabel(), l_last1 = a.newLabel(), l_done = a.newLabel();
+  k_bank(0, false);
+  a.dec(r9);
+  a.jz(l_last0);
+  a.bind(l_loop);
+  a.add(rsi, bank_bytes);
+  k_bank(1, true);
+  a.dec(r9);
+  a.jz(l_last1);
+  a.add(rsi, bank_bytes);
+  k_bank(0, true);
+  a.dec(r9);
+  a.jnz(l_loop);
+  a.bind(l_last0);
+  out_bank(0);
+  a.jmp(l_done);
+  a.bind(l_last1);
+  out_bank(1);
+  a.bind(l_done);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tall and narrow (flags bit 6 with nr = 16; VNNI, u8 A read in place, rows K bytes apart): one
 // panel of at most 16 columns and a K of at most kTallMaxKGroups quads, e.g. FBGEMM's
 // 156800 x 16 x 36 (a convolution as a GEMM). With so short a K an mr-row tile spends as long in
 // its output stage as in its multiplies, and the ordinary kernel runs the two one after the other
 // (one call per tile, the output stage of 16 rows after the last multiply). Here one call covers
-// n_panels iterations of 2 * mr rows, the B quads sit in registers for the whole call, and the
-// rows are software-pipelined in two banks of mr accumulators: while one bank accumulates its
-// rows, the output stage of the other bank's rows is emitted between its K steps, so that the
-// conversions and stores issue beside the vpdpbusd instead of after them.
-//   prologue  K(bank 0, rows 0..mr-1)
-//   loop      K(bank 1, rows mr..2mr-1) + out(bank 0); K(bank 0, next 2mr rows' first mr) + out(bank 1)
-//   last      K(bank 1) + out(bank 0); out(bank 1)
+// n_panels banks of mr rows, the B quads sit in registers for the whole call, and the banks are
+// software-pipelined in two register banks of mr accumulators (emit_bank_pipeline): while one
+// accumulates its rows, the output stage of the other's rows is emitted between its K steps, so
+// that the conversions and stores issue beside the vpdpbusd instead of after them.
 // key.param[1] = K (a multiple of 4); key.mr = rows per bank; key.n_tail = live columns (0: 16).
 // A row of A is read at [a + row * K + 4 k] (the plan uses it only when lda == K). Output stages:
 // every one of emit_output_vec except row scales, grouped weights and weight zero points (u8 A).
@@ -318,7 +343,7 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   cg::emit_save_callee_regs(a);
   a.mov(rsi, ARG(a));
   a.mov(rbx, ARG(c));
-  a.mov(r9, ARG(n_panels));  // iterations of 2 mr rows
+  a.mov(r9, ARG(n_panels));  // banks of mr rows
   a.mov(r14, ARG(ldc));
   a.mov(rdx, ARG(b));
   for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * 64));
@@ -341,16 +366,16 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
     cg::emit_output_vec(a, s, key, er, bank[b] + i, false, 0, 0, lanes);
     a.add(rbx, r14);
   };
-  // The K steps of bank b, rows first_row.. of the iteration at rsi, with the output stage of
-  // the other bank's rows (out_other) spread over them.
+  // The K steps of the bank of rows at rsi into register bank b, with the output stage of the
+  // other register bank's rows (out_other) spread over them.
   int next_a = 0;
-  auto k_bank = [&](int b, int first_row, bool out_other) {
+  auto k_bank = [&](int b, bool out_other) {
     for (int i = 0; i < mr; ++i) a.vmovdqa32(s.v(bank[b] + i), s.v(corr));
     int done = 0;
     for (int q = 0; q < kg; ++q) {
       for (int i = 0; i < mr; ++i) {
         const Vec av = s.v(areg + (next_a++ & 1));
-        a.vpbroadcastd(av, dword_ptr(rsi, (first_row + i) * k + 4 * q));
+        a.vpbroadcastd(av, dword_ptr(rsi, i * k + 4 * q));
         a.vpdpbusd(s.v(bank[b] + i), av, s.v(breg + q));
       }
       // rows of the other bank due by this step: evenly over the kg steps
@@ -358,20 +383,9 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
       for (; done < due; ++done) out_row(1 - b, done);
     }
   };
-
-  Label l_loop = a.newLabel(), l_last = a.newLabel();
-  k_bank(0, 0, false);
-  a.dec(r9);
-  a.jz(l_last);
-  a.bind(l_loop);
-  k_bank(1, mr, true);
-  a.add(rsi, 2 * mr * k);
-  k_bank(0, 0, true);
-  a.dec(r9);
-  a.jnz(l_loop);
-  a.bind(l_last);
-  k_bank(1, mr, true);
-  for (int i = 0; i < mr; ++i) out_row(1, i);
+  emit_bank_pipeline(a, mr * k, k_bank, [&](int b) {
+    for (int i = 0; i < mr; ++i) out_row(b, i);
+  });
   cg::emit_restore_and_return(a);
   return true;
 }
@@ -389,8 +403,12 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
 // each column: chunk q holds [r0 c, r0 c+1, r1 c, r1 c+1] for c = 2q. For N = 4 two pairs are
 // joined into one zmm; the epilogue then works on whole vectors of 16 / N rows x N columns (the
 // narrow layout of codegen/epilogue.h) with the per-lane arrays of the plan.
-// key.param[1] = K; key.mr = rows per iteration (4, 8, 12 or 16); key.nr = N.
-// The kernel runs n_panels iterations (rows K apart in A by args.lda, C rows ldc apart).
+// The rows are software-pipelined as in emit_s8_tall (emit_bank_pipeline): while one register
+// bank accumulates its rows, the reduction and output stage of the other bank's rows are emitted
+// between its chunks (156800 x 4 / 8 x 36: 0.41 / 0.57 -> 0.50 / 0.71 of the VNNI peak).
+// key.param[1] = K; key.mr = rows per bank (4 or 8); key.nr = N.
+// The kernel runs n_panels banks of mr rows (rows K bytes apart in A: the plan runs it when
+// lda == K; C rows ldc apart).
 // Supported output stages: not grouped, no weight zero points, no row scale, no beta,
 // u8 / s8 / f32 / s32 output (the plan asks for nothing else).
 bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
@@ -398,8 +416,8 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
   const int k = static_cast<int>(key.param[1]);
   const int n = key.nr, mr = key.mr;
   if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k < 8 || mr % 4 != 0 || mr == 0 ||
-      mr > 16 || (n != 4 && n != 8)) {
-    *why = "narrow-N tiles need avx512_vnni, u8 A, k >= 8, mr 4 to 16 (a multiple of 4) and nr 4 or 8";
+      mr > 8 || (n != 4 && n != 8)) {
+    *why = "narrow-N tiles need avx512_vnni, u8 A, k >= 8, mr 4 or 8 rows per bank and nr 4 or 8";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta ||
@@ -413,21 +431,22 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
   const int n_full = k / 8, chunks = n_full + (k % 8 != 0 ? 1 : 0);
   const bool unrolled = chunks <= 8;
   const int ng = mr / 4;
-  // Registers: one accumulator per row, the chunk's B pattern, two A copies, four temps.
-  const int breg = mr, areg = mr + 1, treg = mr + 3;
+  // Registers: two banks of one accumulator per row, the column corrections, the chunk's B
+  // pattern, two A copies, four temps.
+  const int bank[2] = {0, mr}, corr = 2 * mr, breg = corr + 1, areg = breg + 1, treg = areg + 2;
   if (treg + 4 > s.regs) {
     *why = "register tile too large for the ISA";
     return false;
   }
 
   cg::emit_save_callee_regs(a);
-  a.mov(rsi, ARG(a));
-  a.mov(rcx, ARG(c));
-  a.mov(r9, ARG(n_panels));  // iterations of mr rows
-  a.mov(r12, ARG(lda));
-  a.lea(r13, ptr(r12, r12, 1));
+  a.mov(r9, ARG(n_panels));  // banks of mr rows
   a.mov(r14, ARG(ldc));
   a.lea(r15, ptr(r14, r14, 1));
+  a.mov(r8, ARG(col_corr));  // the accumulators' start: column corrections in the d = 0 lanes
+  a.vmovdqu32(rv(corr), ptr(r8));
+  a.mov(r11, ARG(col_mult));
+  a.mov(rbp, ARG(col_bias));
 
   cg::EpilogueRegs er;
   er.consts = rdi;
@@ -443,82 +462,92 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
   er.ldc3 = r15;
   er.perm = a.newLabel();
 
-  // One 8-byte chunk of K: A of row (g, i) at [base_g + i * lda + a_off], B at [rdx + b_off].
-  const Gp base[4] = {rax, r10, r11, rbp};
-  auto chunk = [&](int a_off, int b_off) {
-    const Vec b = rv(breg);
-    a.vmovdqu32(b, ptr(rdx, b_off));  // (EVEX: registers 16-31)
-    for (int g = 0; g < ng; ++g)
-      for (int i = 0; i < 4; ++i) {
-        const Vec av = rv(areg + (i & 1));
-        const Mem m = i == 0 ? qword_ptr(base[g], a_off) : i == 3 ? qword_ptr(base[g], r13, 0, a_off)
-                                                                  : qword_ptr(base[g], r12, i - 1, a_off);
-        a.vpbroadcastq(av, m);
-        a.emit(Inst::kIdVpdpbusd, rv(g * 4 + i), av, b);
-      }
+  // One 8-byte chunk of K for the bank of rows at rsi into register bank b: A of row i at
+  // [rsi + i * K + a_off] (the plan runs this kernel when lda == K), B at [rdx + b_off].
+  auto chunk = [&](int b, int a_off, int b_off) {
+    const Vec bv = rv(breg);
+    a.vmovdqu32(bv, ptr(rdx, b_off));  // (EVEX: registers 16-31)
+    for (int i = 0; i < mr; ++i) {
+      const Vec av = rv(areg + (i & 1));
+      a.vpbroadcastq(av, qword_ptr(rsi, i * k + a_off));
+      a.emit(Inst::kIdVpdpbusd, rv(bank[b] + i), av, bv);
+    }
   };
-
-  // One iteration of mr rows; emitted twice, for contiguous rows of C (one store per vector) and
-  // for any ldc.
-  auto iteration = [&](Label l_iter) {
-    a.bind(l_iter);
-    a.mov(r8, ARG(col_corr));  // the accumulators' start: column corrections in the d = 0 lanes
-    for (int r = 0; r < mr; ++r) a.vmovdqu32(rv(r), ptr(r8));
-    a.mov(rdx, ARG(b));
-    a.mov(rax, rsi);
-    for (int g = 1; g < ng; ++g) a.lea(base[g], ptr(base[g - 1], r12, 2));  // rows 4g.. (4 lda on)
-    if (unrolled) {
-      for (int t = 0; t < n_full; ++t) chunk(8 * t, t * vbytes);
-      if (k % 8 != 0) chunk(k - 8, n_full * vbytes);  // the row's last 8 bytes
+  // The output of group g (4 rows) of register bank b: per row pair, one vshufps pair and an
+  // add sum the two quads of each column (chunk q holds [r0 c, r0 c+1, r1 c, r1 c+1] for
+  // c = 2q); then the output stage on whole vectors of 16 / N rows. rbx walks down C.
+  auto out_group = [&](int b, int g) {
+    const int r = bank[b] + 4 * g;
+    const Vec t0 = rv(treg + 2), t1 = rv(treg + 3);
+    for (int pr = 0; pr < 2; ++pr) {
+      const int r0 = r + pr * 2;
+      a.vshufps(t0, rv(r0), rv(r0 + 1), 0x88);  // [r0 d0 of c, r0 d0 of c+1, r1 .., r1 ..]
+      a.vshufps(t1, rv(r0), rv(r0 + 1), 0xDD);  // the same for d1
+      a.vpaddd(rv(r0), t0, t1);
+    }
+    if (half) {
+      a.vinserti64x4(zmm(r), zmm(r), ymm(r + 2), 1);
+      cg::emit_output_vec(a, s, key, er, r, false, 0, 0, s.lanes32);
+      a.lea(rbx, ptr(rbx, r14, 2));  // 4 rows on
     } else {
+      cg::emit_output_vec(a, s, key, er, r, false, 0, 0, s.lanes32);
+      a.lea(rbx, ptr(rbx, r14, 1));
+      cg::emit_output_vec(a, s, key, er, r + 2, false, 0, 0, s.lanes32);
+      a.lea(rbx, ptr(rbx, r14, 1));
+    }
+  };
+  // All of K for the bank of rows at rsi into register bank b, with the output of the other
+  // register bank's groups (out_other) spread between its chunks (emit_bank_pipeline).
+  auto k_bank = [&](int b, bool out_other) {
+    for (int i = 0; i < mr; ++i) a.vmovdqa32(rv(bank[b] + i), rv(corr));
+    int done = 0;
+    auto due = [&](int t) {  // groups of the other bank due after chunk t of `chunks`
+      const int d = out_other ? (t + 1) * ng / chunks : 0;
+      for (; done < d; ++done) out_group(1 - b, done);
+    };
+    if (unrolled) {
+      for (int t = 0; t < n_full; ++t) {
+        chunk(b, 8 * t, t * vbytes);
+        due(t);
+      }
+      if (k % 8 != 0) chunk(b, k - 8, n_full * vbytes);  // the row's last 8 bytes
+    } else {
+      due(chunks - 1);  // long K: the other bank's output first, then the loop over chunks
       Label l_k = a.newLabel();
+      a.mov(rdx, ARG(b));
+      a.mov(r10, rsi);
       a.mov(r8, n_full);
       a.bind(l_k);
-      chunk(0, 0);
-      for (int g = 0; g < ng; ++g) a.add(base[g], 8);
+      chunk(b, 0, 0);
+      a.add(rsi, 8);
       a.add(rdx, vbytes);
       a.dec(r8);
       a.jnz(l_k);
-      if (k % 8 != 0) chunk(k % 8 - 8, 0);  // the row's last 8 bytes (bases are 8 * n_full on)
+      if (k % 8 != 0) chunk(b, k % 8 - 8, 0);  // the row's last 8 bytes (rsi is 8 n_full on)
+      a.mov(rsi, r10);
     }
-
-    // Reduce, store: per group of 4 rows, two row pairs.
-    a.mov(r11, ARG(col_mult));
-    a.mov(rbp, ARG(col_bias));
-    a.mov(rbx, rcx);
-    const Vec t0 = rv(treg + 2), t1 = rv(treg + 3);
-    for (int g = 0; g < ng; ++g) {
-      for (int pr = 0; pr < 2; ++pr) {
-        const int r0 = g * 4 + pr * 2;
-        a.vshufps(t0, rv(r0), rv(r0 + 1), 0x88);  // [r0 d0 of c, r0 d0 of c+1, r1 .., r1 ..]
-        a.vshufps(t1, rv(r0), rv(r0 + 1), 0xDD);  // the same for d1
-        a.vpaddd(rv(r0), t0, t1);
-      }
-      if (half) {
-        a.vinserti64x4(zmm(g * 4), zmm(g * 4), ymm(g * 4 + 2), 1);
-        cg::emit_output_vec(a, s, key, er, g * 4, false, 0, 0, s.lanes32);
-        a.lea(rbx, ptr(rbx, r14, 2));  // 4 rows on
-      } else {
-        cg::emit_output_vec(a, s, key, er, g * 4, false, 0, 0, s.lanes32);
-        a.lea(rbx, ptr(rbx, r14, 1));
-        cg::emit_output_vec(a, s, key, er, g * 4 + 2, false, 0, 0, s.lanes32);
-        a.lea(rbx, ptr(rbx, r14, 1));
-      }
-    }
-    a.mov(rcx, rbx);
-    a.lea(rsi, ptr(rsi, r12, 2));  // the next mr rows of A
-    for (int g = 1; g < ng; ++g) a.lea(rsi, ptr(rsi, r12, 2));
-    a.dec(r9);
-    a.jnz(l_iter);
+    due(chunks - 1);
   };
-  const Label l_any = a.newLabel(), l_compact = a.newLabel(), l_done = a.newLabel();
+
+  // The pipeline over the banks; emitted twice, for contiguous rows of C (one store per vector)
+  // and for any ldc.
+  auto pipeline = [&]() {
+    a.mov(rsi, ARG(a));
+    a.mov(rbx, ARG(c));
+    a.mov(rdx, ARG(b));
+    emit_bank_pipeline(a, mr * k, k_bank, [&](int b) {
+      for (int g = 0; g < ng; ++g) out_group(b, g);
+    });
+  };
+  const Label l_any = a.newLabel(), l_done = a.newLabel();
   a.cmp(r14, n * cg::out_elem_bytes(key));
   a.jne(l_any);
   er.narrow_compact = true;
-  iteration(l_compact);
+  pipeline();
   a.jmp(l_done);
+  a.bind(l_any);
   er.narrow_compact = false;
-  iteration(l_any);
+  pipeline();
   a.bind(l_done);
   cg::emit_restore_and_return(a);
   cg::emit_narrow_consts(a, er);

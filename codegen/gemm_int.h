@@ -27,9 +27,10 @@
 //                  by a shift alone (the plan scans the bytes; OCP MX int8 types only).
 //                  (s8, VNNI, u8 A in place) narrow N = 4 or 8: a row's accumulator holds
 //                  2 quads x N columns of each 8-byte K chunk (vpbroadcastq of A); n_panels
-//                  iterations of mr rows per call, A rows args.lda apart, B patterns and
-//                  per-lane arrays in the plan's expanded layout, key.param[1] = K (see
-//                  emit_s8_narrow in gemm_int.cpp)
+//                  banks of mr rows per call, software-pipelined, A rows K bytes apart, B
+//                  patterns and per-lane arrays in the plan's expanded layout, key.param[1] = K
+//                  (see emit_s8_narrow in gemm_int.cpp). With nr = 16: the tall kernel (N <= 16,
+//                  K <= 4 * kTallMaxKGroups, B in registers, the packed panel; emit_s8_tall)
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

@@ -251,8 +251,9 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
   return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa < QJ_ISA_AVX512_VNNI;
 }
 
-// Rows per iteration of the narrow-N kernel: 8 measured as fast as 12 or 16 at 156800 x {4, 8} x 36
-// and faster at 120 x 4 x 288, with fewer rows left to the ordinary kernels.
+// Rows per bank of the narrow-N kernel (two register banks, software-pipelined). Before the
+// pipeline (one register bank per call's iteration) 8 rows measured as fast as 12 or 16 at
+// 156800 x {4, 8} x 36 and faster at 120 x 4 x 288, with fewer rows left to the ordinary kernels.
 constexpr int kNarrowMr = 8;
 // Dense E2M3 GEMM (GemmPlan::kernels_b8): row tiles from which a call unpacks its B blocks into
 // scratch, and the packed A of a row block then (one unpack of B per row block). Measured 4096 x
@@ -335,7 +336,7 @@ void plan_tall(KernelKey key, GemmPlan* p) {
   }
   p->gen_us += ref.gen_us();
   p->narrow = std::move(ref);
-  p->narrow_mr = 2 * key.mr;
+  p->narrow_mr = key.mr;
   p->narrow_tall = true;
 }
 
@@ -937,7 +938,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     return QJ_OK;
   }
   const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
-  if (p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || lda == w.k)) {
+  if (p.narrow_mr > 0 && m >= p.narrow_mr && lda == w.k) {
     // Narrow N: whole groups of narrow_mr rows in one call of the narrow-N kernel (split over the
     // threads by groups), the rows left over by the ordinary kernels below (exact either way).
     const int64_t iters = m / p.narrow_mr;

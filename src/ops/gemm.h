@@ -61,9 +61,9 @@ struct GemmPlan {
   // and ldc, built once here; gemm_run makes one call over every panel.
   bool gemv_direct = false;
   GemmIntArgs gemv_args{};
-  // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole tiles of narrow_mr rows run the
-  // narrow-N kernel on B and the column arrays expanded to its layout; the rows left over
-  // run the ordinary kernels above (both exact: any split gives the same bits).
+  // Narrow N (4 or 8; codegen/gemm_int flags bit 6): when lda == K, whole banks of narrow_mr
+  // rows run the narrow-N kernel on B and the column arrays expanded to its layout; the rows
+  // left over run the ordinary kernels above (both exact: any split gives the same bits).
   KernelRef narrow;
   int narrow_mr = 0;
   AlignedBuffer narrow_b, narrow_cols;  // B patterns [chunks][N][8]; start, mult, bias vectors
