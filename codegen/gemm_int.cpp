@@ -317,6 +317,9 @@ void emit_bank_pipeline(Assembler& a, int bank_bytes, KBank&& k_bank, OutBank&& 
 // key.param[1] = K (a multiple of 4); key.mr = rows per bank; key.n_tail = live columns (0: 16).
 // A row of A is read at [a + row * K + 4 k] (the plan uses it only when lda == K). Output stages:
 // every one of emit_output_vec except row scales, grouped weights and weight zero points (u8 A).
+// Vector registers of the tall kernel with mr rows per bank and kg K quads (see emit_s8_tall).
+int tall_regs(int mr, int kg) { return 2 * mr + kg + 5; }
+
 bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]);
@@ -330,11 +333,11 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
     *why = "tall tiles: unsupported output stage";
     return false;
   }
-  // Registers: two banks of mr accumulators, the kg B vectors, the column corrections, two A
-  // broadcasts, the output stage's two temporaries. (B as the multiplies' memory operand, a
-  // second 64-byte load per vpdpbusd, ran at half the speed.)
+  // Registers (tall_regs): two banks of mr accumulators, the kg B vectors, the column
+  // corrections, two A broadcasts, the output stage's two temporaries. (B as the multiplies'
+  // memory operand, a second 64-byte load per vpdpbusd, ran at half the speed.)
   const int bank[2] = {0, mr}, breg = 2 * mr, corr = breg + kg, areg = corr + 1, treg = areg + 2;
-  if (treg + 2 > s.regs) {
+  if (tall_regs(mr, kg) > s.regs) {
     *why = "register tile too large for the ISA";
     return false;
   }
@@ -1167,6 +1170,13 @@ std::string name(const KernelKey& key) {
 }
 
 }  // namespace
+
+int gemm_int_tall_max_mr(int64_t k, int cap) {
+  const int kg = static_cast<int>(k / 4);
+  for (int mr = cap; mr >= 1; --mr)
+    if (tall_regs(mr, kg) <= 32) return mr;
+  return 0;
+}
 
 int gemm_int_max_mr(const KernelKey& key_in, int cap) {
   KernelKey key = key_in;

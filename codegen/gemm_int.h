@@ -95,5 +95,7 @@ const KernelFamily& gemm_int_family();
 // The largest mr <= cap for which the generator accepts `key` (its mr field is ignored): the
 // register budget is defined once, in the emitter. 0 if none.
 int gemm_int_max_mr(const KernelKey& key, int cap);
+// The same for the tall kernel (flags bit 6, nr = 16; zmm) at this K: rows per bank.
+int gemm_int_tall_max_mr(int64_t k, int cap);
 
 }  // namespace qj

@@ -322,8 +322,8 @@ constexpr int kTallMr = 8;
 // the packed panel and the plan's column arrays as they are. `key` is the plan's s8 key.
 void plan_tall(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
-  // rows per bank: what the registers leave beside B (emit_s8_tall), at most kTallMr
-  key.mr = static_cast<uint16_t>(std::min<int64_t>(kTallMr, (32 - 5 - w.k / 4) / 2));
+  // rows per bank: what the registers leave beside B, at most kTallMr
+  key.mr = static_cast<uint16_t>(gemm_int_tall_max_mr(w.k, kTallMr));
   key.nr = 16;
   key.flags = 64;
   key.n_tail = static_cast<uint16_t>(w.n % 16);
