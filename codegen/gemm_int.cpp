@@ -276,24 +276,44 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   return true;
 }
 
-// The software pipeline of the tall and narrow kernels over r9 = n_panels banks of rows, bank j
-// at rsi + j * bank_bytes, in two register banks that alternate: k_bank(b, out_other) emits all
-// of K for the bank at rsi into register bank b, with the output stage of register bank 1 - b
-// (the previous bank of rows) spread between its K steps when out_other; out_bank(b) emits that
-// output stage alone (the last bank's).
+// The software pipeline of the tall and narrow kernels over r9 = n_panels banks of mr rows of A
+// (rows r12 = lda bytes apart, r13 = 3 lda; a bank at rsi, the next at rsi + mr * lda), in two
+// register banks that alternate: k_bank(b, out_other) emits all of K for the bank at rsi into
+// register bank b, with the output stage of register bank 1 - b (the previous bank of rows)
+// spread between its K steps when out_other; out_bank(b) emits that output stage alone (the
+// last bank's). Row i of the bank is read at a_row(i, off) (rsi for rows 0..3, r10 = rsi + 4 lda
+// for rows 4..7, which each k_bank sets first).
+inline Mem a_row(int i, int off, uint32_t size) {
+  const Gp base = i < 4 ? rsi : r10;
+  Mem m = (i & 3) == 0 ? ptr(base, off) : (i & 3) == 3 ? ptr(base, r13, 0, off) : ptr(base, r12, (i & 3) - 1, off);
+  m.setSize(size);
+  return m;
+}
 template <class KBank, class OutBank>
-void emit_bank_pipeline(Assembler& a, int bank_bytes, KBank&& k_bank, OutBank&& out_bank) {
+void emit_bank_pipeline(Assembler& a, int mr, KBank&& k_bank, OutBank&& out_bank) {
   Label l_loop = a.newLabel(), l_last0 = a.newLabel(), l_last1 = a.newLabel(), l_done = a.newLabel();
-  k_bank(0, false);
+  auto next_bank = [&]() {
+    if (mr == 1 || mr == 2 || mr == 4 || mr == 8) {
+      a.lea(rsi, ptr(rsi, r12, mr == 1 ? 0 : mr == 2 ? 1 : mr == 4 ? 2 : 3));
+    } else {
+      a.imul(rax, r12, mr);
+      a.add(rsi, rax);
+    }
+  };
+  auto bank = [&](int b, bool out_other) {
+    if (mr > 4) a.lea(r10, ptr(rsi, r12, 2));
+    k_bank(b, out_other);
+  };
+  bank(0, false);
   a.dec(r9);
   a.jz(l_last0);
   a.bind(l_loop);
-  a.add(rsi, bank_bytes);
-  k_bank(1, true);
+  next_bank();
+  bank(1, true);
   a.dec(r9);
   a.jz(l_last1);
-  a.add(rsi, bank_bytes);
-  k_bank(0, true);
+  next_bank();
+  bank(0, true);
   a.dec(r9);
   a.jnz(l_loop);
   a.bind(l_last0);
@@ -305,7 +325,7 @@ void emit_bank_pipeline(Assembler& a, int bank_bytes, KBank&& k_bank, OutBank&& 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tall and narrow (flags bit 6 with nr = 16; VNNI, u8 A read in place, rows K bytes apart): one
+// Tall and narrow (flags bit 6 with nr = 16; VNNI, u8 A read in place, rows lda bytes apart): one
 // panel of at most 16 columns and a K of at most kTallMaxKGroups quads, e.g. FBGEMM's
 // 156800 x 16 x 36 (a convolution as a GEMM). With so short a K an mr-row tile spends as long in
 // its output stage as in its multiplies, and the ordinary kernel runs the two one after the other
@@ -315,7 +335,7 @@ void emit_bank_pipeline(Assembler& a, int bank_bytes, KBank&& k_bank, OutBank&& 
 // accumulates its rows, the output stage of the other's rows is emitted between its K steps, so
 // that the conversions and stores issue beside the vpdpbusd instead of after them.
 // key.param[1] = K (a multiple of 4); key.mr = rows per bank; key.n_tail = live columns (0: 16).
-// A row of A is read at [a + row * K + 4 k] (the plan uses it only when lda == K). Output stages:
+// Row i of a bank is read at a_row(i, 4 k) (any lda: args.lda). Output stages:
 // every one of emit_output_vec except row scales, grouped weights and weight zero points (u8 A).
 // Vector registers of the tall kernel with mr rows per bank and kg K quads (see emit_s8_tall).
 int tall_regs(int mr, int kg) { return 2 * mr + kg + 5; }
@@ -325,8 +345,8 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   const int k = static_cast<int>(key.param[1]);
   const int kg = k / 4, mr = key.mr;
   if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 1 || kg > kTallMaxKGroups ||
-      key.nr != 16 || mr < 1) {
-    *why = "tall tiles need avx512_vnni, u8 A, K a multiple of 4 up to 4 * kTallMaxKGroups and nr 16";
+      key.nr != 16 || mr < 1 || mr > 8) {
+    *why = "tall tiles need avx512_vnni, u8 A, K a multiple of 4 up to 4 * kTallMaxKGroups, nr 16 and 1 to 8 rows";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale) {
@@ -352,15 +372,17 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * 64));
   a.mov(r8, ARG(col_corr));
   a.vmovdqu32(s.v(corr), ptr(r8));
-  a.mov(r8, ARG(col_mult));
-  a.mov(r10, ARG(col_bias));
+  a.mov(r11, ARG(col_mult));
+  a.mov(rbp, ARG(col_bias));
+  a.mov(r12, ARG(lda));
+  a.lea(r13, ptr(r12, r12, 1));
 
   cg::EpilogueRegs er;
   er.consts = rdi;
   er.c_row = rbx;
-  er.mult = r8;
-  er.bias = r10;
-  er.row_scale = r11;  // unused (no row scale)
+  er.mult = r11;
+  er.bias = rbp;
+  er.row_scale = rax;  // unused (no row scale)
   er.tmp = rax;
   er.t0 = treg;
   er.t1 = treg + 1;
@@ -378,7 +400,7 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
     for (int q = 0; q < kg; ++q) {
       for (int i = 0; i < mr; ++i) {
         const Vec av = s.v(areg + (next_a++ & 1));
-        a.vpbroadcastd(av, dword_ptr(rsi, i * k + 4 * q));
+        a.vpbroadcastd(av, a_row(i, 4 * q, 4));
         a.vpdpbusd(s.v(bank[b] + i), av, s.v(breg + q));
       }
       // rows of the other bank due by this step: evenly over the kg steps
@@ -386,7 +408,7 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
       for (; done < due; ++done) out_row(1 - b, done);
     }
   };
-  emit_bank_pipeline(a, mr * k, k_bank, [&](int b) {
+  emit_bank_pipeline(a, mr, k_bank, [&](int b) {
     for (int i = 0; i < mr; ++i) out_row(b, i);
   });
   cg::emit_restore_and_return(a);
@@ -410,8 +432,7 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
 // bank accumulates its rows, the reduction and output stage of the other bank's rows are emitted
 // between its chunks (156800 x 4 / 8 x 36: 0.41 / 0.57 -> 0.50 / 0.71 of the VNNI peak).
 // key.param[1] = K; key.mr = rows per bank (4 or 8); key.nr = N.
-// The kernel runs n_panels banks of mr rows (rows K bytes apart in A: the plan runs it when
-// lda == K; C rows ldc apart).
+// The kernel runs n_panels banks of mr rows (A rows args.lda apart, C rows ldc apart).
 // Supported output stages: not grouped, no weight zero points, no row scale, no beta,
 // u8 / s8 / f32 / s32 output (the plan asks for nothing else).
 bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
@@ -444,6 +465,8 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 
   cg::emit_save_callee_regs(a);
   a.mov(r9, ARG(n_panels));  // banks of mr rows
+  a.mov(r12, ARG(lda));
+  a.lea(r13, ptr(r12, r12, 1));
   a.mov(r14, ARG(ldc));
   a.lea(r15, ptr(r14, r14, 1));
   a.mov(r8, ARG(col_corr));  // the accumulators' start: column corrections in the d = 0 lanes
@@ -466,13 +489,13 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
   er.perm = a.newLabel();
 
   // One 8-byte chunk of K for the bank of rows at rsi into register bank b: A of row i at
-  // [rsi + i * K + a_off] (the plan runs this kernel when lda == K), B at [rdx + b_off].
+  // a_row(i, a_off), B at [rdx + b_off].
   auto chunk = [&](int b, int a_off, int b_off) {
     const Vec bv = rv(breg);
     a.vmovdqu32(bv, ptr(rdx, b_off));  // (EVEX: registers 16-31)
     for (int i = 0; i < mr; ++i) {
       const Vec av = rv(areg + (i & 1));
-      a.vpbroadcastq(av, qword_ptr(rsi, i * k + a_off));
+      a.vpbroadcastq(av, a_row(i, a_off, 8));
       a.emit(Inst::kIdVpdpbusd, rv(bank[b] + i), av, bv);
     }
   };
@@ -518,16 +541,18 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
       due(chunks - 1);  // long K: the other bank's output first, then the loop over chunks
       Label l_k = a.newLabel();
       a.mov(rdx, ARG(b));
-      a.mov(r10, rsi);
+      a.mov(rcx, rsi);
       a.mov(r8, n_full);
       a.bind(l_k);
       chunk(b, 0, 0);
       a.add(rsi, 8);
+      if (mr > 4) a.add(r10, 8);
       a.add(rdx, vbytes);
       a.dec(r8);
       a.jnz(l_k);
       if (k % 8 != 0) chunk(b, k % 8 - 8, 0);  // the row's last 8 bytes (rsi is 8 n_full on)
-      a.mov(rsi, r10);
+      a.mov(rsi, rcx);
+      if (mr > 4) a.lea(r10, ptr(rsi, r12, 2));
     }
     due(chunks - 1);
   };
@@ -538,7 +563,7 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
     a.mov(rsi, ARG(a));
     a.mov(rbx, ARG(c));
     a.mov(rdx, ARG(b));
-    emit_bank_pipeline(a, mr * k, k_bank, [&](int b) {
+    emit_bank_pipeline(a, mr, k_bank, [&](int b) {
       for (int g = 0; g < ng; ++g) out_group(b, g);
     });
   };

@@ -27,7 +27,7 @@
 //                  by a shift alone (the plan scans the bytes; OCP MX int8 types only).
 //                  (s8, VNNI, u8 A in place) narrow N = 4 or 8: a row's accumulator holds
 //                  2 quads x N columns of each 8-byte K chunk (vpbroadcastq of A); n_panels
-//                  banks of mr rows per call, software-pipelined, A rows K bytes apart, B
+//                  banks of mr rows per call, software-pipelined, A rows args.lda apart, B
 //                  patterns and per-lane arrays in the plan's expanded layout, key.param[1] = K
 //                  (see emit_s8_narrow in gemm_int.cpp). With nr = 16: the tall kernel (N <= 16,
 //                  K <= 4 * kTallMaxKGroups, B in registers, the packed panel; emit_s8_tall)

@@ -640,12 +640,12 @@ TEST_P(GemmInt8, NarrowN) {
       }
 }
 
-// N <= 16 (not 4 or 8) with u8 A in place (lda == K, K a multiple of 4 up to 4 *
-// kTallMaxKGroups) on VNNI run the tall kernel (codegen/gemm_int emit_s8_tall) for whole
-// iterations of two banks of rows, software-pipelined, and the ordinary kernels for the rows left
-// over: the plan takes it (checked), every output type, bias / ReLU, zero points, full-range
-// values, partial panels (N < 16), rows per bank from 8 (K <= 44) down to 4 (K = 76), iterations
-// 1 to many, padded rows of C, partitions. lda != K, K % 4 != 0 and K > 76 take the ordinary
+// N <= 16 (not 4 or 8) with u8 A in place (K a multiple of 4 up to 4 * kTallMaxKGroups, any lda)
+// on VNNI run the tall kernel (codegen/gemm_int emit_s8_tall) for whole banks of rows,
+// software-pipelined in two register banks, and the ordinary kernels for the rows left over: the
+// plan takes it (checked), every output type, bias / ReLU, zero points, full-range values,
+// partial panels (N < 16), rows per bank from 8 (K <= 44) down to 4 (K = 76), one bank to many
+// (odd and even counts), padded rows of A and C, partitions. K % 4 != 0 and K > 76 take the ordinary
 // kernels on the same data; other tiers and A types too.
 TEST_P(GemmInt8, TallN) {
   uint32_t seed = 2700;
@@ -663,7 +663,7 @@ TEST_P(GemmInt8, TallN) {
         c.bias = seed % 4 != 2;
         c.a_zp_val = (seed % 3 == 0) ? 0 : (seed % 3 == 1) ? (c.a_type == QJ_U8 ? 255 : -128) : 17;
         c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
-        c.lda_pad = seed % 9 == 4 ? 3 : 0;
+        c.lda_pad = seed % 4 == 1 ? 3 : seed % 4 == 2 ? 64 : 0;
         c.ldc_pad = seed % 3 ? 0 : 5;
         c.beta = (seed % 8 == 7) ? 0.5f : 0.0f;
         c.threads = m >= 32 ? 1 + static_cast<int>(seed % 3) : 1;

@@ -938,7 +938,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     return QJ_OK;
   }
   const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
-  if (p.narrow_mr > 0 && m >= p.narrow_mr && lda == w.k) {
+  if (p.narrow_mr > 0 && m >= p.narrow_mr) {
     // Narrow N: whole groups of narrow_mr rows in one call of the narrow-N kernel (split over the
     // threads by groups), the rows left over by the ordinary kernels below (exact either way).
     const int64_t iters = m / p.narrow_mr;

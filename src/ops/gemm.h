@@ -61,15 +61,15 @@ struct GemmPlan {
   // and ldc, built once here; gemm_run makes one call over every panel.
   bool gemv_direct = false;
   GemmIntArgs gemv_args{};
-  // Narrow N (4 or 8; codegen/gemm_int flags bit 6): when lda == K, whole banks of narrow_mr
-  // rows run the narrow-N kernel on B and the column arrays expanded to its layout; the rows
-  // left over run the ordinary kernels above (both exact: any split gives the same bits).
+  // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
+  // narrow-N kernel on B and the column arrays expanded to its layout; the rows left over run
+  // the ordinary kernels above (both exact: any split gives the same bits).
   KernelRef narrow;
   int narrow_mr = 0;
   AlignedBuffer narrow_b, narrow_cols;  // B patterns [chunks][N][8]; start, mult, bias vectors
   // Tall and narrow (N <= 16 other than 4 and 8, K <= 4 * kTallMaxKGroups; codegen/gemm_int
   // flags bit 6 with nr = 16): `narrow` is the software-pipelined kernel of emit_s8_tall, run as
-  // the narrow-N kernel is, on the packed panel and the plan's column arrays, when lda == K.
+  // the narrow-N kernel is, on the packed panel and the plan's column arrays.
   bool narrow_tall = false;
   ref::IntWeights ref_w;    // scalar path only (integer weights)
   ref::FloatWeights ref_fw; // scalar path only (float weights)
