@@ -324,6 +324,9 @@ void emit_bank_pipeline(Assembler& a, int mr, KBank&& k_bank, OutBank&& out_bank
   a.bind(l_done);
 }
 
+// Vector registers of the tall kernel with mr rows per bank and kg K quads (see emit_s8_tall).
+int tall_regs(int mr, int kg) { return 2 * mr + kg + 5; }
+
 // ---------------------------------------------------------------------------------------------
 // Tall and narrow (flags bit 6 with nr = 16; VNNI, u8 A read in place, rows lda bytes apart): one
 // panel of at most 16 columns and a K of at most kTallMaxKGroups quads, e.g. FBGEMM's
@@ -337,9 +340,6 @@ void emit_bank_pipeline(Assembler& a, int mr, KBank&& k_bank, OutBank&& out_bank
 // key.param[1] = K (a multiple of 4); key.mr = rows per bank; key.n_tail = live columns (0: 16).
 // Row i of a bank is read at a_row(i, 4 k) (any lda: args.lda). Output stages:
 // every one of emit_output_vec except row scales, grouped weights and weight zero points (u8 A).
-// Vector registers of the tall kernel with mr rows per bank and kg K quads (see emit_s8_tall).
-int tall_regs(int mr, int kg) { return 2 * mr + kg + 5; }
-
 bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]);

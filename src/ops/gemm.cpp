@@ -313,13 +313,14 @@ qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   return QJ_OK;
 }
 
-// Rows per bank of the tall kernel (emit_s8_tall: two banks, 2 * kTallMr rows per iteration).
+// Rows per bank of the tall kernel (emit_s8_tall: two register banks alternate over the banks).
 // Measured (fraction of the VNNI peak, 156800 x 16 x 36 / 20000 x 16 x 64): 8 rows 0.865-0.872 /
 // 0.85-0.90, 6 rows 0.863 / 0.90-0.91, 4 rows 0.82-0.86 / 0.84-0.86; K above 44 leaves fewer
 // registers (plan_tall).
 constexpr int kTallMr = 8;
-// The tall kernel (codegen/gemm_int flags bit 6, nr = 16) for N <= 16, u8 A in place: it reads
-// the packed panel and the plan's column arrays as they are. `key` is the plan's s8 key.
+// The tall kernel (codegen/gemm_int flags bit 6, nr = 16) for N <= 16 where the narrow-N kernel
+// does not apply (N other than 4 / 8, K < 8, bf16 output, beta), u8 A in place: it reads the
+// packed panel and the plan's column arrays as they are. `key` is the plan's s8 key.
 void plan_tall(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   // rows per bank: what the registers leave beside B, at most kTallMr
