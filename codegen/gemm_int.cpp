@@ -285,7 +285,9 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
 // for rows 4..7, which each k_bank sets first).
 inline Mem a_row(int i, int off, uint32_t size) {
   const Gp base = i < 4 ? rsi : r10;
-  Mem m = (i & 3) == 0 ? ptr(base, off) : (i & 3) == 3 ? ptr(base, r13, 0, off) : ptr(base, r12, (i & 3) - 1, off);
+  Mem m = (i & 3) == 0   ? ptr(base, off)
+          : (i & 3) == 3 ? ptr(base, r13, 0, off)
+                         : ptr(base, r12, (i & 3) - 1, off);
   m.setSize(size);
   return m;
 }
@@ -346,7 +348,8 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   const int kg = k / 4, mr = key.mr;
   if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 1 || kg > kTallMaxKGroups ||
       key.nr != 16 || mr < 1 || mr > 8) {
-    *why = "tall tiles need avx512_vnni, u8 A, K a multiple of 4 up to 4 * kTallMaxKGroups, nr 16 and 1 to 8 rows";
+    *why = "tall tiles need avx512_vnni, u8 A, K a multiple of 4 up to 4 * kTallMaxKGroups, nr 16 "
+           "and 1 to 8 rows";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale) {

@@ -67,9 +67,10 @@ struct GemmPlan {
   KernelRef narrow;
   int narrow_mr = 0;
   AlignedBuffer narrow_b, narrow_cols;  // B patterns [chunks][N][8]; start, mult, bias vectors
-  // Tall and narrow (N <= 16 where the narrow-N kernel does not apply, K <= 4 * kTallMaxKGroups; codegen/gemm_int
-  // flags bit 6 with nr = 16): `narrow` is the software-pipelined kernel of emit_s8_tall, run as
-  // the narrow-N kernel is, on the packed panel and the plan's column arrays.
+  // Tall and narrow (N <= 16 where the narrow-N kernel does not apply, K <= 4 *
+  // kTallMaxKGroups; codegen/gemm_int flags bit 6 with nr = 16): `narrow` is the
+  // software-pipelined kernel of emit_s8_tall, run as the narrow-N kernel is, on the packed
+  // panel and the plan's column arrays.
   bool narrow_tall = false;
   ref::IntWeights ref_w;    // scalar path only (integer weights)
   ref::FloatWeights ref_fw; // scalar path only (float weights)
