@@ -110,6 +110,21 @@ void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
   }
 }
 
+// The output stage's registers of the integer kernels: the argument struct (its EpilogueConsts)
+// at rdi, the C row in rbx, rax scratch; the per-column arrays and the row scales where given.
+cg::EpilogueRegs epilogue_regs(const Gp& mult, const Gp& bias, const Gp& row_scale, int t0, int t1) {
+  cg::EpilogueRegs er;
+  er.consts = rdi;
+  er.c_row = rbx;
+  er.mult = mult;
+  er.bias = bias;
+  er.row_scale = row_scale;
+  er.tmp = rax;
+  er.t0 = t0;
+  er.t1 = t1;
+  return er;
+}
+
 // The end of a panel for both integer kernels: per-column arrays at this panel (r8 multipliers,
 // r10 bias, r11 row scales), the shared output stage and panel loop, then the return.
 void emit_panel_output(Assembler& a, const cg::Simd& s, const KernelKey& key, int mr, int nr,
@@ -119,15 +134,7 @@ void emit_panel_output(Assembler& a, const cg::Simd& s, const KernelKey& key, in
   a.mov(r10, ARG(col_bias));
   a.add(r10, rbp);
   a.mov(r11, ARG(row_scale));
-  cg::EpilogueRegs er;
-  er.consts = rdi;
-  er.c_row = rbx;
-  er.mult = r8;
-  er.bias = r10;
-  er.row_scale = r11;
-  er.tmp = rax;
-  er.t0 = t0;
-  er.t1 = t1;
+  cg::EpilogueRegs er = epilogue_regs(r8, r10, r11, t0, t1);
   cg::PanelEnd pe;
   pe.mr = mr;
   pe.nr = nr;
@@ -291,6 +298,24 @@ inline Mem a_row(int i, int off, uint32_t size) {
   m.setSize(size);
   return m;
 }
+// The prologue both pipelined kernels share: registers saved, r9 = banks, r12 = lda, r13 = 3 lda,
+// r14 = ldc, r15 = 3 ldc, the column corrections (the accumulators' start) in vector register
+// `corr`; returns the output stage's registers (r11 multipliers, rbp bias, rax scratch, rbx the C
+// row, temporaries t0 and t0 + 1).
+cg::EpilogueRegs emit_bank_prologue(Assembler& a, const Vec& corr, int t0) {
+  cg::emit_save_callee_regs(a);
+  a.mov(r9, ARG(n_panels));  // banks of mr rows
+  a.mov(r12, ARG(lda));
+  a.lea(r13, ptr(r12, r12, 1));
+  a.mov(r14, ARG(ldc));
+  a.lea(r15, ptr(r14, r14, 1));
+  a.mov(r8, ARG(col_corr));
+  a.vmovdqu32(corr, ptr(r8));
+  a.mov(r11, ARG(col_mult));
+  a.mov(rbp, ARG(col_bias));
+  return epilogue_regs(r11, rbp, rax, t0, t0 + 1);  // (no row scale: rax is only scratch)
+}
+
 template <class KBank, class OutBank>
 void emit_bank_pipeline(Assembler& a, int mr, KBank&& k_bank, OutBank&& out_bank) {
   Label l_loop = a.newLabel(), l_last0 = a.newLabel(), l_last1 = a.newLabel(), l_done = a.newLabel();
@@ -366,29 +391,11 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   }
   const int lanes = key.n_tail ? key.n_tail : 16;
 
-  cg::emit_save_callee_regs(a);
+  cg::EpilogueRegs er = emit_bank_prologue(a, s.v(corr), treg);
   a.mov(rsi, ARG(a));
   a.mov(rbx, ARG(c));
-  a.mov(r9, ARG(n_panels));  // banks of mr rows
-  a.mov(r14, ARG(ldc));
   a.mov(rdx, ARG(b));
   for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * 64));
-  a.mov(r8, ARG(col_corr));
-  a.vmovdqu32(s.v(corr), ptr(r8));
-  a.mov(r11, ARG(col_mult));
-  a.mov(rbp, ARG(col_bias));
-  a.mov(r12, ARG(lda));
-  a.lea(r13, ptr(r12, r12, 1));
-
-  cg::EpilogueRegs er;
-  er.consts = rdi;
-  er.c_row = rbx;
-  er.mult = r11;
-  er.bias = rbp;
-  er.row_scale = rax;  // unused (no row scale)
-  er.tmp = rax;
-  er.t0 = treg;
-  er.t1 = treg + 1;
   // The output stage of row i of bank b (C rows in order: rbx walks down C by ldc).
   auto out_row = [&](int b, int i) {
     cg::emit_output_vec(a, s, key, er, bank[b] + i, false, 0, 0, lanes);
@@ -466,26 +473,8 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
     return false;
   }
 
-  cg::emit_save_callee_regs(a);
-  a.mov(r9, ARG(n_panels));  // banks of mr rows
-  a.mov(r12, ARG(lda));
-  a.lea(r13, ptr(r12, r12, 1));
-  a.mov(r14, ARG(ldc));
-  a.lea(r15, ptr(r14, r14, 1));
-  a.mov(r8, ARG(col_corr));  // the accumulators' start: column corrections in the d = 0 lanes
-  a.vmovdqu32(rv(corr), ptr(r8));
-  a.mov(r11, ARG(col_mult));
-  a.mov(rbp, ARG(col_bias));
-
-  cg::EpilogueRegs er;
-  er.consts = rdi;
-  er.c_row = rbx;
-  er.mult = r11;
-  er.bias = rbp;
-  er.row_scale = rax;  // unused (no row scale)
-  er.tmp = rax;
-  er.t0 = treg;
-  er.t1 = treg + 1;
+  // (the column corrections sit in the d = 0 lanes)
+  cg::EpilogueRegs er = emit_bank_prologue(a, rv(corr), treg);
   er.narrow_n = n;
   er.ldc1 = r14;
   er.ldc3 = r15;
