@@ -364,7 +364,9 @@ int tall_regs(int mr, int kg) { return 2 * mr + kg + 5; }
 // software-pipelined in two register banks of mr accumulators (emit_bank_pipeline): while one
 // accumulates its rows, the output stage of the other's rows is emitted between its K steps, so
 // that the conversions and stores issue beside the vpdpbusd instead of after them.
-// key.param[1] = K (a multiple of 4); key.mr = rows per bank; key.n_tail = live columns (0: 16).
+// key.param[1] = K (a multiple of 4); key.param[3] = bytes between the K quads of B (0: 64, a panel
+// of 16 columns; 4 nr for the 16 columns at args.b inside a wider panel); key.mr = rows per bank;
+// key.n_tail = live columns (0: 16).
 // Row i of a bank is read at a_row(i, 4 k) (any lda: args.lda). Output stages:
 // every one of emit_output_vec except row scales, grouped weights and weight zero points (u8 A).
 bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
@@ -395,7 +397,8 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(rsi, ARG(a));
   a.mov(rbx, ARG(c));
   a.mov(rdx, ARG(b));
-  for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * 64));
+  const int b_stride = key.param[3] ? static_cast<int>(key.param[3]) : 64;  // bytes per K quad of B
+  for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * b_stride));
   // The output stage of row i of bank b (C rows in order: rbx walks down C by ldc).
   auto out_row = [&](int b, int i) {
     cg::emit_output_vec(a, s, key, er, bank[b] + i, false, 0, 0, lanes);
@@ -1181,7 +1184,9 @@ std::string name(const KernelKey& key) {
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                 (key.flags & 64) ? (key.nr == 16 ? "_tall" : "_narrow") : (key.flags & 1) ? "_dual" : "",
                 key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str()
-                : (key.flags & 64) ? ("_k" + std::to_string(key.param[1])).c_str() : "",
+                : (key.flags & 64) ? ("_k" + std::to_string(key.param[1]) +
+                                      (key.param[3] ? "_bs" + std::to_string(key.param[3]) : "")).c_str()
+                                   : "",
                 stage == 3 ? "_klast" : "");
   return buf;
 }

@@ -99,8 +99,9 @@ uint64_t pinned(const std::vector<const Case*>& live) {
   std::set<const void*> seen;
   uint64_t bytes = 0;
   for (const Case* c : live)
-    for (const qj::KernelRef& r : c->plan->kernels)
+    c->plan->for_each_kernel([&](const qj::KernelRef& r) {
       if (seen.insert(r.entry()).second) bytes += r.code_bytes();
+    });
   return bytes;
 }
 

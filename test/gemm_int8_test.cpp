@@ -640,19 +640,22 @@ TEST_P(GemmInt8, NarrowN) {
       }
 }
 
-// N <= 16 (not 4 or 8) with u8 A in place (K a multiple of 4 up to 4 * kTallMaxKGroups, any lda)
-// on VNNI run the tall kernel (codegen/gemm_int emit_s8_tall) for whole banks of rows,
-// software-pipelined in two register banks, and the ordinary kernels for the rows left over: the
-// plan takes it (checked), every output type, bias / ReLU, zero points, full-range values,
-// partial panels (N < 16), rows per bank from 8 (K <= 44) down to 4 (K = 76), one bank to many
-// (odd and even counts), padded rows of A and C, partitions. K % 4 != 0 and K > 76 take the ordinary
+// u8 A in place with K a multiple of 4 up to 4 * kTallMaxKGroups (any lda, N other than the
+// narrow-N kernel's 4 and 8) on VNNI run the tall kernels (codegen/gemm_int emit_s8_tall) on each
+// 16 columns of the panels in turn, for whole banks of rows, software-pipelined in two register
+// banks, and the ordinary kernels for the rows left over: the plan takes them (checked), every
+// output type, bias / ReLU, zero points, full-range values, N < 16, N % 16 != 0 (the tail kernel)
+// and several panels (N up to 100: panels of 32 / 48 / 64 columns), rows per bank from 8
+// (K <= 44) down to 4 (K = 76), one bank to many (odd and even counts), padded rows of A and C,
+// partitions. K % 4 != 0 and K > 76 take the ordinary
 // kernels on the same data; other tiers and A types too.
 TEST_P(GemmInt8, TallN) {
   uint32_t seed = 2700;
   for (int64_t k : {4, 8, 36, 44, 48, 52, 64, 76, 80, 38})
-    for (int64_t n : {1, 3, 9, 12, 15, 16})
+    for (int64_t n : {1, 3, 9, 12, 15, 16, 17, 32, 40, 64, 100})
       for (int64_t m : {15, 16, 17, 29, 31, 32, 33, 100}) {
         if ((m + n + k) % 2 == 1 && m != 16 && m != 33) continue;  // a sample of the rest
+        if (n > 16 && (m + k) % 3 != 0) continue;
         GemmCase c;
         c.k = k;
         c.n = n;
@@ -675,9 +678,25 @@ TEST_P(GemmInt8, TallN) {
         c.beta = 0.0f;
         EXPECT_CASE(c);
       }
+  // Several row blocks (GemmPlan::tall_block: about a third of L1 of A rows, 296 rows at K = 36),
+  // each visiting every 16 columns.
+  for (int64_t k : {36, 64})
+    for (int64_t n : {24, 64}) {
+      GemmCase c;
+      c.k = k;
+      c.n = n;
+      c.m = 701;
+      c.threads = n == 24 ? 1 : 3;
+      c.seed = ++seed;
+      EXPECT_CASE(with_out(c, kOutTypes[seed % 5]));
+      // rows of C 4096 bytes or more apart: the ordinary kernels (kTallMaxRowBytes)
+      c.ldc_pad = 1024 - n;
+      c.m = 40;
+      EXPECT_CASE(with_out(c, QJ_F32));
+    }
   // The plan holds the tall kernel exactly where it applies.
   for (int64_t k : {4, 36, 76, 80, 38})
-    for (int64_t n : {3, 8, 16, 17}) {
+    for (int64_t n : {3, 8, 16, 17, 200}) {
       qj_weights_desc wd{};
       wd.dtype = QJ_S8;
       wd.k = k;
@@ -698,7 +717,7 @@ TEST_P(GemmInt8, TallN) {
       std::unique_ptr<qj::GemmPlan> p;
       ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
       const bool narrow = n == 8 && k >= 8;  // the narrow-N kernel's case
-      const bool tall = isa() >= QJ_ISA_AVX512_VNNI && n <= 16 && !narrow && k % 4 == 0 && k <= 76;
+      const bool tall = isa() >= QJ_ISA_AVX512_VNNI && !narrow && k % 4 == 0 && k <= 76;
       EXPECT_EQ(p->narrow_tall, tall) << "k " << k << " n " << n;
       if (tall) EXPECT_EQ(p->narrow_mr, k <= 44 ? 8 : 4) << "k " << k;  // rows per bank: 8, or 4 at K = 76
     }
@@ -913,8 +932,9 @@ TEST_P(GemmInt8, BoundedRequantization) {
         if (isa() != QJ_ISA_SCALAR) {
           std::unique_ptr<qj::GemmPlan> plan = internal_s8_plan(isa(), k, n, 0.02f, 0.05f, ct, cs);
           ASSERT_TRUE(plan);
-          for (const qj::KernelRef& r : plan->kernels)
+          plan->for_each_kernel([&](const qj::KernelRef& r) {
             EXPECT_EQ(r.name().find("_reqb_") != std::string::npos, bounded) << r.name() << " c_scale=" << cs;
+          });
         }
         for (int v : {qjt::kRandom, qjt::kExtremes, qjt::kMaxPos, qjt::kMaxNeg})
           for (int32_t zc : {ct == QJ_U8 ? 0 : -128, ct == QJ_U8 ? 200 : 5, ct == QJ_U8 ? 255 : 127})

@@ -74,9 +74,10 @@ TEST(VerboseChild, DISABLED_Run) {
   for (int i = 0; i < 7; ++i) {
     plans.push_back(child_plan(i));
     ASSERT_TRUE(plans.back()) << qj_last_error();
-    for (const qj::KernelRef& r : plans.back()->plan->kernels)
+    plans.back()->plan->for_each_kernel([](const qj::KernelRef& r) {
       std::printf("QJT_KERNEL %d %s %p %zu\n", r.gen_us() > 0 ? 1 : 0, r.name().c_str(), r.entry(),
                   r.code_bytes());
+    });
   }
   qj_cache_stats_t s;
   qj_cache_stats(&s);
@@ -175,7 +176,8 @@ unsigned long long stat_of(const Child& c, const std::string& key) {
 // docs/kernel-naming.md
 const std::regex kCanonical(
     "gemm_(u8s8|s16s16)_acc32_(raw|reqb?|deq)_(u8|s8|s32|f32|bf16)(_grp)?(_bzp)?(_bias)?(_relu)?(_dyn)?"
-    "(_beta)?__(avx2|avx512|avx512vnni)_[0-9]+x[0-9]+c[24](_t[0-9]+)?(_dual)?(_lda[0-9]+)?(_klast)?");
+    "(_beta)?__(avx2|avx512|avx512vnni)_[0-9]+x[0-9]+c[24](_t[0-9]+)?(_dual|_narrow|_tall)?"
+    "(_lda[0-9]+|_k[0-9]+(_bs[0-9]+)?)?(_klast)?");
 const std::regex kJitLine("quantjit: jit,([A-Za-z0-9_]+),([0-9]+) bytes,([0-9]+(\\.[0-9]+)?) us");
 
 std::vector<qj_isa> jit_isas() {

@@ -313,32 +313,48 @@ qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   return QJ_OK;
 }
 
+static int c_bytes(qj_dtype c_type) { return c_type == QJ_U8 || c_type == QJ_S8 ? 1 : (c_type == QJ_BF16 ? 2 : 4); }
+
 // Rows per bank of the tall kernel (emit_s8_tall: two register banks alternate over the banks).
 // Measured (fraction of the VNNI peak, 156800 x 16 x 36 / 20000 x 16 x 64): 8 rows 0.865-0.872 /
 // 0.85-0.90, 6 rows 0.863 / 0.90-0.91, 4 rows 0.82-0.86 / 0.84-0.86; K above 44 leaves fewer
 // registers (plan_tall).
 constexpr int kTallMr = 8;
-// The tall kernel (codegen/gemm_int flags bit 6, nr = 16) for N <= 16 where the narrow-N kernel
-// does not apply (N other than 4 / 8, K < 8, bf16 output, beta), u8 A in place: it reads the
-// packed panel and the plan's column arrays as they are. `key` is the plan's s8 key.
+// Above 16 columns the tall kernels store 16 columns of many rows per call, each row ldc apart:
+// with rows of C 4096 bytes or more apart that ran slower than the ordinary kernels (u8 C,
+// 64 / 128 / 256 x 4096 x 36: 0.77 -> 0.50-0.58 of the peak; f32 C at N = 1024 too), below it
+// faster (u8 C, N = 64 / 256 / 1024, M = 128 to 1024, K = 36: 0.66-0.76 -> 0.83-0.86).
+constexpr int64_t kTallMaxRowBytes = 4096;
+// The tall kernels (codegen/gemm_int flags bit 6, nr = 16) where the narrow-N kernel does not
+// apply (N other than 4 / 8, K < 8, bf16 output, beta), u8 A in place: they read 16 columns of
+// the packed panels (K quads nr * 4 bytes apart) and the plan's column arrays as they are: one
+// kernel for 16 columns, one for the last N % 16. `key` is the plan's s8 key.
 void plan_tall(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   // rows per bank: what the registers leave beside B, at most kTallMr
   key.mr = static_cast<uint16_t>(gemm_int_tall_max_mr(w.k, kTallMr));
   key.nr = 16;
   key.flags = 64;
-  key.n_tail = static_cast<uint16_t>(w.n % 16);
   key.param[0] = 0;
   key.param[1] = static_cast<uint32_t>(w.k);
-  KernelRef ref;
-  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
+  key.param[3] = static_cast<uint32_t>(w.nr * 4);
+  KernelRef full, tail;
+  key.n_tail = 0;
+  qj_status st = w.n >= 16 ? acquire_kernel(key, gemm_int_family(), &full) : QJ_OK;
+  key.n_tail = static_cast<uint16_t>(w.n % 16);
+  if (st == QJ_OK && key.n_tail) st = acquire_kernel(key, gemm_int_family(), &tail);
+  if (st != QJ_OK) {
     QJ_LOG(1, "gemm: tall kernel declined (%s); using the ordinary kernels", last_error());
     return;
   }
-  p->gen_us += ref.gen_us();
-  p->narrow = std::move(ref);
+  p->gen_us += (full ? full.gen_us() : 0) + (tail ? tail.gen_us() : 0);
+  p->narrow = full ? std::move(full) : std::move(tail);
+  p->narrow_tail = std::move(tail);
   p->narrow_mr = key.mr;
   p->narrow_tall = true;
+  // Banks of rows per call: A rows of the block stay in L1 (a third of it) while the kernels
+  // visit each 16 columns.
+  p->tall_block = std::max<int64_t>(1, static_cast<int64_t>(l1d_cache_bytes() / 3) / (w.k * key.mr));
 }
 
 void gemm_hide_vbmi_for_tests(bool hide) { g_hide_vbmi.store(hide, std::memory_order_relaxed); }
@@ -610,8 +626,9 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
         (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32))
       QJ_TRY(plan_narrow(key, p.get()));
-    else if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 && n <= 16 &&
-             w->k % 4 == 0 && w->k / 4 <= kTallMaxKGroups && w->layout == PackLayout::kQuad8 && w->nr == 16 &&
+    else if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 &&
+             (n <= 16 || n * c_bytes(desc.c_type) < kTallMaxRowBytes) &&
+             w->k % 4 == 0 && w->k / 4 <= kTallMaxKGroups && w->layout == PackLayout::kQuad8 && w->nr % 16 == 0 &&
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty())
       plan_tall(key, p.get());
     if (p->jit && !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k == w->kp && w->zero_points.empty()) {
@@ -938,8 +955,8 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     ref::gemm_int(d, p.ref_w, m, a, lda, c, ldc);
     return QJ_OK;
   }
-  const int out_bytes = d.c_type == QJ_U8 || d.c_type == QJ_S8 ? 1 : (d.c_type == QJ_BF16 ? 2 : 4);
-  if (p.narrow_mr > 0 && m >= p.narrow_mr) {
+  const int out_bytes = c_bytes(d.c_type);
+  if (p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || ldc * out_bytes < kTallMaxRowBytes)) {
     // Narrow N: whole groups of narrow_mr rows in one call of the narrow-N kernel (split over the
     // threads by groups), the rows left over by the ordinary kernels below (exact either way).
     const int64_t iters = m / p.narrow_mr;
@@ -953,17 +970,29 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       args.ldc = ldc * out_bytes;
       args.n_panels = r.end - r.begin;
       if (p.narrow_tall) {
-        args.b = w.packed.data<uint8_t>();
-        args.col_corr = p.col_corr.data<int32_t>();
-        args.col_mult = p.col_mult.data<float>();
-        args.col_bias = p.col_bias.data<float>();
+        // Blocks of tall_block banks; within a block, each 16 columns of B in turn.
+        const int64_t subs = (w.n + 15) / 16, per_panel = w.nr / 16;
+        for (int64_t b0 = r.begin; b0 < r.end; b0 += p.tall_block) {
+          const int64_t b1 = std::min(r.end, b0 + p.tall_block);
+          args.a = static_cast<const uint8_t*>(a) + b0 * p.narrow_mr * lda;
+          args.n_panels = b1 - b0;
+          for (int64_t j = 0; j < subs; ++j) {
+            args.c = static_cast<uint8_t*>(c) + (b0 * p.narrow_mr * ldc + 16 * j) * out_bytes;
+            args.b = w.packed.data<uint8_t>() + (j / per_panel) * w.panel_bytes() + (j % per_panel) * 64;
+            args.col_corr = p.col_corr.data<int32_t>() + 16 * j;
+            args.col_mult = p.col_mult.data<float>() + 16 * j;
+            args.col_bias = p.col_bias.data<float>() + 16 * j;
+            const KernelRef& kr = j + 1 == subs && p.narrow_tail ? p.narrow_tail : p.narrow;
+            kr.fn<GemmIntKernel>()(&args);
+          }
+        }
       } else {
         args.b = p.narrow_b.data<uint8_t>();
         args.col_corr = p.narrow_cols.data<int32_t>();
         args.col_mult = reinterpret_cast<const float*>(args.col_corr + 16);
         args.col_bias = args.col_mult + 16;
+        p.narrow.fn<GemmIntKernel>()(&args);
       }
-      p.narrow.fn<GemmIntKernel>()(&args);
     }
     const int64_t m4 = iters * p.narrow_mr;
     if (m4 == m) return QJ_OK;

@@ -67,11 +67,24 @@ struct GemmPlan {
   KernelRef narrow;
   int narrow_mr = 0;
   AlignedBuffer narrow_b, narrow_cols;  // B patterns [chunks][N][8]; start, mult, bias vectors
-  // Tall and narrow (N <= 16 where the narrow-N kernel does not apply, K <= 4 *
-  // kTallMaxKGroups; codegen/gemm_int flags bit 6 with nr = 16): `narrow` is the
-  // software-pipelined kernel of emit_s8_tall, run as the narrow-N kernel is, on the packed
-  // panel and the plan's column arrays.
+  // Tall (K <= 4 * kTallMaxKGroups, N not the narrow-N kernel's; codegen/gemm_int flags bit 6
+  // with nr = 16): `narrow` is the software-pipelined kernel of emit_s8_tall for 16 columns (or
+  // for all N when N < 16), `narrow_tail` the one for the last N % 16 columns (N > 16). gemm_run
+  // runs them on each 16 columns of the packed panels in turn, for blocks of tall_block banks of
+  // rows (A read from L1 after the first 16 columns), with the plan's column arrays.
   bool narrow_tall = false;
+  KernelRef narrow_tail;
+  int64_t tall_block = 0;
+  // Every kernel the plan holds (and so pins in the cache), each once.
+  template <class F>
+  void for_each_kernel(F&& f) const {
+    for (const KernelRef& r : kernels) f(r);
+    for (const KernelRef& r : kernels_b8) f(r);
+    for (const auto& stage : kblock_kernels)
+      for (const KernelRef& r : stage) f(r);
+    if (narrow) f(narrow);
+    if (narrow_tail) f(narrow_tail);
+  }
   ref::IntWeights ref_w;    // scalar path only (integer weights)
   ref::FloatWeights ref_fw; // scalar path only (float weights)
   double gen_us = 0;      // generation time of the kernels this plan created (0 if all cached)
