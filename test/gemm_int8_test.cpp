@@ -1196,7 +1196,7 @@ int guarded_runs(qj_isa isa) {
   // Tall N (u8 A in place, B in registers, two banks of rows per iteration).
   for (qj_dtype ct : {QJ_U8, QJ_S32, QJ_BF16})
     for (int64_t k : {4, 36, 76})
-      for (int64_t n : {3, 16})
+      for (int64_t n : {3, 16, 40})
         for (int64_t m : {16, 17, 33}) {
           const int r = guarded_run(QJ_U8, ct, m, n, k, 13);
           if (r >= 100) return r;
