@@ -29,8 +29,9 @@
 //                  2 quads x N columns of each 8-byte K chunk (vpbroadcastq of A); n_panels
 //                  banks of mr rows per call, software-pipelined, A rows args.lda apart, B
 //                  patterns and per-lane arrays in the plan's expanded layout, key.param[1] = K
-//                  (see emit_s8_narrow in gemm_int.cpp). With nr = 16: the tall kernel (N <= 16,
-//                  K <= 4 * kTallMaxKGroups, B in registers, the packed panel; emit_s8_tall)
+//                  (see emit_s8_narrow in gemm_int.cpp). With nr = 16: the tall kernel (16
+//                  columns of the packed panels, K <= 4 * kTallMaxKGroups, B in registers,
+//                  key.param[3] bytes between its K quads; emit_s8_tall)
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

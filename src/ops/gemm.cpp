@@ -348,8 +348,12 @@ void plan_tall(KernelKey key, GemmPlan* p) {
     return;
   }
   p->gen_us += (full ? full.gen_us() : 0) + (tail ? tail.gen_us() : 0);
-  p->narrow = full ? std::move(full) : std::move(tail);
-  p->narrow_tail = std::move(tail);
+  if (full) {
+    p->narrow = std::move(full);
+    p->narrow_tail = std::move(tail);  // empty when 16 divides N
+  } else {
+    p->narrow = std::move(tail);  // N < 16: the one kernel
+  }
   p->narrow_mr = key.mr;
   p->narrow_tall = true;
   // Banks of rows per call: A rows of the block stay in L1 (a third of it) while the kernels
@@ -957,8 +961,9 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   }
   const int out_bytes = c_bytes(d.c_type);
   if (p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || ldc * out_bytes < kTallMaxRowBytes)) {
-    // Narrow N: whole groups of narrow_mr rows in one call of the narrow-N kernel (split over the
-    // threads by groups), the rows left over by the ordinary kernels below (exact either way).
+    // Narrow N and tall: whole banks of narrow_mr rows in the narrow-N kernel or the tall kernels
+    // (split over the threads by banks), the rows left over by the ordinary kernels below (exact
+    // either way).
     const int64_t iters = m / p.narrow_mr;
     const Range r = nth > 1 ? split_range(iters, tid, nth) : Range{0, iters};
     if (r.begin < r.end) {
