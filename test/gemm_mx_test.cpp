@@ -211,13 +211,17 @@ std::string run_case(const MxCase& t) {
         got = v;
       }
       double want = y[i * t.n + c];
-      if (std::isnan(want)) {
-        if (!std::isnan(got))
-          return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) + " want NaN";
+      if (std::isnan(want)) {  // ReLU maps NaN to +0 (quantjit.h), else NaN stays NaN
+        const bool ok = t.relu ? (got == 0.0 && !std::signbit(got)) : std::isnan(got);
+        if (!ok)
+          return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) +
+                 (t.relu ? " want +0 (ReLU of NaN)" : " want NaN");
         continue;
       }
       double bound = gamma * mag[i * t.n + c] + gsteps * std::ldexp(1.0, -149);
-      if (t.c_type == QJ_BF16) bound += std::ldexp(1.0, -8) * (std::fabs(want) + bound);
+      // bf16: half an ulp of the result, relative (8 significant bits) or, below 2^-126, the
+      // half spacing 2^-134 of bf16's subnormals
+      if (t.c_type == QJ_BF16) bound += std::ldexp(1.0, -8) * (std::fabs(want) + bound) + std::ldexp(1.0, -134);
       if (t.relu) want = want > 0 ? want : 0;
       if (!(std::fabs(got - want) <= bound)) {
         std::ostringstream o;
@@ -255,6 +259,43 @@ TEST(GemmMx, ShapeSweep) {
             t.ldc_pad = seed % 2;
             EXPECT_EQ(run_case(t), "") << t.str();
           }
+  }
+}
+
+// Seeded random sample of combinations of every dimension (QJ_TEST_ITERATIONS / QJ_TEST_SEED
+// scale it up for a long local run, test/test_util.h).
+TEST(GemmMx, RandomCombinations) {
+  const uint32_t seed0 = qjt::random_seed(55001u);
+  const int iterations = qjt::random_iterations(30);
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
+    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
+    for (int it = 0; it < iterations; ++it) {
+      MxCase t;
+      t.seed = seed0 + 1000 * static_cast<uint32_t>(isa) + it;
+      t.w = kTypes[pick(3)];
+      const int mm = pick(4);
+      t.m = mm == 0 ? 1 : mm == 1 ? 1 + pick(16) : mm == 2 ? 1 + pick(100) : 100 + pick(200);
+      t.n = 1 + pick(pick(4) == 0 ? 300 : 80);
+      t.k = 32 * (1 + pick(pick(4) == 0 ? 24 : 6));
+      t.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+      t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+      t.a_gran = pick(4) == 0 ? QJ_GRAN_ROW : QJ_GRAN_GROUP;
+      t.bias = pick(2);
+      t.relu = pick(3) == 0;
+      t.quantize = pick(3) == 0;
+      t.layout = static_cast<qj_layout>(pick(2));
+      if (!t.quantize) {
+        t.specials = pick(5) == 0;
+        t.tail_special = pick(6) == 0 ? 1 + pick(2) : 0;
+      }
+      t.lda_pad = pick(3) == 0 ? pick(9) : 0;
+      t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+      t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
+      t.serialize = pick(8) == 0;
+      EXPECT_EQ(run_case(t), "") << t.str();
+    }
   }
 }
 

@@ -298,7 +298,8 @@ std::string check(const Fp8Case& t, const Weights& W, const GemmRun& r) {
         want += t.beta * static_cast<double>(c_old);
         e += u * (std::fabs(want) + e);
       }
-      if (t.c_type == QJ_BF16) e += std::ldexp(1.0, -8) * (std::fabs(want) + e);
+      // bf16: half an ulp, relative (8 significant bits) or the half spacing 2^-134 of subnormals
+      if (t.c_type == QJ_BF16) e += std::ldexp(1.0, -8) * (std::fabs(want) + e) + std::ldexp(1.0, -134);
       const double got = out_at(t, r.out, idx);
       std::ostringstream o;
       o.precision(17);
@@ -405,6 +406,41 @@ TEST(GemmMxFp8, ShapeSweep) {
             EXPECT_EQ(run_case(t), "") << t.str();
           }
       }
+  }
+}
+
+// Seeded random sample of combinations of every dimension, both ways of applying the scales
+// (QJ_TEST_ITERATIONS / QJ_TEST_SEED scale it up for a long local run, test/test_util.h).
+TEST(GemmMxFp8, RandomCombinations) {
+  const uint32_t seed0 = qjt::random_seed(22001u);
+  const int iterations = qjt::random_iterations(30);
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
+    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
+    for (int it = 0; it < iterations; ++it) {
+      Fp8Mode fm(isa == QJ_ISA_SCALAR ? -1 : pick(3) - 1);
+      Fp8Case t;
+      t.seed = seed0 + 1000 * static_cast<uint32_t>(isa) + it;
+      t.w = kTypes[pick(2)];
+      const int mm = pick(4);
+      t.m = mm == 0 ? 1 : mm == 1 ? 1 + pick(16) : mm == 2 ? 1 + pick(100) : 100 + pick(200);
+      t.n = 1 + pick(pick(4) == 0 ? 300 : 80);
+      t.k = 32 * (1 + pick(pick(4) == 0 ? 24 : 6));
+      t.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+      t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+      t.bias = pick(2);
+      t.relu = pick(3) == 0;
+      t.beta = t.c_type == QJ_F32 && pick(4) == 0 ? 0.5f : 0.0f;
+      t.quantize = pick(3) == 0;
+      t.layout = static_cast<qj_layout>(pick(2));
+      if (!t.quantize) t.codes = pick(5) == 0 ? kSpecials : kRandomFinite;
+      t.lda_pad = pick(3) == 0 ? pick(9) : 0;
+      t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+      t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
+      t.serialize = pick(8) == 0;
+      EXPECT_EQ(run_case(t), "") << t.str();
+    }
   }
 }
 

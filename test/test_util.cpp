@@ -19,6 +19,16 @@ IsaCap::IsaCap(qj_isa isa) : prev_(qj_max_isa()) {
 }
 IsaCap::~IsaCap() { qj_set_max_isa(prev_); }
 
+int random_iterations(int ci_default) {
+  const char* e = std::getenv("QJ_TEST_ITERATIONS");
+  const long f = e ? std::strtol(e, nullptr, 10) : 1;
+  return f > 1 ? static_cast<int>(ci_default * f) : ci_default;
+}
+uint32_t random_seed(uint32_t base) {
+  const char* e = std::getenv("QJ_TEST_SEED");
+  return base + (e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) * 7919u : 0u);
+}
+
 HideVbmi::HideVbmi() { qj::gemm_hide_vbmi_for_tests(true); }
 HideVbmi::~HideVbmi() { qj::gemm_hide_vbmi_for_tests(false); }
 

@@ -42,4 +42,10 @@ std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 
 std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 
+// Seeded random-combination tests: how many cases to draw and the seed to start from. CI uses the
+// defaults; QJ_TEST_ITERATIONS=N multiplies the count by N and QJ_TEST_SEED=S offsets the seed,
+// so a long local run (a fuzzing session) draws new cases with the same checks.
+int random_iterations(int ci_default);
+uint32_t random_seed(uint32_t base);
+
 }  // namespace qjt
