@@ -293,6 +293,12 @@ std::string run_case(const Case& t) {
         const double lo = t.relu ? std::max<double>(gd.c_zero_point, t.c_type == QJ_U8 ? 0 : -128)
                                  : (t.c_type == QJ_U8 ? 0 : -128);
         const double hi = t.c_type == QJ_U8 ? 255 : 127;
+        if (std::isnan(want)) {  // a NaN y gives the lower bound (docs/kernel-contract.md)
+          if (got != lo)
+            return "C[" + std::to_string(i) + "][" + std::to_string(c) + "]=" + std::to_string(got) +
+                   " want the lower bound " + std::to_string(lo) + " for a NaN y";
+          continue;
+        }
         const double ws = std::min(hi, std::max(lo, want / gd.c_scale + gd.c_zero_point));
         const double tol = 0.5 + (gamma * mag[i * t.n + c] + gsteps * std::ldexp(1.0, -149) +
                                   4 * u * mag[i * t.n + c]) / gd.c_scale + 1e-9;
