@@ -309,38 +309,29 @@ TEST(EmbeddingBag, YmmKernelsAtTheAvx512Tier) {
 // Seeded random sample of every option at random dims and bag shapes (QJ_TEST_ITERATIONS /
 // QJ_TEST_SEED scale it up for a long local run, test/test_util.h).
 TEST(EmbeddingBag, RandomCombinationsEveryTier) {
-  const uint32_t seed0 = qjt::random_seed(11001u);
-  const int iterations = qjt::random_iterations(40);
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    SCOPED_TRACE(qj_isa_name(isa));
-    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
-    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
-    for (int it = 0; it < iterations; ++it) {
-      const Format& f = kFormats[pick(static_cast<int>(std::size(kFormats)))];
-      Case c{f, pick(4) == 0 ? 1 + pick(1100) : 1 + pick(140)};
-      c.pool = static_cast<qj_pooling>(pick(3));
-      const qj_dtype outs[] = {QJ_F32, QJ_F16, QJ_BF16};
-      c.out = outs[pick(3)];
-      c.weight_mode = pick(3);
-      if (c.pool == QJ_POOL_NONE && c.weight_mode == 2) c.weight_mode = 1;
-      c.index_bits = pick(2) ? 32 : 64;
-      c.offset_bits = pick(2) ? 32 : 64;
-      c.lengths = pick(2);
-      c.remap = pick(5) == 0;
-      const int pf = pick(5);
-      c.prefetch = pf == 0 ? 0 : pf == 1 ? 1 + pick(4) : pf == 2 ? QJ_PREFETCH_AUTO : 1 + pick(64);
-      c.hint = pick(5);
-      c.out_pad = pick(3) == 0 ? pick(9) : 0;
-      c.row_pad = pick(3) == 0 ? pick(9) : 0;
-      c.nbags = pick(8);
-      c.avg = pick(4) == 0 ? pick(80) : pick(8);
-      c.rows = 1 + pick(pick(3) == 0 ? 2000 : 60);
-      if (c.dim > 256) c.avg = std::min<int64_t>(c.avg, 6);
-      run_case(c, seed0 + 1000 * static_cast<uint32_t>(isa) + static_cast<uint32_t>(it));
-      if (HasFatalFailure() || HasFailure()) return;
-    }
-  }
+  qjt::for_each_random_case(11001u, 40, [&](qj_isa, qjt::Picker& pick, uint32_t seed) {
+    const Format& f = kFormats[pick(static_cast<int>(std::size(kFormats)))];
+    Case c{f, pick(4) == 0 ? 1 + pick(1100) : 1 + pick(140)};
+    c.pool = static_cast<qj_pooling>(pick(3));
+    const qj_dtype outs[] = {QJ_F32, QJ_F16, QJ_BF16};
+    c.out = outs[pick(3)];
+    c.weight_mode = pick(3);
+    if (c.pool == QJ_POOL_NONE && c.weight_mode == 2) c.weight_mode = 1;
+    c.index_bits = pick(2) ? 32 : 64;
+    c.offset_bits = pick(2) ? 32 : 64;
+    c.lengths = pick(2);
+    c.remap = pick(5) == 0;
+    const int pf = pick(5);
+    c.prefetch = pf == 0 ? 0 : pf == 1 ? 1 + pick(4) : pf == 2 ? QJ_PREFETCH_AUTO : 1 + pick(64);
+    c.hint = pick(5);
+    c.out_pad = pick(3) == 0 ? pick(9) : 0;
+    c.row_pad = pick(3) == 0 ? pick(9) : 0;
+    c.nbags = pick(8);
+    c.avg = pick(4) == 0 ? pick(80) : pick(8);
+    c.rows = 1 + pick(pick(3) == 0 ? 2000 : 60);
+    if (c.dim > 256) c.avg = std::min<int64_t>(c.avg, 6);
+    run_case(c, seed);
+  });
 }
 
 // Every combination of the index/offset/weight/remap/prefetch options, for a few dims.

@@ -537,39 +537,31 @@ TEST(GemmF16, FromFp32AndPartitions) {
 // scale it up for a long local run, test/test_util.h): random values within the bound, integer
 // values bit for bit.
 TEST(GemmF16, RandomCombinations) {
-  const uint32_t seed0 = qjt::random_seed(66001u);
-  const int iterations = qjt::random_iterations(40);
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
-    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
-    for (int it = 0; it < iterations; ++it) {
-      FloatCase c;
-      c.seed = seed0 + 1000 * static_cast<uint32_t>(isa) + it;
-      c.w_type = kWTypes[pick(2)];
-      c.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
-      c.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
-      const int mm = pick(4);
-      c.m = mm == 0 ? 1 : mm == 1 ? 1 + pick(16) : mm == 2 ? 1 + pick(120) : 100 + pick(300);
-      c.n = 1 + pick(pick(4) == 0 ? 400 : 80);
-      c.k = 1 + pick(pick(4) == 0 ? 700 : 90);
-      c.bias = pick(2);
-      c.relu = pick(3) == 0;
-      c.beta = c.c_type == QJ_F32 && pick(3) == 0 ? (pick(2) ? 1.0f : -0.5f) : 0.0f;
-      c.layout = static_cast<qj_layout>(pick(2));
-      c.lda_pad = pick(3) == 0 ? pick(9) : 0;
-      c.ldc_pad = pick(3) == 0 ? pick(9) : 0;
-      c.wld_pad = pick(3);
-      c.from_fp32 = pick(4) == 0;
-      c.threads = pick(4) == 0 ? 2 + pick(4) : 1;
-      if (pick(3) == 0) {
-        c.values = kExactInts;
-        EXPECT_OK(check_exact(c)) << c.str();
-      } else {
-        EXPECT_OK(check_case(c)) << c.str();
-      }
+  qjt::for_each_random_case(66001u, 40, [&](qj_isa, qjt::Picker& pick, uint32_t seed) {
+    FloatCase c;
+    c.seed = seed;
+    c.w_type = kWTypes[pick(2)];
+    c.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+    c.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+    c.m = pick.rows(120, 100, 300);
+    c.n = 1 + pick(pick(4) == 0 ? 400 : 80);
+    c.k = 1 + pick(pick(4) == 0 ? 700 : 90);
+    c.bias = pick(2);
+    c.relu = pick(3) == 0;
+    c.beta = c.c_type == QJ_F32 && pick(3) == 0 ? (pick(2) ? 1.0f : -0.5f) : 0.0f;
+    c.layout = static_cast<qj_layout>(pick(2));
+    c.lda_pad = pick(3) == 0 ? pick(9) : 0;
+    c.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+    c.wld_pad = pick(3);
+    c.from_fp32 = pick(4) == 0;
+    c.threads = pick(4) == 0 ? 2 + pick(4) : 1;
+    if (pick(3) == 0) {
+      c.values = kExactInts;
+      EXPECT_OK(check_exact(c)) << c.str();
+    } else {
+      EXPECT_OK(check_case(c)) << c.str();
     }
-  }
+  });
 }
 
 // Serialization round trip, and repacking when weights packed at one tier are planned at another.

@@ -491,47 +491,39 @@ TEST(GemmInt4, RandomCombinations) {
   const qj_dtype a_types[] = {QJ_U8, QJ_S8, QJ_F32, QJ_BF16};
   const qj_dtype c_types[] = {QJ_U8, QJ_S8, QJ_S32, QJ_F32, QJ_BF16};
   const int64_t groups[] = {32, 64, 128, 256};
-  const uint32_t seed0 = qjt::random_seed(77001u);
-  const int iterations = qjt::random_iterations(40);
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
-    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
-    for (int it = 0; it < iterations; ++it) {
-      Int4Case c;
-      c.seed = seed0 + 1000 * static_cast<uint32_t>(isa) + it;
-      c.w_type = kWTypes[pick(2)];
-      c.a_type = a_types[pick(4)];
-      c.c_type = c_types[pick(5)];
-      c.gran = static_cast<qj_granularity>(pick(3));
-      const bool dynamic = c.a_type == QJ_F32 || c.a_type == QJ_BF16;
-      if (c.c_type == QJ_S32 && (dynamic || c.gran == QJ_GRAN_GROUP)) c.c_type = QJ_F32;
-      if (c.gran == QJ_GRAN_GROUP) {
-        c.group = groups[pick(4)];
-        c.k = c.group * (1 + pick(4));
-        if (pick(5) == 0) c.group = c.k;
-      } else {
-        c.k = 1 + pick(pick(3) == 0 ? 600 : 100);
-      }
-      c.n = 1 + pick(pick(4) == 0 ? 300 : 70);
-      const int mm = pick(4);
-      c.m = mm == 0 ? 1 : mm == 1 ? 1 + pick(16) : mm == 2 ? 1 + pick(80) : 60 + pick(200);
-      c.zp = pick(2);
-      c.a_zp = pick(2);
-      c.bias = c.c_type != QJ_S32 && pick(2);
-      c.relu = c.c_type != QJ_S32 && pick(3) == 0;
-      c.beta = c.c_type == QJ_F32 && pick(4) == 0 ? (pick(2) ? 0.5f : -1.0f) : 0.0f;
-      c.layout = static_cast<qj_layout>(pick(2));
-      c.a_gran = pick(3) == 0 ? QJ_GRAN_TENSOR : QJ_GRAN_ROW;
-      if (dynamic && c.gran == QJ_GRAN_GROUP && c.group != c.k && pick(2)) c.a_gran = QJ_GRAN_GROUP;
-      c.lda_pad = pick(3) == 0 ? pick(9) : 0;
-      c.ldc_pad = pick(3) == 0 ? pick(9) : 0;
-      c.wld_pad = pick(3);
-      c.values = pick(5) == 0 ? kExtremes : kRandom;
-      c.threads = pick(4) == 0 ? 2 + pick(4) : 1;
-      EXPECT_CASE(c);
+  qjt::for_each_random_case(77001u, 40, [&](qj_isa, qjt::Picker& pick, uint32_t seed) {
+    Int4Case c;
+    c.seed = seed;
+    c.w_type = kWTypes[pick(2)];
+    c.a_type = a_types[pick(4)];
+    c.c_type = c_types[pick(5)];
+    c.gran = static_cast<qj_granularity>(pick(3));
+    const bool dynamic = c.a_type == QJ_F32 || c.a_type == QJ_BF16;
+    if (c.c_type == QJ_S32 && (dynamic || c.gran == QJ_GRAN_GROUP)) c.c_type = QJ_F32;
+    if (c.gran == QJ_GRAN_GROUP) {
+      c.group = groups[pick(4)];
+      c.k = c.group * (1 + pick(4));
+      if (pick(5) == 0) c.group = c.k;
+    } else {
+      c.k = 1 + pick(pick(3) == 0 ? 600 : 100);
     }
-  }
+    c.n = 1 + pick(pick(4) == 0 ? 300 : 70);
+    c.m = pick.rows(80, 60, 200);
+    c.zp = pick(2);
+    c.a_zp = pick(2);
+    c.bias = c.c_type != QJ_S32 && pick(2);
+    c.relu = c.c_type != QJ_S32 && pick(3) == 0;
+    c.beta = c.c_type == QJ_F32 && pick(4) == 0 ? (pick(2) ? 0.5f : -1.0f) : 0.0f;
+    c.layout = static_cast<qj_layout>(pick(2));
+    c.a_gran = pick(3) == 0 ? QJ_GRAN_TENSOR : QJ_GRAN_ROW;
+    if (dynamic && c.gran == QJ_GRAN_GROUP && c.group != c.k && pick(2)) c.a_gran = QJ_GRAN_GROUP;
+    c.lda_pad = pick(3) == 0 ? pick(9) : 0;
+    c.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+    c.wld_pad = pick(3);
+    c.values = pick(5) == 0 ? kExtremes : kRandom;
+    c.threads = pick(4) == 0 ? 2 + pick(4) : 1;
+    EXPECT_CASE(c);
+  });
 }
 
 std::vector<uint8_t> nibbles_for_desc(const qj_weights_desc& d, int64_t ld) {

@@ -713,41 +713,33 @@ TEST(GemmMxPairs, RandomCombinations) {
   std::vector<Pair> pairs = new_pairs();
   for (qj_dtype a : kIntTypes)
     for (qj_dtype w : kIntTypes) pairs.push_back({a, w});
-  const uint32_t seed0 = qjt::random_seed(33001u);
-  const int iterations = qjt::random_iterations(30);
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
-    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
-    for (int it = 0; it < iterations; ++it) {
-      const Pair& pr = pairs[pick(static_cast<int>(pairs.size()))];
-      Case t;
-      t.a = pr.a;
-      t.w = pr.w;
-      t.seed = seed0 + 1000 * static_cast<uint32_t>(isa) + it;
-      const int mm = pick(4);
-      t.m = mm == 0 ? 1 : mm == 1 ? 1 + pick(16) : mm == 2 ? 1 + pick(60) : 60 + pick(120);
-      t.n = 1 + pick(pick(4) == 0 ? 200 : 50);
-      t.k = 32 * (1 + pick(pick(4) == 0 ? 16 : 4));
-      t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
-      t.bias = pick(2);
-      t.relu = pick(3) == 0;
-      t.beta = t.c_type == QJ_F32 && pick(4) == 0 ? 0.5f : 0.0f;
-      switch (pick(8)) {
-        case 0: t.nan_a = 1 + pick(3); break;
-        case 1: t.nan_w = 1 + pick(3); break;
-        case 2: t.zero_blocks = true; break;
-        case 3: t.all_codes = true; break;
-        case 4: t.scale_lo = 1, t.scale_hi = 20, t.wscale_lo = 100, t.wscale_hi = 127; break;
-        default: break;
-      }
-      t.lda_pad = pick(3) == 0 ? pick(9) : 0;
-      t.sld_pad = pick(3) == 0 ? pick(4) : 0;
-      t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
-      t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
-      EXPECT_EQ(run_case(t), "") << t.str();
+  qjt::for_each_random_case(33001u, 30, [&](qj_isa, qjt::Picker& pick, uint32_t seed) {
+    const Pair& pr = pairs[pick(static_cast<int>(pairs.size()))];
+    Case t;
+    t.a = pr.a;
+    t.w = pr.w;
+    t.seed = seed;
+    t.m = pick.rows(60, 60, 120);
+    t.n = 1 + pick(pick(4) == 0 ? 200 : 50);
+    t.k = 32 * (1 + pick(pick(4) == 0 ? 16 : 4));
+    t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+    t.bias = pick(2);
+    t.relu = pick(3) == 0;
+    t.beta = t.c_type == QJ_F32 && pick(4) == 0 ? 0.5f : 0.0f;
+    switch (pick(8)) {
+      case 0: t.nan_a = 1 + pick(3); break;
+      case 1: t.nan_w = 1 + pick(3); break;
+      case 2: t.zero_blocks = true; break;
+      case 3: t.all_codes = true; break;
+      case 4: t.scale_lo = 1, t.scale_hi = 20, t.wscale_lo = 100, t.wscale_hi = 127; break;
+      default: break;
     }
-  }
+    t.lda_pad = pick(3) == 0 ? pick(9) : 0;
+    t.sld_pad = pick(3) == 0 ? pick(4) : 0;
+    t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+    t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
+    EXPECT_EQ(run_case(t), "") << t.str();
+  });
 }
 
 // E3M2 A x int8-form weights packed for one tier and planned at another: the plan repacks the

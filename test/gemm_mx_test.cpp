@@ -265,38 +265,30 @@ TEST(GemmMx, ShapeSweep) {
 // Seeded random sample of combinations of every dimension (QJ_TEST_ITERATIONS / QJ_TEST_SEED
 // scale it up for a long local run, test/test_util.h).
 TEST(GemmMx, RandomCombinations) {
-  const uint32_t seed0 = qjt::random_seed(55001u);
-  const int iterations = qjt::random_iterations(30);
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    std::mt19937 g(seed0 + static_cast<uint32_t>(isa));
-    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
-    for (int it = 0; it < iterations; ++it) {
-      MxCase t;
-      t.seed = seed0 + 1000 * static_cast<uint32_t>(isa) + it;
-      t.w = kTypes[pick(3)];
-      const int mm = pick(4);
-      t.m = mm == 0 ? 1 : mm == 1 ? 1 + pick(16) : mm == 2 ? 1 + pick(100) : 100 + pick(200);
-      t.n = 1 + pick(pick(4) == 0 ? 300 : 80);
-      t.k = 32 * (1 + pick(pick(4) == 0 ? 24 : 6));
-      t.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
-      t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
-      t.a_gran = pick(4) == 0 ? QJ_GRAN_ROW : QJ_GRAN_GROUP;
-      t.bias = pick(2);
-      t.relu = pick(3) == 0;
-      t.quantize = pick(3) == 0;
-      t.layout = static_cast<qj_layout>(pick(2));
-      if (!t.quantize) {
-        t.specials = pick(5) == 0;
-        t.tail_special = pick(6) == 0 ? 1 + pick(2) : 0;
-      }
-      t.lda_pad = pick(3) == 0 ? pick(9) : 0;
-      t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
-      t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
-      t.serialize = pick(8) == 0;
-      EXPECT_EQ(run_case(t), "") << t.str();
+  qjt::for_each_random_case(55001u, 30, [&](qj_isa, qjt::Picker& pick, uint32_t seed) {
+    MxCase t;
+    t.seed = seed;
+    t.w = kTypes[pick(3)];
+    t.m = pick.rows(100, 100, 200);
+    t.n = 1 + pick(pick(4) == 0 ? 300 : 80);
+    t.k = 32 * (1 + pick(pick(4) == 0 ? 24 : 6));
+    t.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+    t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+    t.a_gran = pick(4) == 0 ? QJ_GRAN_ROW : QJ_GRAN_GROUP;
+    t.bias = pick(2);
+    t.relu = pick(3) == 0;
+    t.quantize = pick(3) == 0;
+    t.layout = static_cast<qj_layout>(pick(2));
+    if (!t.quantize) {
+      t.specials = pick(5) == 0;
+      t.tail_special = pick(6) == 0 ? 1 + pick(2) : 0;
     }
-  }
+    t.lda_pad = pick(3) == 0 ? pick(9) : 0;
+    t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
+    t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
+    t.serialize = pick(8) == 0;
+    EXPECT_EQ(run_case(t), "") << t.str();
+  });
 }
 
 TEST(GemmMx, QuantizePackBothLayouts) {

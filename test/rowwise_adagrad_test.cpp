@@ -150,70 +150,61 @@ TEST(RowwiseAdagrad, MatchesReferenceEveryTierAndThreadCount) {
 // distributions (QJ_TEST_ITERATIONS / QJ_TEST_SEED scale it up for a long local run,
 // test/test_util.h): the reference's bits at 1 and 3 threads (per-occurrence mode: 1 thread).
 TEST(RowwiseAdagrad, RandomCombinationsEveryTier) {
-  const uint32_t seed0 = qjt::random_seed(99001u);
-  const int iterations = qjt::random_iterations(25);
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    SCOPED_TRACE(qj_isa_name(isa));
-    std::mt19937 gen(seed0 + static_cast<uint32_t>(isa));
-    auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(gen)); };
-    for (int it = 0; it < iterations; ++it) {
-      const uint32_t seed = seed0 + 1000 * static_cast<uint32_t>(isa) + static_cast<uint32_t>(it);
-      const qj_dtype tt = pick(2) ? QJ_F32 : QJ_F16;
-      const bool sr = tt == QJ_F16 && pick(2);
-      const int64_t dim = pick(4) == 0 ? 1 + pick(1100) : 1 + pick(140);
-      const int wmode = pick(3);
-      const qj_pooling pool = pick(2) ? QJ_POOL_MEAN : QJ_POOL_SUM;
-      const qj_sparse_optimizer opt = pick(4) == 0 ? QJ_OPT_SGD : QJ_OPT_ROWWISE_ADAGRAD;
-      const qj_update_mode mode = pick(4) == 0 ? QJ_UPDATE_PER_OCCURRENCE_RACY : QJ_UPDATE_COALESCED;
-      Problem p = make(tt, dim, wmode, pool, opt, mode, sr, pick(2) ? 32 : 64, pick(2) ? 32 : 64, pick(2), seed);
-      // Replace make()'s small fixed problem by a random one of the same options.
-      p.rows = 1 + pick(pick(3) == 0 ? 5000 : 50);
-      p.nbags = pick(30);
-      const int64_t hot = 1 + pick(static_cast<int>(p.rows));  // rows drawn from [0, hot): duplicates
-      p.idx64.clear();
-      p.ol64.assign(1, 0);
-      std::vector<int64_t> lens;
-      for (int64_t b = 0; b < p.nbags; ++b) {
-        const int64_t len = pick(5) == 0 ? 0 : pick(pick(4) == 0 ? 200 : 12);
-        lens.push_back(len);
-        for (int64_t k = 0; k < len; ++k) p.idx64.push_back(pick(3) == 0 ? pick(static_cast<int>(p.rows)) : pick(static_cast<int>(hot)));
-        p.ol64.push_back(p.ol64.back() + len);
-      }
-      if (p.d.use_lengths) p.ol64 = lens;
-      p.idx = pack(p.idx64, p.d.index_bits);
-      p.ol = pack(p.ol64, p.d.offset_bits);
-      const std::vector<float> t = qjt::random_floats(static_cast<size_t>(p.rows * dim), -1, 1, seed + 1);
-      p.table.assign(t.size() * (tt == QJ_F32 ? 4 : 2), 0);
-      for (size_t i = 0; i < t.size(); ++i) {
-        if (tt == QJ_F32) {
-          std::memcpy(&p.table[i * 4], &t[i], 4);
-        } else {
-          const uint16_t x = qj::f32_to_f16(t[i]);
-          std::memcpy(&p.table[i * 2], &x, 2);
-        }
-      }
-      p.h = qjt::random_floats(static_cast<size_t>(p.rows), 0, 0.5f, seed + 2);
-      p.w = qjt::random_floats(p.idx64.size() + 1, -1.5f, 1.5f, seed + 3);
-      p.g = qjt::random_floats(static_cast<size_t>(p.nbags * p.d.grad_stride + 1), -1, 1, seed + 4);
-      SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " opt " + std::to_string(opt) + " mode " +
-                   std::to_string(mode) + " dim " + std::to_string(dim) + " w " + std::to_string(wmode) + " pool " +
-                   std::to_string(pool) + " rows " + std::to_string(p.rows) + " bags " + std::to_string(p.nbags) +
-                   " seed " + std::to_string(seed));
-      std::vector<uint8_t> want = p.table;
-      std::vector<float> hw = p.h;
-      ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(p.d, want.data(), hw.data(), p.rows, p.nbags, p.idx.data(),
-                                                 static_cast<int64_t>(p.idx64.size()), p.ol.data(),
-                                                 p.d.weighted ? p.w.data() : nullptr, p.g.data(), 42));
-      for (int threads : mode == QJ_UPDATE_COALESCED ? std::vector<int>{1, 3} : std::vector<int>{1}) {
-        std::vector<uint8_t> got = p.table;
-        std::vector<float> hg = p.h;
-        ASSERT_EQ(run_api(p, got, hg, threads), QJ_OK) << qj_last_error();
-        ASSERT_EQ(got, want) << threads << " threads";
-        for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+  qjt::for_each_random_case(99001u, 25, [&](qj_isa, qjt::Picker& pick, uint32_t seed) {
+    const qj_dtype tt = pick(2) ? QJ_F32 : QJ_F16;
+    const bool sr = tt == QJ_F16 && pick(2);
+    const int64_t dim = pick(4) == 0 ? 1 + pick(1100) : 1 + pick(140);
+    const int wmode = pick(3);
+    const qj_pooling pool = pick(2) ? QJ_POOL_MEAN : QJ_POOL_SUM;
+    const qj_sparse_optimizer opt = pick(4) == 0 ? QJ_OPT_SGD : QJ_OPT_ROWWISE_ADAGRAD;
+    const qj_update_mode mode = pick(4) == 0 ? QJ_UPDATE_PER_OCCURRENCE_RACY : QJ_UPDATE_COALESCED;
+    Problem p = make(tt, dim, wmode, pool, opt, mode, sr, pick(2) ? 32 : 64, pick(2) ? 32 : 64, pick(2), seed);
+    // Replace make()'s small fixed problem by a random one of the same options.
+    p.rows = 1 + pick(pick(3) == 0 ? 5000 : 50);
+    p.nbags = pick(30);
+    const int64_t hot = 1 + pick(static_cast<int>(p.rows));  // rows drawn from [0, hot): duplicates
+    p.idx64.clear();
+    p.ol64.assign(1, 0);
+    std::vector<int64_t> lens;
+    for (int64_t b = 0; b < p.nbags; ++b) {
+      const int64_t len = pick(5) == 0 ? 0 : pick(pick(4) == 0 ? 200 : 12);
+      lens.push_back(len);
+      for (int64_t k = 0; k < len; ++k) p.idx64.push_back(pick(3) == 0 ? pick(static_cast<int>(p.rows)) : pick(static_cast<int>(hot)));
+      p.ol64.push_back(p.ol64.back() + len);
+    }
+    if (p.d.use_lengths) p.ol64 = lens;
+    p.idx = pack(p.idx64, p.d.index_bits);
+    p.ol = pack(p.ol64, p.d.offset_bits);
+    const std::vector<float> t = qjt::random_floats(static_cast<size_t>(p.rows * dim), -1, 1, seed + 1);
+    p.table.assign(t.size() * (tt == QJ_F32 ? 4 : 2), 0);
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (tt == QJ_F32) {
+        std::memcpy(&p.table[i * 4], &t[i], 4);
+      } else {
+        const uint16_t x = qj::f32_to_f16(t[i]);
+        std::memcpy(&p.table[i * 2], &x, 2);
       }
     }
-  }
+    p.h = qjt::random_floats(static_cast<size_t>(p.rows), 0, 0.5f, seed + 2);
+    p.w = qjt::random_floats(p.idx64.size() + 1, -1.5f, 1.5f, seed + 3);
+    p.g = qjt::random_floats(static_cast<size_t>(p.nbags * p.d.grad_stride + 1), -1, 1, seed + 4);
+    SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " opt " + std::to_string(opt) + " mode " +
+                 std::to_string(mode) + " dim " + std::to_string(dim) + " w " + std::to_string(wmode) + " pool " +
+                 std::to_string(pool) + " rows " + std::to_string(p.rows) + " bags " + std::to_string(p.nbags) +
+                 " seed " + std::to_string(seed));
+    std::vector<uint8_t> want = p.table;
+    std::vector<float> hw = p.h;
+    ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(p.d, want.data(), hw.data(), p.rows, p.nbags, p.idx.data(),
+                                               static_cast<int64_t>(p.idx64.size()), p.ol.data(),
+                                               p.d.weighted ? p.w.data() : nullptr, p.g.data(), 42));
+    for (int threads : mode == QJ_UPDATE_COALESCED ? std::vector<int>{1, 3} : std::vector<int>{1}) {
+      std::vector<uint8_t> got = p.table;
+      std::vector<float> hg = p.h;
+      ASSERT_EQ(run_api(p, got, hg, threads), QJ_OK) << qj_last_error();
+      ASSERT_EQ(got, want) << threads << " threads";
+      for (size_t r = 0; r < hw.size(); ++r) ASSERT_EQ(qj::f32_bits(hg[r]), qj::f32_bits(hw[r])) << "h row " << r;
+    }
+  });
 }
 
 // Coalescing in numbers: a row used three times gets one step with the summed gradient, not

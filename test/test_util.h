@@ -48,4 +48,46 @@ std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 int random_iterations(int ci_default);
 uint32_t random_seed(uint32_t base);
 
+// Uniform draws for the random-combination tests.
+class Picker {
+ public:
+  explicit Picker(uint32_t seed) : g_(seed) {}
+  int operator()(int n) { return std::uniform_int_distribution<int>(0, n - 1)(g_); }  // [0, n)
+  // A row count: 1, up to 16, up to `mid`, or `big_lo` + up to `big_span` (a quarter each).
+  int64_t rows(int mid, int big_lo, int big_span) {
+    const int k = (*this)(4);
+    return k == 0 ? 1 : k == 1 ? 1 + (*this)(16) : k == 2 ? 1 + (*this)(mid) : big_lo + (*this)(big_span);
+  }
+
+ private:
+  std::mt19937 g_;
+};
+
+// Runs a seeded random-combination test: at every tier this CPU supports (under its ISA cap),
+// random_iterations(ci_default) cases, each body(isa, pick, case_seed); stops at the first case
+// that records a failure. The draws depend on random_seed(base) and the tier only.
+template <class F>
+void for_each_random_case(uint32_t base, int ci_default, F&& body);
+
+}  // namespace qjt
+
+#include <gtest/gtest.h>
+
+namespace qjt {
+
+template <class F>
+void for_each_random_case(uint32_t base, int ci_default, F&& body) {
+  const uint32_t seed0 = random_seed(base);
+  const int iterations = random_iterations(ci_default);
+  for (qj_isa isa : supported_isas()) {
+    IsaCap cap(isa);
+    SCOPED_TRACE(qj_isa_name(isa));
+    Picker pick(seed0 + static_cast<uint32_t>(isa));
+    for (int it = 0; it < iterations; ++it) {
+      body(isa, pick, seed0 + 1000u * static_cast<uint32_t>(isa) + static_cast<uint32_t>(it));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 }  // namespace qjt
