@@ -1,7 +1,8 @@
 // Random arguments through the whole C API (GEMM, serialization, embedding-bag, row-wise AdaGrad,
 // MX and row-wise conversions), valid and invalid mixed, at every supported ISA tier, with fixed
-// seeds. Every buffer is exactly as large as the documented extents, so the ASan + UBSan build of
-// CI turns any read or write outside them (or undefined behaviour) into a failure. The test also
+// seeds (QJ_TEST_ITERATIONS / QJ_TEST_SEED scale and vary them, test/test_util.h). Every buffer is
+// exactly as large as the documented extents, so the ASan + UBSan build of CI turns any read or
+// write outside them (or undefined behaviour) into a failure. The test also
 // checks the failure contract: a failed call returns a message, leaves its outputs (C, the output
 // rows, the table and momentum, *out handles) untouched. Correctness is the other tests' job.
 #include <quantjit/quantjit.h>
@@ -105,11 +106,11 @@ struct Bags {
 };
 
 TEST(RandomArgs, Gemm) {
-  Rng r(20261130);
+  Rng r(qjt::random_seed(20261130u));
   const int wtypes[] = {QJ_S8, QJ_S4, QJ_U4, QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP6_E3M2,
                         QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_MXINT8, QJ_BDR_MX9, QJ_BDR_MX6, QJ_BDR_MX4};
   int plans = 0, runs_ok = 0;
-  for (int it = 0; it < 1500; ++it) {
+  for (int it = 0, iters = qjt::random_iterations(1500); it < iters; ++it) {
     qjt::IsaCap cap(random_isa(r));
     qj_weights_desc d{};
     set_raw(d.dtype, r.one_in(20) ? r.pick<int>({0, QJ_U8, QJ_F32, 99}) : wtypes[r.in(0, 13)]);
@@ -236,11 +237,11 @@ TEST(RandomArgs, Gemm) {
 }
 
 TEST(RandomArgs, EmbeddingBag) {
-  Rng r(771130);
+  Rng r(qjt::random_seed(771130u));
   const int rts[] = {QJ_F32, QJ_F16, QJ_BF16, QJ_FUSED_8BIT, QJ_FUSED_4BIT, QJ_FUSED_2BIT, QJ_MXFP4_E2M1,
                      QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2};
   int runs_ok = 0;
-  for (int it = 0; it < 800; ++it) {
+  for (int it = 0, iters = qjt::random_iterations(800); it < iters; ++it) {
     qjt::IsaCap cap(random_isa(r));
     qj_embedding_bag_desc d{};
     set_raw(d.row_type, r.one_in(30) ? r.pick<int>({0, QJ_S8, 99}) : rts[r.in(0, 9)]);
@@ -334,9 +335,9 @@ TEST(RandomArgs, EmbeddingBag) {
 }
 
 TEST(RandomArgs, RowwiseAdagrad) {
-  Rng r(3141130);
+  Rng r(qjt::random_seed(3141130u));
   int ok = 0;
-  for (int it = 0; it < 600; ++it) {
+  for (int it = 0, iters = qjt::random_iterations(600); it < iters; ++it) {
     qjt::IsaCap cap(random_isa(r));
     qj_rowwise_adagrad_desc d{};
     set_raw(d.table_type, r.one_in(20) ? r.pick<int>({QJ_BF16, 0}) : r.pick<int>({QJ_F32, QJ_F16}));
@@ -391,11 +392,11 @@ TEST(RandomArgs, RowwiseAdagrad) {
 }
 
 TEST(RandomArgs, MxAndRowwiseConversions) {
-  Rng r(271130);
+  Rng r(qjt::random_seed(271130u));
   const int mtypes[] = {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP6_E3M2, QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_MXINT8,
                         QJ_BDR_MX9,    QJ_BDR_MX6,    QJ_BDR_MX4};
   int ok = 0;
-  for (int it = 0; it < 1500; ++it) {
+  for (int it = 0, iters = qjt::random_iterations(1500); it < iters; ++it) {
     qjt::IsaCap cap(random_isa(r));
     // By-value enum arguments: the int is converted at the call (as a C caller passes it), never
     // stored in an enum-typed variable.
@@ -450,7 +451,7 @@ TEST(RandomArgs, MxAndRowwiseConversions) {
   }
   EXPECT_GT(ok, 600);
   // Row-wise fused rows (8 / 4 / 2 bit, from fp32 with specials) and back.
-  for (int it = 0; it < 600; ++it) {
+  for (int it = 0, iters = qjt::random_iterations(600); it < iters; ++it) {
     qjt::IsaCap cap(random_isa(r));
     const int ti = r.one_in(20) ? r.pick<int>({QJ_S8, 0}) : r.pick<int>({QJ_FUSED_8BIT, QJ_FUSED_4BIT, QJ_FUSED_2BIT});
     const auto t = [ti] { return static_cast<qj_dtype>(ti); };
