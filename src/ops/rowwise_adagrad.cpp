@@ -498,16 +498,19 @@ struct Scratch {
   std::vector<float> e;                   // per position: its factor (weighted only)
   std::vector<int64_t> bstart;            // per bag: first position (num_bags + 1 entries)
   int64_t unique = 0;                     // unique rows of the current call
-  // Per worker thread: the cached bag's G and a row's own G, each gpad floats, each starting a
-  // 4 KiB page (with malloc's 16-byte alignment every 64-byte load of G spanned two cache lines,
-  // and the warm update of fp32 rows was 10-20% slower at dims 128-1024). The page offset of G
-  // matters too where rows sit at page offset 0 (fp32 dim 1024 in a page-aligned table), most
-  // likely through the store-to-load checks on the low 12 address bits (G loads against the
-  // queued stores to the row). Measured 2026-11-30, warm fp32 dim 1024, 1143 rows, alternating
-  // runs: G at page offset 0, 64 or 2048 bytes 90-92 us per call; the earlier 64-byte alignment
-  // (the heap's offset) 104, and 64 bytes past it 115-117; FBGEMM 84-85. Dims 200-2048 with rows
-  // at other offsets measured the same either way. Owned by the calling thread, so that an
-  // allocation failure is reported before any worker runs.
+  // Per worker thread: the cached bag's G and a row's own G, each gpad floats (a multiple of 16),
+  // in one buffer that starts a 4 KiB page. With malloc's 16-byte alignment every 64-byte load of
+  // G spanned two cache lines (warm fp32 rows 10-20% slower at dims 128-1024). The page start puts
+  // every G at page offset 0 where the rows sit there too (dims that are multiples of 1024 in a
+  // page-aligned table), and thread 0's first G always: there the page offset of G matters, most
+  // likely through the store-to-load checks on the low 12 address bits (G loads against queued
+  // stores to the row). Measured 2026-11-30, warm fp32 dim 1024, 1143 rows, alternating runs: G
+  // at page offset 0, 64 or 2048 bytes 90-93 us per call; the earlier 64-byte alignment (at the
+  // heap's offset) 104, and 64 bytes past it 115-117; FBGEMM 84-87. Dims 200-2048 with rows at
+  // other offsets measured the same either way. (Padding every G to whole pages instead cost 8
+  // KiB per thread for small dims and broke the 1000-thread start-failure test's address-space
+  // budget.) Owned by the calling thread, so that an allocation failure is reported before any
+  // worker runs.
   std::unique_ptr<float, decltype(&std::free)> gbuf{nullptr, &std::free};
   size_t gbuf_floats = 0;
 };
@@ -735,10 +738,11 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
     s.bstart[b + 1] = d.use_lengths ? s.bstart[b] + load_int(c.offsets_or_lengths, d.offset_bits, static_cast<int64_t>(b))
                                     : load_int(c.offsets_or_lengths, d.offset_bits, static_cast<int64_t>(b) + 1);
   if (num_threads > c.num_indices) num_threads = static_cast<int32_t>(c.num_indices);
-  job.gpad = (d.dim + 1023) & ~int64_t{1023};  // whole pages (see Scratch::gbuf)
+  job.gpad = (d.dim + 15) & ~int64_t{15};  // 64-byte multiples; whole pages when dim % 1024 == 0
   const size_t gneed = 2 * static_cast<size_t>(num_threads) * static_cast<size_t>(job.gpad);
   if (s.gbuf_floats < gneed) {
-    s.gbuf.reset(static_cast<float*>(std::aligned_alloc(4096, gneed * sizeof(float))));
+    const size_t bytes = (gneed * sizeof(float) + 4095) & ~size_t{4095};
+    s.gbuf.reset(static_cast<float*>(std::aligned_alloc(4096, bytes)));
     s.gbuf_floats = s.gbuf ? gneed : 0;
     if (!s.gbuf)
       return fail(QJ_ERR_OUT_OF_MEMORY, "qj_rowwise_adagrad_fused: out of memory (%zu bytes of gradient buffers)",
