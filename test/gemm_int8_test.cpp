@@ -1077,9 +1077,9 @@ TEST_P(GemmInt8, PlanRepacksWeightsOfAnotherTier) {
 
 // --- Seeded random sample of combinations of every dimension ----------------------------------------
 TEST_P(GemmInt8, RandomCombinations) {
+  // (A TEST_P per tier, so qjt::Picker directly rather than qjt::for_each_random_case.)
   const uint32_t seed0 = qjt::random_seed(20240601u);
-  std::mt19937 g(seed0 + static_cast<uint32_t>(isa()));
-  auto pick = [&](int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(g)); };
+  qjt::Picker pick(seed0 + static_cast<uint32_t>(isa()));
   const qj_dtype a_types[] = {QJ_U8, QJ_S8, QJ_F32, QJ_BF16};
   const int64_t groups[] = {4, 32, 64, 128};
   const int iterations = qjt::random_iterations(150);

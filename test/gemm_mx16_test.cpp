@@ -315,9 +315,7 @@ std::string run_case(const Case& t) {
         continue;
       }
       double bound = gamma * mag[i * t.n + c] + gsteps * std::ldexp(1.0, -149);
-      // bf16: half an ulp of the result, relative (8 significant bits) or, below 2^-126, the
-      // half spacing 2^-134 of bf16's subnormals
-      if (t.c_type == QJ_BF16) bound += std::ldexp(1.0, -8) * (std::fabs(want) + bound) + std::ldexp(1.0, -134);
+      if (t.c_type == QJ_BF16) bound += qjt::bf16_rounding_slack(want, bound);
       if (t.relu) want = want > 0 ? want : 0;
       if (!(std::fabs(got - want) <= bound)) {
         std::ostringstream o;

@@ -271,8 +271,7 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
         want += static_cast<double>(t.beta) * c0[idx];
         bound += u * (std::fabs(want) + bound) + std::ldexp(1.0, -150);
       }
-      // bf16: half an ulp, relative (8 significant bits) or the half spacing 2^-134 of subnormals
-      if (t.c_type == QJ_BF16) bound += std::ldexp(1.0, -8) * (std::fabs(want) + bound) + std::ldexp(1.0, -134);
+      if (t.c_type == QJ_BF16) bound += qjt::bf16_rounding_slack(want, bound);
       if (!(std::fabs(got - want) <= bound)) {
         std::ostringstream o;
         o.precision(17);

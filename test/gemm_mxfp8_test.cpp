@@ -298,8 +298,7 @@ std::string check(const Fp8Case& t, const Weights& W, const GemmRun& r) {
         want += t.beta * static_cast<double>(c_old);
         e += u * (std::fabs(want) + e);
       }
-      // bf16: half an ulp, relative (8 significant bits) or the half spacing 2^-134 of subnormals
-      if (t.c_type == QJ_BF16) e += std::ldexp(1.0, -8) * (std::fabs(want) + e) + std::ldexp(1.0, -134);
+      if (t.c_type == QJ_BF16) e += qjt::bf16_rounding_slack(want, e);
       const double got = out_at(t, r.out, idx);
       std::ostringstream o;
       o.precision(17);

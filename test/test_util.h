@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -50,6 +51,12 @@ std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 // so a long local run (a fuzzing session) draws new cases with the same checks.
 int random_iterations(int ci_default);
 uint32_t random_seed(uint32_t base);
+
+// The rounding of a float result to bf16, for error bounds: half an ulp of |want| + bound (8
+// significant bits), or below 2^-126 the half spacing 2^-134 of bf16's subnormals.
+inline double bf16_rounding_slack(double want, double bound) {
+  return std::ldexp(1.0, -8) * (std::fabs(want) + bound) + std::ldexp(1.0, -134);
+}
 
 // Uniform draws for the random-combination tests.
 class Picker {
