@@ -438,6 +438,9 @@ TEST(RowwiseAdagrad, ManyIndicesEveryTierMatchReference) {
 // Unweighted rows that occur once go to the AVX-512 tier's register-held-G runs (dim = 16 NV up
 // to 256; fp32 also beyond, with the first 256 values in registers) or, for other widths, to the
 // per-row update: every width class, table type and rounding, at every tier and thread count.
+// The per-occurrence mode sends every unweighted bag through the same runs: checked on the same
+// cases (one thread, the reference's order) with a row repeated back to back in some bags (its
+// second momentum step comes before its first table update there), AdaGrad and SGD.
 TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
@@ -452,6 +455,13 @@ TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
         BigCase c = make_big(tt, dim, false, pool, sr, n % 2 ? 32 : 64, 5000 + n);
         SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim));
         ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, false, 11, {1, 3}));
+        for (int64_t b = 0; b < c.nbags; b += 3)  // back-to-back repeats
+          if (c.off64[b + 1] - c.off64[b] >= 3) c.idx64[c.off64[b] + 1] = c.idx64[c.off64[b]];
+        c.idx = pack(c.idx64, c.d.index_bits);
+        c.d.mode = QJ_UPDATE_PER_OCCURRENCE_RACY;
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, false, 11, {1}));
+        c.d.optimizer = QJ_OPT_SGD;
+        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, false, 11, {1}));
       }
     }
   }
