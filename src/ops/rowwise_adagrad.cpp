@@ -4,14 +4,15 @@
 // one memory round trip per row plus the row's arithmetic, so the driver is built to keep the row
 // loads in flight and the per-row arithmetic short:
 //  - coalescing is a hash grouping (open addressing, reused thread-local scratch, no clearing:
-//    slots carry the call's generation) that chains each row's occurrences in position order.
-//    The order in which unique rows are updated does not affect any result (each row is written
-//    once, from its own occurrences only), so no sort is needed; rows are taken in order of their
-//    first occurrence, which is also bag order.
-//  - a row that occurs once with a factor e that is the same for its whole bag (unweighted
-//    pooling: e = 1 or 1 / len) has G = fma(e, g_bag, 0): G and its sum of squares are those of
-//    the bag, computed once per bag (as FBGEMM computes its per-bag square sum once); the row
-//    then costs one fused load-fma-store pass, like FBGEMM's per-occurrence kernel.
+//    slots carry the call's generation) that finds the rows occurring more than once and chains
+//    their occurrences in position order. The order in which rows are updated does not affect
+//    any result (each row is written once, from its own occurrences only), so no sort is needed.
+//  - a row that occurs once has G = fma(e, g_bag, 0) with its occurrence's factor e: exactly what
+//    the per-occurrence mode applies. So both modes share the bag loop (occurrence_range), the
+//    coalesced one skipping the repeated rows' positions, which it updates afterwards. For
+//    unweighted pooling (e = 1 or 1 / len for the whole bag) G and its sum of squares are the
+//    bag's, computed once per bag (as FBGEMM computes its per-bag square sum once); a row then
+//    costs one fused load-fma-store pass, like FBGEMM's per-occurrence kernel.
 //  - the rows (and momentum entries) of the rows a few places ahead are prefetched.
 //  - indices are range-checked while they are grouped (per-occurrence mode: one branch-free pass
 //    first); the exact error message is then produced by the shared scalar validator. Either way
@@ -429,6 +430,8 @@ struct Avx512Ops {
       }
     }
   }
+  // The dims rows() takes (fp16: half = true).
+  static bool rows_ok(int64_t dim, bool half) { return dim % 16 == 0 && (dim <= 256 || !half); }
   template <int kTable, class Next>
   QJ_AVX512_INL static bool rows(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
     if (dim % 16 == 0) {
@@ -477,8 +480,8 @@ struct Avx512Ops {
 };
 
 
-// A unique row with occurrences at positions head .. tail (chained through next[]); bag is the
-// bag of its first occurrence.
+// A row that occurs more than once, at positions head .. tail (chained through next[]); bag is
+// the bag of its first occurrence.
 struct Uniq {
   int64_t row, head, tail, bag;
 };
@@ -493,11 +496,13 @@ struct Scratch {
   uint64_t gen = 0;
   std::vector<uint64_t> cslots;  // compact slots (group_rows)
   uint64_t cgen = 0;
-  std::vector<Uniq> uniq;                 // per unique row
+  std::vector<uint8_t> multi;             // per position: 1 if its row occurs more than once
+  std::vector<Uniq> multi_rows;           // the rows that occur more than once
+  std::vector<int64_t> mid;               // per first position of such a row: its multi_rows entry
   std::vector<int64_t> next, bag;         // per chained position: next position of the same row, its bag
   std::vector<float> e;                   // per position: its factor (weighted only)
   std::vector<int64_t> bstart;            // per bag: first position (num_bags + 1 entries)
-  int64_t unique = 0;                     // unique rows of the current call
+  int64_t n_multi = 0;                    // multi_rows entries of the current call
   // Per worker thread: the cached bag's G and a row's own G, each gpad floats (a multiple of 16),
   // in one buffer that starts a 4 KiB page. With malloc's 16-byte alignment every 64-byte load of
   // G spanned two cache lines (warm fp32 rows 10-20% slower at dims 128-1024). The page start puts
@@ -524,7 +529,7 @@ struct Job {
   int64_t gpad;
   const AdagradCall* c;
   const Scratch* s;
-  int64_t gstride, unique;
+  int64_t gstride, multi;  // multi: Scratch::n_multi
   int64_t pf_dist;    // rows ahead to prefetch
   bool pf_l2;         // prefetch into L2 (prefetcht1), not L1 (see prefetch_ahead)
   int64_t row_bytes;  // table row bytes
@@ -578,40 +583,47 @@ namespace tier_avx512 {
 }  // namespace tier_avx512
 
 struct TierFns {
-  qj_task_fn coalesced, per_occurrence32, per_occurrence64;
+  qj_task_fn coalesced32, coalesced64, per_occurrence32, per_occurrence64;
 };
 template <class K>
 TierFns tier_fns();
 template <>
 TierFns tier_fns<ScalarOps>() {
-  return {tier_scalar::coalesced_slice<ScalarOps>, tier_scalar::per_occurrence_slice<ScalarOps, int32_t>,
+  return {tier_scalar::coalesced_slice<ScalarOps, int32_t>, tier_scalar::coalesced_slice<ScalarOps, int64_t>,
+          tier_scalar::per_occurrence_slice<ScalarOps, int32_t>,
           tier_scalar::per_occurrence_slice<ScalarOps, int64_t>};
 }
 template <>
 TierFns tier_fns<Avx2Ops>() {
-  return {tier_avx2::coalesced_slice<Avx2Ops>, tier_avx2::per_occurrence_slice<Avx2Ops, int32_t>,
+  return {tier_avx2::coalesced_slice<Avx2Ops, int32_t>, tier_avx2::coalesced_slice<Avx2Ops, int64_t>,
+          tier_avx2::per_occurrence_slice<Avx2Ops, int32_t>,
           tier_avx2::per_occurrence_slice<Avx2Ops, int64_t>};
 }
 template <>
 TierFns tier_fns<Avx512Ops>() {
-  return {tier_avx512::coalesced_slice<Avx512Ops>, tier_avx512::per_occurrence_slice<Avx512Ops, int32_t>,
+  return {tier_avx512::coalesced_slice<Avx512Ops, int32_t>, tier_avx512::coalesced_slice<Avx512Ops, int64_t>,
+          tier_avx512::per_occurrence_slice<Avx512Ops, int32_t>,
           tier_avx512::per_occurrence_slice<Avx512Ops, int64_t>};
 }
 
-// Groups the occurrences by row: unique rows in order of first occurrence, each with its
-// occurrences chained in increasing position (next[], and bag[] for the chained positions: the
-// per-position arrays are only written for duplicates). Open addressing without clearing: a slot
-// belongs to this call if it carries this call's generation. Compact slots (one uint64: row << 32
-// | generation << 24 | unique id) when rows and ids fit, so that ~1000 lookups use a 16 KiB table
-// that stays in L1; otherwise 16-byte slots (row, generation << 40 | id).
+// Finds the rows that occur more than once: multi[i] for every position i, and for each such row
+// a multi_rows entry (in order of second occurrence) with its occurrences chained in increasing
+// position (next[], and bag[] for the chained positions). Open addressing without clearing: a
+// slot belongs to this call if it carries this call's generation; it holds the row's first
+// position. Compact slots (one uint64: row << 32 | generation << 24 | first position) when rows
+// and positions fit, so that ~1000 lookups use a 16 KiB table that stays in L1; otherwise 16-byte
+// slots (row, generation << 40 | first position). Rows that occur once cost the probe and one
+// byte (they are updated straight from the index array, see occurrence_range).
 template <class Idx, bool kCompact>
 bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint64_t limit) {
   const size_t mask = (size_t{1} << logcap) - 1;
-  Uniq* uq = s.uniq.data();
+  uint8_t* multi = s.multi.data();
+  Uniq* mu = s.multi_rows.data();
+  int64_t* mid = s.mid.data();
   int64_t* next = s.next.data();
   int64_t* bagof = s.bag.data();
   const int64_t* bstart = s.bstart.data();
-  int64_t u = 0;
+  int64_t nm = 0;
   uint64_t* cslots = s.cslots.data();
   Slot* slots = s.slots.data();
   const uint64_t cgen = (s.cgen & 0xff) << 24;
@@ -621,44 +633,52 @@ bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint
       const int64_t row = idx[i];
       if (static_cast<uint64_t>(row) >= limit) return false;  // the caller reports it
       size_t h = static_cast<size_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> (64 - logcap));
-      int64_t id;
+      int64_t first;
       for (;;) {
         if constexpr (kCompact) {
           const uint64_t v = cslots[h];
           if ((v & 0xff000000u) != cgen) {  // empty in this generation: a new row
-            cslots[h] = static_cast<uint64_t>(row) << 32 | cgen | static_cast<uint64_t>(u);
-            id = -1;
+            cslots[h] = static_cast<uint64_t>(row) << 32 | cgen | static_cast<uint64_t>(i);
+            first = -1;
             break;
           }
           if (static_cast<int64_t>(v >> 32) == row) {
-            id = static_cast<int64_t>(v & 0xffffff);
+            first = static_cast<int64_t>(v & 0xffffff);
             break;
           }
         } else {
           Slot& sl = slots[h];
           if ((sl.tag & ~idmask) != gtag) {
             sl.row = row;
-            sl.tag = gtag | static_cast<uint64_t>(u);
-            id = -1;
+            sl.tag = gtag | static_cast<uint64_t>(i);
+            first = -1;
             break;
           }
           if (sl.row == row) {
-            id = static_cast<int64_t>(sl.tag & idmask);
+            first = static_cast<int64_t>(sl.tag & idmask);
             break;
           }
         }
         h = (h + 1) & mask;
       }
-      if (id < 0) {
-        uq[u++] = Uniq{row, i, i, b};
-      } else {
-        next[uq[id].tail] = i;
-        bagof[i] = b;
-        uq[id].tail = i;
+      if (first < 0) {
+        multi[i] = 0;
+        continue;
       }
+      multi[i] = 1;
+      if (!multi[first]) {  // the row's second occurrence: its entry, with the first occurrence's bag
+        multi[first] = 1;
+        mid[first] = nm;
+        const int64_t fb = std::upper_bound(bstart, bstart + nbags + 1, first) - bstart - 1;
+        mu[nm++] = Uniq{row, first, first, fb};
+      }
+      Uniq& q = mu[mid[first]];
+      next[q.tail] = i;
+      bagof[i] = b;
+      q.tail = i;
     }
   }
-  s.unique = u;
+  s.n_multi = nm;
   return true;
 }
 
@@ -669,7 +689,7 @@ bool group_rows(Scratch& s, const Idx* idx, int64_t n, int64_t nbags, int64_t nu
   int logcap = 4;
   while ((int64_t{1} << logcap) < 2 * n) ++logcap;
   const size_t cap = size_t{1} << logcap;
-  if (num_rows <= (int64_t{1} << 32) && n < (int64_t{1} << 24)) {
+  if (num_rows <= (int64_t{1} << 32) && n < (int64_t{1} << 24)) {  // rows and positions fit
     if (s.cslots.size() < cap) {
       s.cslots.assign(cap, 0);
       s.cgen = 0;
@@ -714,7 +734,7 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   Scratch& s = scratch();
   // The scratch keeps its size between calls; after a much larger call it is given back (a
   // thread's one huge batch should not pin ~60 bytes per index for the thread's lifetime).
-  if (s.uniq.capacity() > std::max<size_t>(8 * static_cast<size_t>(c.num_indices), size_t{1} << 20)) s = Scratch();
+  if (s.next.capacity() > std::max<size_t>(8 * static_cast<size_t>(c.num_indices), size_t{1} << 20)) s = Scratch();
   Job job;
   job.d = &d;
   job.c = &c;
@@ -722,7 +742,7 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   job.gstride = d.grad_stride ? d.grad_stride : d.dim;
   job.seed_key = sr_seed_key(c.seed);
   job.row_bytes = d.dim * (d.table_type == QJ_F32 ? 4 : 2);
-  job.unique = 0;
+  job.multi = 0;
   // Keep about 96 lines in flight (rows are written back too), 2 to 16 rows ahead.
   const int64_t lines = (job.row_bytes + 63) / 64 + 1;
   job.pf_dist = std::clamp<int64_t>(96 / lines, 2, 16);
@@ -757,7 +777,9 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   }
 
   const size_t un = static_cast<size_t>(n);
-  s.uniq.resize(un);
+  s.multi.resize(un);
+  s.multi_rows.resize(un / 2);  // a repeated row takes at least two positions
+  s.mid.resize(un);
   s.next.resize(un);
   s.bag.resize(un);
   if (d.weighted) s.e.resize(un);
@@ -775,9 +797,10 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   const bool in_range = d.index_bits == 32 ? group_rows(s, static_cast<const int32_t*>(c.indices), n, c.num_bags, c.num_rows)
                                            : group_rows(s, static_cast<const int64_t*>(c.indices), n, c.num_bags, c.num_rows);
   if (!in_range) return report_bad_index(d, c);
-  job.unique = s.unique;
-  if (num_threads > job.unique) num_threads = static_cast<int32_t>(job.unique);
-  return parallel_for(tier_fns<K>().coalesced, &job, num_threads);  // (one thread: the caller's)
+  job.multi = s.n_multi;
+  if (num_threads > std::max(c.num_bags, job.multi)) num_threads = static_cast<int32_t>(std::max(c.num_bags, job.multi));
+  qj_task_fn fn = d.index_bits == 32 ? tier_fns<K>().coalesced32 : tier_fns<K>().coalesced64;
+  return parallel_for(fn, &job, num_threads);  // (one thread: the caller's)
 }
 
 }  // namespace

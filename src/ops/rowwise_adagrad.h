@@ -8,9 +8,10 @@
 // once by exactly one thread: the result is bit-identical for any thread count. The
 // per-occurrence order is kept as an explicitly named mode for users who need FBGEMM's semantics.
 //
-// Phases: validate everything (nothing is written on error); group the occurrences by row; split
-// the unique rows into contiguous ranges per thread; per row, G = sum of e_i * grad in position
-// order, then the optimizer step. The vector code (AVX2 / AVX-512 by the ISA cap) performs the
+// Phases: validate everything (nothing is written on error); find the rows that occur more than
+// once and chain their occurrences; split the bags and the repeated rows into contiguous ranges
+// per thread; per row, G = sum of e_i * grad in position order (for a row that occurs once, its
+// bag's gradient times e_i, updated in the bag loop), then the optimizer step. The vector code (AVX2 / AVX-512 by the ISA cap) performs the
 // operations of src/ref/rowwise_adagrad_ref.h lane by lane, including the 8-lane partial sums of
 // G^2, so every tier gives the reference's bits. Details and measurements: rowwise_adagrad.cpp.
 #pragma once
