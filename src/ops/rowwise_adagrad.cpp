@@ -771,7 +771,6 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   job.gbuf = s.gbuf.get();
 
   if (d.mode == QJ_UPDATE_PER_OCCURRENCE_RACY) {
-    if (num_threads > c.num_bags) num_threads = static_cast<int32_t>(c.num_bags);
     qj_task_fn fn = d.index_bits == 32 ? tier_fns<K>().per_occurrence32 : tier_fns<K>().per_occurrence64;
     return parallel_for(fn, &job, num_threads);  // (one thread: the caller's)
   }
@@ -798,7 +797,6 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
                                            : group_rows(s, static_cast<const int64_t*>(c.indices), n, c.num_bags, c.num_rows);
   if (!in_range) return report_bad_index(d, c);
   job.multi = s.n_multi;
-  if (num_threads > std::max(c.num_bags, job.multi)) num_threads = static_cast<int32_t>(std::max(c.num_bags, job.multi));
   qj_task_fn fn = d.index_bits == 32 ? tier_fns<K>().coalesced32 : tier_fns<K>().coalesced64;
   return parallel_for(fn, &job, num_threads);  // (one thread: the caller's)
 }
