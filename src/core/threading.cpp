@@ -1,6 +1,8 @@
 #include "src/core/threading.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -18,12 +20,19 @@ void* g_pool = nullptr;
 // The built-in pool: persistent workers (started on first use, grown on demand) so that a
 // parallel run costs a wake-up, not a thread creation. The caller runs slice 0 itself. One
 // parallel_for runs at a time; concurrent callers queue on `run_mu`.
+//
+// A wake-up through the condition variable took 20-40 us per call on this machine's guest (a
+// futex wake of a sleeping vCPU thread, then the caller's own wake-up by the last worker): more
+// than a small call's whole work. So for a short while after a slice (kSpin) a worker polls for
+// the next call before it sleeps, and the caller polls for the workers before it waits, as
+// OpenMP runtimes do; only while the call's threads fit the machine's CPUs, so that oversubscribed
+// pools never spin against the threads that hold the work.
 class Pool {
  public:
   ~Pool() {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+      stop_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -50,28 +59,56 @@ class Pool {
       fn_ = fn;
       ctx_ = ctx;
       n_ = n;
-      pending_ = n - 1;
-      ++generation_;
+      spin_.store(n <= cpus_, std::memory_order_relaxed);
+      pending_.store(n - 1, std::memory_order_relaxed);
+      generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     cv_.notify_all();
     fn(ctx, 0, n);
+    if (n <= cpus_ && poll([&] { return pending_.load(std::memory_order_acquire) == 0; })) return QJ_OK;
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     return QJ_OK;
   }
 
  private:
+  static constexpr auto kSpin = std::chrono::microseconds(100);
+
+  // Polls ready() for up to kSpin; true if it became true.
+  template <class Ready>
+  static bool poll(Ready&& ready) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+        cpu_relax();
+      }
+      if (std::chrono::steady_clock::now() - t0 > kSpin) return ready();
+    }
+  }
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
   void worker(int id) {
     uint64_t seen = 0;
     for (;;) {
       qj_task_fn fn;
       void* ctx;
       int32_t n;
+      if (spin_.load(std::memory_order_relaxed))
+        poll([&] {
+          return generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+        });
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
+        cv_.wait(lock, [&] {
+          return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen;
+        });
+        if (stop_.load(std::memory_order_relaxed)) return;
+        seen = generation_.load(std::memory_order_relaxed);
         if (id >= n_) continue;  // not needed in this round
         fn = fn_;
         ctx = ctx_;
@@ -79,7 +116,7 @@ class Pool {
       }
       fn(ctx, id, n);
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv_.notify_one();
     }
   }
 
@@ -88,9 +125,11 @@ class Pool {
   std::vector<std::thread> workers_;
   qj_task_fn fn_ = nullptr;
   void* ctx_ = nullptr;
-  int32_t n_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  int32_t n_ = 0;
+  const int32_t cpus_ = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<int32_t> pending_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false}, spin_{false};
 };
 
 Pool& pool() {
