@@ -1,5 +1,9 @@
 #include "src/core/threading.h"
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -40,6 +44,7 @@ class Pool {
 
   qj_status run(qj_task_fn fn, void* ctx, int32_t n) {
     std::lock_guard<std::mutex> run_lock(run_mu_);
+    bool spin;
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Workers that cannot be started fail the call before any slice runs (the ones started
@@ -59,13 +64,14 @@ class Pool {
       fn_ = fn;
       ctx_ = ctx;
       n_ = n;
-      spin_.store(n <= cpus_, std::memory_order_relaxed);
+      spin = n <= usable_cpus();
+      spin_.store(spin, std::memory_order_relaxed);
       pending_.store(n - 1, std::memory_order_relaxed);
       generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     cv_.notify_all();
     fn(ctx, 0, n);
-    if (n <= cpus_ && poll([&] { return pending_.load(std::memory_order_acquire) == 0; })) return QJ_OK;
+    if (spin && poll([&] { return pending_.load(std::memory_order_acquire) == 0; })) return QJ_OK;
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     return QJ_OK;
@@ -73,6 +79,16 @@ class Pool {
 
  private:
   static constexpr auto kSpin = std::chrono::microseconds(100);
+
+  // CPUs this thread may run on (its affinity mask: a caller pinned with taskset to fewer CPUs
+  // than the call's threads must not poll for workers that wait for its CPU).
+  static int32_t usable_cpus() {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+    return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  }
 
   // Polls ready() for up to kSpin; true if it became true.
   template <class Ready>
@@ -126,7 +142,6 @@ class Pool {
   qj_task_fn fn_ = nullptr;
   void* ctx_ = nullptr;
   int32_t n_ = 0;
-  const int32_t cpus_ = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<int32_t> pending_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false}, spin_{false};
