@@ -29,8 +29,9 @@ void* g_pool = nullptr;
 // futex wake of a sleeping vCPU thread, then the caller's own wake-up by the last worker): more
 // than a small call's whole work. So for a short while after a slice (kSpin) a worker polls for
 // the next call before it sleeps, and the caller polls for the workers before it waits, as
-// OpenMP runtimes do; only while the call's threads fit the machine's CPUs, so that oversubscribed
-// pools never spin against the threads that hold the work.
+// OpenMP runtimes do; only while the call's threads fit the CPUs of the caller's affinity mask,
+// and only workers that had a slice in the last call, so that spare or oversubscribed workers
+// never spin against the threads that hold the work.
 class Pool {
  public:
   ~Pool() {
@@ -110,11 +111,12 @@ class Pool {
 
   void worker(int id) {
     uint64_t seen = 0;
+    bool polls = false;  // had a slice in the last call, which was allowed to poll
     for (;;) {
       qj_task_fn fn;
       void* ctx;
       int32_t n;
-      if (spin_.load(std::memory_order_relaxed))
+      if (polls)
         poll([&] {
           return generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
         });
@@ -125,6 +127,7 @@ class Pool {
         });
         if (stop_.load(std::memory_order_relaxed)) return;
         seen = generation_.load(std::memory_order_relaxed);
+        polls = id < n_ && spin_.load(std::memory_order_relaxed);
         if (id >= n_) continue;  // not needed in this round
         fn = fn_;
         ctx = ctx_;
