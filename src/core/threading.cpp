@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "src/core/log.h"
 #include "src/core/status.h"
 
 namespace qj {
@@ -27,7 +29,7 @@ void* g_pool = nullptr;
 //
 // A wake-up through the condition variable took 20-40 us per call on this machine's guest (a
 // futex wake of a sleeping vCPU thread, then the caller's own wake-up by the last worker): more
-// than a small call's whole work. So for a short while after a slice (kSpin) a worker polls for
+// than a small call's whole work. So for a short while after a slice (poll_time) a worker polls for
 // the next call before it sleeps, and the caller polls for the workers before it waits, as
 // OpenMP runtimes do; only while the call's threads fit the CPUs of the caller's affinity mask,
 // and only workers that had a slice in the last call, so that spare or oversubscribed workers
@@ -65,7 +67,7 @@ class Pool {
       fn_ = fn;
       ctx_ = ctx;
       n_ = n;
-      spin = n <= usable_cpus();
+      spin = poll_time().count() > 0 && n <= usable_cpus();
       spin_.store(spin, std::memory_order_relaxed);
       pending_.store(n - 1, std::memory_order_relaxed);
       generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
@@ -79,7 +81,20 @@ class Pool {
   }
 
  private:
-  static constexpr auto kSpin = std::chrono::microseconds(100);
+  // How long to poll: QJ_POOL_POLL_US (0: sleep at once), default 100 us.
+  static std::chrono::microseconds poll_time() {
+    static const std::chrono::microseconds v = [] {
+      const char* e = std::getenv("QJ_POOL_POLL_US");
+      if (e && *e) {
+        char* end = nullptr;
+        const unsigned long long x = std::strtoull(e, &end, 10);
+        if (end && *end == '\0' && x <= 1000000) return std::chrono::microseconds(static_cast<int64_t>(x));
+        log_line("QJ_POOL_POLL_US=%s is not a count of microseconds up to 1000000; using 100", e);
+      }
+      return std::chrono::microseconds(100);
+    }();
+    return v;
+  }
 
   // CPUs this thread may run on (its affinity mask: a caller pinned with taskset to fewer CPUs
   // than the call's threads must not poll for workers that wait for its CPU).
@@ -91,16 +106,17 @@ class Pool {
     return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   }
 
-  // Polls ready() for up to kSpin; true if it became true.
+  // Polls ready() for up to poll_time(); true if it became true.
   template <class Ready>
   static bool poll(Ready&& ready) {
     const auto t0 = std::chrono::steady_clock::now();
+    const auto limit = poll_time();
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (ready()) return true;
         cpu_relax();
       }
-      if (std::chrono::steady_clock::now() - t0 > kSpin) return ready();
+      if (std::chrono::steady_clock::now() - t0 > limit) return ready();
     }
   }
   static void cpu_relax() {
