@@ -571,8 +571,9 @@ typedef enum qj_update_mode {
    *  Bit-identical for any thread count and any run. */
   QJ_UPDATE_COALESCED = 0,
   /** FBGEMM's RowWiseSparseAdaGradFused order: every occurrence updates its row immediately, bag
-   *  by bag in index order. With one thread this is deterministic; with several, occurrences of one
-   *  row in bags of different threads race and the result depends on timing. */
+   *  by bag in index order. With one thread this is deterministic; with several (each takes a
+   *  contiguous share of the positions), occurrences of one row in different threads' shares race
+   *  and the result depends on timing. */
   QJ_UPDATE_PER_OCCURRENCE_RACY = 1
 } qj_update_mode;
 
