@@ -199,6 +199,7 @@ struct Options {
   int64_t max_rows = 0;    // cap rows per table (0: the shape's)
   int64_t batch = 0;       // override the batch (bags); dlrm default 512
   int reps = 0;
+  int threads = 1;            // > 1: qj_embedding_bag_run_parallel / the AdaGrad's num_threads
   std::vector<int64_t> dims;  // restrict to these dims
 };
 
@@ -223,6 +224,9 @@ int usage() {
                "                  RowWiseSparseAdaGradFused order: one step per occurrence)\n"
                "  --no-limit      skip the random-gather limit measurement\n"
                "  --reps N        timed samples per case\n"
+               "  --threads N     threads per call (default 1): qj_embedding_bag_run_parallel (not for\n"
+               "                  SPLIT MX rows, whose scales it does not take) or the AdaGrad's\n"
+               "                  num_threads; pin with taskset -c 0,1 ...\n"
                "  --format F      table | csv | json (JSON Lines)\n");
   return 2;
 }
@@ -303,6 +307,9 @@ bool parse(int argc, char** argv, Options* o) {
       o->batch = std::atoll(v.c_str());
     } else if (a == "--reps") {
       o->reps = std::atoi(v.c_str());
+    } else if (a == "--threads") {
+      o->threads = std::atoi(v.c_str());
+      if (o->threads < 1 || o->threads > 1024) return false;
     } else if (a == "--update") {
       if (v != "coalesced" && v != "occurrence") return false;
       o->update = v == "coalesced" ? QJ_UPDATE_COALESCED : QJ_UPDATE_PER_OCCURRENCE_RACY;
@@ -443,6 +450,12 @@ struct Shape {
 int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
   int rc = 0;
   for (qj_dtype t : o.types) {
+    if (o.threads > 1 && is_mx_split(t)) {
+      std::fprintf(stderr, "embedding: %s rows skipped: --threads %d runs qj_embedding_bag_run_parallel, which takes no SPLIT scales\n",
+                   fmt_name(t), o.threads);
+      rc = 1;
+      continue;
+    }
     for (const Shape& sh : shapes) {
       if (!o.dims.empty() && std::find(o.dims.begin(), o.dims.end(), sh.dim) == o.dims.end()) continue;
       const int64_t rb = row_bytes(t, sh.dim);
@@ -496,6 +509,11 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
                 std::vector<uint8_t> idx = narrow(cur, ib);
                 std::vector<float> out(static_cast<size_t>(bags * sh.dim)), want(out.size());
                 auto run = [&] {
+                  if (o.threads > 1) {
+                    qj_embedding_bag_run_parallel(plan, tb.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
+                                                  w ? lk.weights.data() : nullptr, out.data(), o.threads);
+                    return;
+                  }
                   qj_embedding_bag_args a{tb.p, scales.data(), rows, bags, idx.data(), lk.n, lk.offsets.data(),
                                           w ? lk.weights.data() : nullptr, out.data()};
                   qj_embedding_bag_run_ex(plan, &a, nullptr);
@@ -567,6 +585,7 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
             .set("bags", bags)
             .set("lookups", lk.n)
             .set("index_bits", x.ib)
+            .set("threads", o.threads)
             .set("prefetch", x.pf == QJ_PREFETCH_AUTO ? std::string("auto") : std::to_string(x.pf))
             .set("hint", hn[x.hint])
             .set("weighted", x.w)
@@ -631,7 +650,7 @@ int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep)
         d.stochastic_rounding = t == QJ_F16;
         auto run = [&](int) {
           qj_rowwise_adagrad_fused(&d, tb.p, h.data(), rows, bags, idx.data(), lk.n, lk.offsets.data(), nullptr,
-                                   g.data(), 1, 1);
+                                   g.data(), 1, o.threads);
         };
         for (const std::string& mode : o.modes) {
           const double sec = time_mode(mode, [&] { run(0); }, [&](int) { flush_rows(tb.p, sh.dim * eb, lk.idx[0]); }, o.reps);
@@ -645,6 +664,7 @@ int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep)
               .set("index_bits", ib)
               .set("mode", mode)
               .set("update", o.update == QJ_UPDATE_COALESCED ? "coalesced" : "per-occurrence")
+              .set("threads", o.threads)
               .set("pages", o.huge ? "thp" : "4k")
               .set("seconds", sec, 9)
               .set("us_per_call", sec * 1e6, 2)
