@@ -68,7 +68,7 @@ class Pool {
       ctx_ = ctx;
       n_ = n;
       spin = poll_time().count() > 0 && n <= usable_cpus();
-      spin_.store(spin, std::memory_order_relaxed);
+      spin_ = spin;
       pending_.store(n - 1, std::memory_order_relaxed);
       generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
@@ -143,7 +143,7 @@ class Pool {
         });
         if (stop_.load(std::memory_order_relaxed)) return;
         seen = generation_.load(std::memory_order_relaxed);
-        polls = id < n_ && spin_.load(std::memory_order_relaxed);
+        polls = id < n_ && spin_;
         if (id >= n_) continue;  // not needed in this round
         fn = fn_;
         ctx = ctx_;
@@ -161,9 +161,10 @@ class Pool {
   qj_task_fn fn_ = nullptr;
   void* ctx_ = nullptr;
   int32_t n_ = 0;
+  bool spin_ = false;  // the current call polls (under mu_)
   std::atomic<int32_t> pending_{0};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<bool> stop_{false}, spin_{false};
+  std::atomic<bool> stop_{false};
 };
 
 Pool& pool() {

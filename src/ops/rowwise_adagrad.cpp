@@ -109,10 +109,10 @@ struct RowRef {
 //   mean_sq(G, dim)            the reference's 8-lane sum of squares / dim
 //   upd32(w, G, step, dim)     w[j] = fma(-step, G[j], w[j])
 //   upd16(w, G, step, dim, sr, key)  widen, fma, round (nearest even or stochastic)
-//   kRegisterRows, rows<kTable>(G, dim, n, next)  (AVX-512) the rows next(0 .. n-1) (a RowRef
-//                              each) updated in order with G (up to 256 values of it) held in
-//                              registers; false if dim is not one it handles (the driver then
-//                              updates them one by one)
+//   kRegisterRows, rows_ok(dim, half), rows<kTable>(G, dim, n, next)  (AVX-512) the rows
+//                              next(0 .. n-1) (a RowRef each) updated in order with G (up to 256
+//                              values of it) held in registers, for the dims rows_ok accepts (for
+//                              others the driver updates them one by one)
 struct ScalarOps {
   static constexpr bool kRegisterRows = false;
   static float mean_sq(const float* G, int64_t dim) {
@@ -432,26 +432,20 @@ struct Avx512Ops {
   }
   // The dims rows() takes (fp16: half = true).
   static bool rows_ok(int64_t dim, bool half) { return dim % 16 == 0 && (dim <= 256 || !half); }
+  // Requires rows_ok(dim, kTable != 0).
   template <int kTable, class Next>
-  QJ_AVX512_INL static bool rows(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
-    if (dim % 16 == 0) {
-      switch (dim / 16) {
+  QJ_AVX512_INL static void rows(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
+    switch (dim / 16) {
 #define QJ_NV(nv)                       \
   case nv:                              \
     rows_nv<kTable, nv>(G, n, next, l2); \
-    return true;
-        QJ_NV(1) QJ_NV(2) QJ_NV(3) QJ_NV(4) QJ_NV(5) QJ_NV(6) QJ_NV(7) QJ_NV(8)
-        QJ_NV(9) QJ_NV(10) QJ_NV(11) QJ_NV(12) QJ_NV(13) QJ_NV(14) QJ_NV(15) QJ_NV(16)
+    return;
+      QJ_NV(1) QJ_NV(2) QJ_NV(3) QJ_NV(4) QJ_NV(5) QJ_NV(6) QJ_NV(7) QJ_NV(8)
+      QJ_NV(9) QJ_NV(10) QJ_NV(11) QJ_NV(12) QJ_NV(13) QJ_NV(14) QJ_NV(15) QJ_NV(16)
 #undef QJ_NV
-        default:
-          break;
-      }
-      if (kTable == 0) {
-        rows_f32_wide(G, dim, n, next, l2);
-        return true;
-      }
+      default:
+        if constexpr (kTable == 0) rows_f32_wide(G, dim, n, next, l2);  // dim > 256 (rows_ok)
     }
-    return false;
   }
   // fp32 rows with dim = 16 NV > 256: the first 256 values of G in registers, the rest loaded
   // (steady-state harness, 1000 rows, dim 512: 49.3 -> 41.5 us per call; FBGEMM 39.6).
@@ -482,7 +476,7 @@ struct Avx512Ops {
 
 // A row that occurs more than once, at positions head .. tail (chained through next[]); bag is
 // the bag of its first occurrence.
-struct Uniq {
+struct MultiRow {
   int64_t row, head, tail, bag;
 };
 
@@ -497,7 +491,7 @@ struct Scratch {
   std::vector<uint64_t> cslots;  // compact slots (group_rows)
   uint64_t cgen = 0;
   std::vector<uint8_t> multi;             // per position: 1 if its row occurs more than once
-  std::vector<Uniq> multi_rows;           // the rows that occur more than once
+  std::vector<MultiRow> multi_rows;           // the rows that occur more than once
   std::vector<int64_t> mid;               // per first position of such a row: its multi_rows entry
   std::vector<int64_t> next, bag;         // per chained position: next position of the same row, its bag
   std::vector<float> e;                   // per position: its factor (weighted only)
@@ -618,7 +612,7 @@ template <class Idx, bool kCompact>
 bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint64_t limit) {
   const size_t mask = (size_t{1} << logcap) - 1;
   uint8_t* multi = s.multi.data();
-  Uniq* mu = s.multi_rows.data();
+  MultiRow* mu = s.multi_rows.data();
   int64_t* mid = s.mid.data();
   int64_t* next = s.next.data();
   int64_t* bagof = s.bag.data();
@@ -670,9 +664,9 @@ bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint
         multi[first] = 1;
         mid[first] = nm;
         const int64_t fb = std::upper_bound(bstart, bstart + nbags + 1, first) - bstart - 1;
-        mu[nm++] = Uniq{row, first, first, fb};
+        mu[nm++] = MultiRow{row, first, first, fb};
       }
-      Uniq& q = mu[mid[first]];
+      MultiRow& q = mu[mid[first]];
       next[q.tail] = i;
       bagof[i] = b;
       q.tail = i;
