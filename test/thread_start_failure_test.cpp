@@ -41,8 +41,9 @@ bool says_cannot_start(qj_status st) {
 // the number of the first one that failed.
 int child() {
   constexpr int kThreads = 1000;
-  // GEMM: s8 weights, u8 A, s32 C.
-  const int64_t m = 4096, k = 32, n = 16;
+  // Every call is large enough that the pool does not run it on the caller alone (work estimates
+  // above kInlineWorkNs, src/core/threading.h). GEMM: s8 weights, u8 A, s32 C.
+  const int64_t m = 65536, k = 32, n = 16;
   std::vector<int8_t> w(static_cast<size_t>(k * n), 1);
   qj_weights_desc wd{};
   wd.dtype = QJ_S8;
@@ -62,7 +63,7 @@ int child() {
   std::vector<uint8_t> a(static_cast<size_t>(m * k), 1);
   std::vector<int32_t> c(static_cast<size_t>(m * n), -7);
   // Embedding-bag: fp32 rows, one index per bag.
-  const int64_t dim = 8, bags = 4096;
+  const int64_t dim = 8, bags = 32768;
   qj_embedding_bag_desc ed{};
   ed.row_type = QJ_F32;
   ed.dim = dim;

@@ -137,7 +137,12 @@ typedef void (*qj_task_fn)(void* ctx, int32_t thread_id, int32_t num_threads);
 typedef void (*qj_parallel_for_fn)(void* pool, qj_task_fn fn, void* ctx, int32_t num_threads);
 
 /** Install the pool used by the *_run_parallel convenience calls (NULL restores the built-in
- *  pool of std::threads). Not thread-safe against concurrent *_run_parallel calls. */
+ *  pool of std::threads). Not thread-safe against concurrent *_run_parallel calls.
+ *  The built-in pool: the caller and its workers claim the call's slices as they come free, so
+ *  a worker that wakes late never delays the call; a short call (estimated under
+ *  QJ_POOL_INLINE_US, default 100 us) made while the workers sleep and the previous call ended
+ *  longer ago than they poll (QJ_POOL_POLL_US) runs on the calling thread alone. The output is
+ *  the same either way. */
 QJ_API void qj_set_parallel_for(qj_parallel_for_fn fn, void* pool);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -263,7 +263,10 @@ qj_status run_parallel(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, i
   if (num_threads == 1) return qj::embedding_bag_run(p->p, c, 0, 1);
   // Every slice validates the whole call first, so a bad input fails all of them before anything
   // is written; the first failure's message is reported.
-  return qj::run_slices(num_threads, [&](int32_t t, int32_t n) { return qj::embedding_bag_run(p->p, c, t, n); });
+  // Rough single-thread time for the pool (threading.h): a few ns per row plus its bytes at L2 speed.
+  const int64_t work_ns = c.num_indices * (2 + p->p.row_stride / 32);
+  return qj::run_slices(
+      num_threads, [&](int32_t t, int32_t n) { return qj::embedding_bag_run(p->p, c, t, n); }, work_ns);
 }
 }  // namespace
 

@@ -24,8 +24,15 @@ qj_parallel_for_fn g_fn = nullptr;
 void* g_pool = nullptr;
 
 // The built-in pool: persistent workers (started on first use, grown on demand) so that a
-// parallel run costs a wake-up, not a thread creation. The caller runs slice 0 itself. One
-// parallel_for runs at a time; concurrent callers queue on `run_mu`.
+// parallel run costs a wake-up, not a thread creation. One parallel_for runs at a time;
+// concurrent callers queue on `run_mu`.
+//
+// The slices are claimed, not assigned: the caller and the woken workers each take the next
+// unclaimed slice until none is left (claim_, tagged with the call's generation so that a worker
+// that wakes after its call has ended claims nothing), and the call ends when every slice is
+// done. A worker that wakes late thus never holds the call up: the caller runs the slices that
+// no worker took. (Which thread runs a slice does not matter: a slice's output is the same on
+// any thread.)
 //
 // A wake-up through the condition variable took 20-40 us per call on this machine's guest (a
 // futex wake of a sleeping vCPU thread, then the caller's own wake-up by the last worker): more
@@ -45,9 +52,31 @@ class Pool {
     for (auto& t : workers_) t.join();
   }
 
-  qj_status run(qj_task_fn fn, void* ctx, int32_t n) {
+  qj_status run(qj_task_fn fn, void* ctx, int32_t n, int64_t work_ns) {
     std::lock_guard<std::mutex> run_lock(run_mu_);
     bool spin;
+    uint64_t gen;
+    const auto now = std::chrono::steady_clock::now();
+    const bool sporadic = now - last_end_ > poll_time();
+    struct EndStamp {  // last_end_ = the end of this call, on every return (under run_mu_)
+      std::chrono::steady_clock::time_point& t;
+      ~EndStamp() { t = std::chrono::steady_clock::now(); }
+    } stamp{last_end_};
+    // A short call, the previous one over for longer than the workers poll, and the workers it
+    // needs asleep (or never started): the caller alone. (Calls back to back wake the workers
+    // once; from then on they find them polling.)
+    if (work_ns >= 0 && work_ns < inline_limit_ns() && sporadic) {
+      bool asleep;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        asleep = awake_ < n - 1;
+      }
+      if (asleep) {  // as one slice: every caller's output is the same for any partition
+        inline_calls_.fetch_add(1, std::memory_order_relaxed);
+        fn(ctx, 0, 1);
+        return QJ_OK;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Workers that cannot be started fail the call before any slice runs (the ones started
@@ -59,6 +88,7 @@ class Pool {
         while (static_cast<int32_t>(workers_.size()) < n - 1) {
           int id = static_cast<int>(workers_.size()) + 1;
           workers_.emplace_back([this, id] { worker(id); });
+          ++awake_;
         }
       } catch (const std::exception& e) {
         return fail(QJ_ERR_OUT_OF_MEMORY, "cannot start %d threads (%zu running): %s", n - 1, workers_.size(),
@@ -69,30 +99,41 @@ class Pool {
       n_ = n;
       spin = poll_time().count() > 0 && n <= usable_cpus();
       spin_ = spin;
-      pending_.store(n - 1, std::memory_order_relaxed);
-      generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      done_.store(0, std::memory_order_relaxed);
+      gen = generation_.load(std::memory_order_relaxed) + 1;
+      claim_.store(static_cast<uint64_t>(static_cast<uint32_t>(gen)) << 32, std::memory_order_relaxed);
+      generation_.store(gen, std::memory_order_release);
     }
     cv_.notify_all();
-    fn(ctx, 0, n);
-    if (spin && poll([&] { return pending_.load(std::memory_order_acquire) == 0; })) return QJ_OK;
+    run_claimed(static_cast<uint32_t>(gen), fn, ctx, n, false);
+    auto all_done = [&] { return done_.load(std::memory_order_acquire) == n; };
+    if (all_done() || (spin && poll(all_done))) return QJ_OK;
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    done_cv_.wait(lock, all_done);
     return QJ_OK;
   }
 
  private:
+  // A count of microseconds from the environment variable `name` (0 to 1000000), else `dflt`.
+  static std::chrono::microseconds env_us(const char* name, int64_t dflt) {
+    const char* e = std::getenv(name);
+    if (e && *e) {
+      char* end = nullptr;
+      const unsigned long long x = std::strtoull(e, &end, 10);
+      if (end && *end == '\0' && x <= 1000000) return std::chrono::microseconds(static_cast<int64_t>(x));
+      log_line("%s=%s is not a count of microseconds up to 1000000; using %lld", name, e, static_cast<long long>(dflt));
+    }
+    return std::chrono::microseconds(dflt);
+  }
   // How long to poll: QJ_POOL_POLL_US (0: sleep at once), default 100 us.
   static std::chrono::microseconds poll_time() {
-    static const std::chrono::microseconds v = [] {
-      const char* e = std::getenv("QJ_POOL_POLL_US");
-      if (e && *e) {
-        char* end = nullptr;
-        const unsigned long long x = std::strtoull(e, &end, 10);
-        if (end && *end == '\0' && x <= 1000000) return std::chrono::microseconds(static_cast<int64_t>(x));
-        log_line("QJ_POOL_POLL_US=%s is not a count of microseconds up to 1000000; using 100", e);
-      }
-      return std::chrono::microseconds(100);
-    }();
+    static const std::chrono::microseconds v = env_us("QJ_POOL_POLL_US", 100);
+    return v;
+  }
+  // Calls estimated below this run on the caller while the workers sleep: QJ_POOL_INLINE_US
+  // (0: never), default kInlineWorkNs.
+  static int64_t inline_limit_ns() {
+    static const int64_t v = env_us("QJ_POOL_INLINE_US", kInlineWorkNs / 1000).count() * 1000;
     return v;
   }
 
@@ -138,9 +179,11 @@ class Pool {
         });
       {
         std::unique_lock<std::mutex> lock(mu_);
+        --awake_;
         cv_.wait(lock, [&] {
           return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen;
         });
+        ++awake_;
         if (stop_.load(std::memory_order_relaxed)) return;
         seen = generation_.load(std::memory_order_relaxed);
         polls = id < n_ && spin_;
@@ -149,9 +192,23 @@ class Pool {
         ctx = ctx_;
         n = n_;
       }
-      fn(ctx, id, n);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv_.notify_one();
+      run_claimed(static_cast<uint32_t>(seen), fn, ctx, n, true);
+    }
+  }
+
+  // Claims and runs slices of the call of generation `gen` (its low 32 bits) until none is left
+  // or that call is over. The thread that completes the last slice wakes the caller (worker).
+  void run_claimed(uint32_t gen, qj_task_fn fn, void* ctx, int32_t n, bool worker) {
+    for (;;) {
+      uint64_t v = claim_.load(std::memory_order_acquire);
+      do {
+        if (static_cast<uint32_t>(v >> 32) != gen || static_cast<int32_t>(static_cast<uint32_t>(v)) >= n) return;
+      } while (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+      fn(ctx, static_cast<int32_t>(static_cast<uint32_t>(v)), n);
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n && worker) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_one();
+      }
     }
   }
 
@@ -162,9 +219,17 @@ class Pool {
   void* ctx_ = nullptr;
   int32_t n_ = 0;
   bool spin_ = false;  // the current call polls (under mu_)
-  std::atomic<int32_t> pending_{0};
+  std::chrono::steady_clock::time_point last_end_{};  // end of the last call (under run_mu_)
+  // Workers not blocked on cv_ (polling or running), under mu_. A worker counts as awake from its
+  // start until it first waits, and again from each wake-up until its next wait.
+  int32_t awake_ = 0;
+  std::atomic<int32_t> done_{0};      // slices of the current call completed
+  std::atomic<uint64_t> claim_{0};    // (generation & 0xffffffff) << 32 | next slice to claim
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
+
+ public:
+  std::atomic<uint64_t> inline_calls_{0};  // calls run on the caller alone (tests)
 };
 
 Pool& pool() {
@@ -179,7 +244,7 @@ void set_parallel_for(qj_parallel_for_fn fn, void* pool) {
   g_pool = pool;
 }
 
-qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n) {
+qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n, int64_t work_ns) {
   if (n <= 1) {
     fn(ctx, 0, 1);
     return QJ_OK;
@@ -188,7 +253,9 @@ qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n) {
     g_fn(g_pool, fn, ctx, n);
     return QJ_OK;
   }
-  return pool().run(fn, ctx, n);
+  return pool().run(fn, ctx, n, work_ns);
 }
+
+uint64_t pool_inline_calls() { return pool().inline_calls_.load(std::memory_order_relaxed); }
 
 }  // namespace qj

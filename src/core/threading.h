@@ -29,14 +29,26 @@ inline Range split_range(int64_t total, int32_t t, int32_t n) {
 // Runs fn(ctx, t, n) for t in [0, n) on the installed pool (or the built-in one) and returns when
 // all are done. QJ_ERR_OUT_OF_MEMORY (with the message set) when the built-in pool cannot start
 // the threads: then no slice has run.
-[[nodiscard]] qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n);
+// work_ns: a rough estimate of the whole call's single-thread time (negative: unknown). When that
+// is below QJ_POOL_INLINE_US (default kInlineWorkNs) and the workers the call needs are asleep,
+// the built-in pool runs fn(ctx, 0, 1) on the calling thread instead (waking a worker costs more
+// than such a call gains): callers pass work_ns only when one slice of the whole gives the same
+// result as n slices.
+[[nodiscard]] qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n, int64_t work_ns = -1);
+// Waking a sleeping worker through the condition variable cost the caller 20-40 us on this
+// machine's guest (the futex wake of a halted vCPU, measured inside notify_all), and the worker
+// starts later still: with the workers asleep, 102 x 512 x 257 (71-73 us on one thread) took
+// 109-126 us on two.
+constexpr int64_t kInlineWorkNs = 100000;
 void set_parallel_for(qj_parallel_for_fn fn, void* pool);
+// Calls the built-in pool ran on the caller alone (kInlineWorkNs), since the process started.
+uint64_t pool_inline_calls();
 
 // parallel_for over slices that return a status: body(t, n) for t in [0, n). The first failing
 // slice's status is returned with its message set again on the calling thread (a message is
 // thread-local, and a pool may run slices on other threads).
 template <class Body>
-qj_status run_slices(int32_t n, const Body& body) {
+qj_status run_slices(int32_t n, const Body& body, int64_t work_ns = -1) {
   struct Ctx {
     const Body* body;
     std::mutex mu;
@@ -52,7 +64,7 @@ qj_status run_slices(int32_t n, const Body& body) {
         std::lock_guard<std::mutex> lock(x->mu);
         if (x->st == QJ_OK) x->st = s, x->msg = last_error();
       },
-      &ctx, n);
+      &ctx, n, work_ns);
   if (started != QJ_OK) return started;
   return ctx.st == QJ_OK ? QJ_OK : fail(ctx.st, "%s", ctx.msg.c_str());
 }

@@ -763,10 +763,12 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
                   gneed * sizeof(float));
   }
   job.gbuf = s.gbuf.get();
+  // Rough single-thread time for the pool (threading.h): each row is read and written back.
+  const int64_t work_ns = c.num_indices * (4 + job.row_bytes / 32);
 
   if (d.mode == QJ_UPDATE_PER_OCCURRENCE_RACY) {
     qj_task_fn fn = d.index_bits == 32 ? tier_fns<K>().per_occurrence32 : tier_fns<K>().per_occurrence64;
-    return parallel_for(fn, &job, num_threads);  // (one thread: the caller's)
+    return parallel_for(fn, &job, num_threads, work_ns);  // (one thread: the caller's)
   }
 
   const size_t un = static_cast<size_t>(n);
@@ -792,7 +794,7 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   if (!in_range) return report_bad_index(d, c);
   job.multi = s.n_multi;
   qj_task_fn fn = d.index_bits == 32 ? tier_fns<K>().coalesced32 : tier_fns<K>().coalesced64;
-  return parallel_for(fn, &job, num_threads);  // (one thread: the caller's)
+  return parallel_for(fn, &job, num_threads, work_ns);  // (one thread: the caller's)
 }
 
 }  // namespace
