@@ -3,7 +3,6 @@
 #include <quantjit/quantjit.h>
 
 #include <algorithm>
-
 #include <memory>
 #include <new>
 
