@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -599,6 +600,48 @@ TEST(EmbeddingBag, ParallelAndConcatenatedOutputs) {
   EXPECT_EQ(0, std::memcmp(single.data(), wide.data(), single.size() * sizeof(float)));
   qj_embedding_bag_plan_destroy(p8);
   qj_embedding_bag_plan_destroy(p4);
+}
+
+// The bags of each slice of a parallel pooled call (qj::bag_slice): the slices cover the bags in
+// order, once; the prefix is the slice's first index; offsets and lengths agree; and no slice
+// holds more than its share of the cost (indices + 1 per bag) by more than half of its first and
+// last bags (a bag goes to the slice that holds its middle).
+TEST(EmbeddingBag, BagSlicesPartitionAndBalance) {
+  std::mt19937 g(4242);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t nb = 1 + static_cast<int64_t>(g() % 40);
+    std::vector<int64_t> len(static_cast<size_t>(nb)), offs{0};
+    for (auto& l : len) {
+      const uint32_t kind = g() % 4;
+      l = kind == 0 ? 0 : kind == 1 ? static_cast<int64_t>(g() % 400) : static_cast<int64_t>(g() % 8);
+      offs.push_back(offs.back() + l);
+    }
+    const int64_t ni = offs.back();
+    for (int32_t n : {1, 2, 3, 5, 64}) {
+      int64_t next_bag = 0;
+      for (int32_t t = 0; t < n; ++t) {
+        int64_t b0, b1, pre, l0, l1, lpre;
+        qj::bag_slice(64, false, offs.data(), nb, ni, t, n, &b0, &b1, &pre);
+        qj::bag_slice(64, true, len.data(), nb, ni, t, n, &l0, &l1, &lpre);
+        ASSERT_EQ(b0, l0);
+        ASSERT_EQ(b1, l1);
+        ASSERT_EQ(b0, next_bag) << "trial " << trial << " slice " << t << " of " << n;
+        ASSERT_LE(b0, b1);
+        if (b1 > b0) {
+          ASSERT_EQ(pre, offs[static_cast<size_t>(b0)]);
+          ASSERT_EQ(lpre, pre);
+        }
+        // its cost against its share: at most half of its first and of its last bag over it
+        double cost = 0;
+        for (int64_t b = b0; b < b1; ++b) cost += static_cast<double>(len[static_cast<size_t>(b)] + 1);
+        const double edges = b1 > b0 ? static_cast<double>(len[static_cast<size_t>(b0)] + len[static_cast<size_t>(b1 - 1)] + 2) / 2 : 0;
+        const double share = static_cast<double>(ni + nb) / n;
+        ASSERT_LE(cost, share + edges + 1) << "trial " << trial << " slice " << t << " of " << n;
+        next_bag = b1;
+      }
+      ASSERT_EQ(next_bag, nb);
+    }
+  }
 }
 
 TEST(EmbeddingBag, HugePageTableAllocation) {

@@ -155,6 +155,30 @@ qj_status check_indices(const EmbeddingBagPlan& p, const EmbeddingBagCall& c) {
 
 void embedding_set_prefer_ymm(int v) { g_prefer_ymm = v; }
 
+void bag_slice(int ob, bool use_lengths, const void* o, int64_t num_bags, int64_t num_indices, int32_t t, int32_t n,
+               int64_t* begin, int64_t* end, int64_t* prefix) {
+  // Bag b costs len(b) + 1 and spans [start(b) + b, start(b + 1) + b + 1) of the total cost; the
+  // slice takes the bags whose middle (doubled: 2 (start(b) + b) + len(b) + 1) falls in
+  // [t * total / n, (t + 1) * total / n), so that a long bag goes to the side that holds most of it.
+  const int64_t total2 = 2 * (num_indices + num_bags);
+  const int64_t lo = static_cast<int64_t>(static_cast<__int128>(total2) * t / n);
+  const int64_t hi = static_cast<int64_t>(static_cast<__int128>(total2) * (t + 1) / n);
+  *begin = *end = num_bags;
+  *prefix = num_indices;
+  int64_t start = 0;  // first index of bag b
+  for (int64_t b = 0; b < num_bags; ++b) {
+    const int64_t next = use_lengths ? start + load_int(o, ob, b) : load_int(o, ob, b + 1);
+    const int64_t mid2 = 2 * (start + b) + (next - start) + 1;
+    if (mid2 >= lo && *begin == num_bags) *begin = b, *prefix = start;
+    if (mid2 >= hi) {
+      *end = b;
+      break;
+    }
+    start = next;
+  }
+  if (*end < *begin) *end = *begin;
+}
+
 qj_status validate_bags(const char* fn, int ob, bool use_lengths, const void* o, int64_t num_bags,
                         int64_t num_indices, int64_t bag_begin, int64_t* prefix) {
   *prefix = 0;
@@ -282,11 +306,17 @@ qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c
                             int32_t num_threads) {
   const auto& d = p.d;
   const bool gather = d.pooling == QJ_POOL_NONE;
-  const int64_t items = gather ? c.num_indices : c.num_bags;
-  const Range r = split_range(items, thread_id, num_threads);
+  // Gather: a slice of the indices. Pooled: a slice of the bags, balanced by their indices
+  // (bag_slice), not by their count: a call's bags vary in length. FBGEMM's grid (10 bags of 1 to
+  // 201 indices), two threads, warm: fp32 rows dim 256 6.5-7.0 -> 5.2 us, where the bag count had
+  // split 1000 indices unevenly; the other cases as before.
+  Range r = split_range(gather ? c.num_indices : c.num_bags, thread_id, num_threads);
   int64_t prefix = 0;
-  if (!gather) QJ_TRY(check_bags(p, c, r.begin, &prefix));
+  if (!gather) QJ_TRY(check_bags(p, c, 0, &prefix));
   QJ_TRY(check_indices(p, c));
+  if (!gather && num_threads > 1)
+    bag_slice(d.offset_bits, d.use_lengths != 0, c.offsets_or_lengths, c.num_bags, c.num_indices, thread_id,
+              num_threads, &r.begin, &r.end, &prefix);
   if (r.end <= r.begin) return QJ_OK;
 
   if (!p.kernel) {

@@ -52,6 +52,11 @@ qj_status embedding_bag_run(const EmbeddingBagPlan& p, const EmbeddingBagCall& c
 // summing to num_indices. *prefix receives the first index of bag `bag_begin`.
 qj_status validate_bags(const char* fn, int offset_bits, bool use_lengths, const void* ol,
                         int64_t num_bags, int64_t num_indices, int64_t bag_begin, int64_t* prefix);
+// The bags of slice t of n, balanced by bag cost (its indices + 1, so empty bags count too) rather
+// than by bag count: [*begin, *end), and *prefix = the first index of bag *begin. For validated
+// offsets / lengths; any split gives the same output.
+void bag_slice(int offset_bits, bool use_lengths, const void* ol, int64_t num_bags, int64_t num_indices,
+               int32_t t, int32_t n, int64_t* begin, int64_t* end, int64_t* prefix);
 // Scalar index check against [0, limit); names the bag (bags == nullptr: the bag is the index
 // position, as in gather mode).
 qj_status validate_indices_scalar(const char* fn, int index_bits, const void* indices,
