@@ -254,8 +254,8 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
 // every element identically). Rows when there are enough of them (4 tiles a slice) and they split
 // about as evenly as the panels, else columns (each slice then packs all of A). Measured, two
-// threads, 64 x 4096 x 4096 (11 tiles: 6 and 5 a slice, 36 and 28 rows) 740-786 GOPS by rows,
-// 881 by columns (through four claimed slices); 16 x 4096 x 4096 and 1024^3 as before.
+// threads, 64 x 4096 x 4096 (11 tiles: 6 and 5 a slice, 36 and 28 rows) 739-757 GOPS by rows,
+// 863-868 by columns; 16 x 4096 x 4096, 256 x 4096 x 4096 and 1024^3 as before.
 void split_tiles(int64_t m_tiles, int64_t n_panels, int32_t tid, int32_t nth, Range* mt, Range* np) {
   if (nth <= 1) return;
   const int64_t t = nth;
