@@ -31,8 +31,10 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "driver/cli.h"
 #include "driver/commands.h"
 #include "driver/table_util.h"
 #include "driver/peak.h"
@@ -203,8 +205,8 @@ struct Options {
   std::vector<int64_t> dims;  // restrict to these dims
 };
 
-int usage() {
-  std::fprintf(stderr,
+int usage(int status = 2) {  // --help (status 0): on stdout
+  std::fprintf(status ? stderr : stdout,
                "usage: quantjit-bench embedding [options]\n"
                "  --shapes fbgemm|dlrm|FILE  FBGEMM's grid (batch,rows,dim,avg_len) or the DLRM-DCNv2\n"
                "                             26-table grid (table,rows,dim,pooling); default fbgemm\n"
@@ -228,24 +230,18 @@ int usage() {
                "                  SPLIT MX rows, whose scales it does not take) or the AdaGrad's\n"
                "                  num_threads; pin with taskset -c 0,1 ...\n"
                "  --format F      table | csv | json (JSON Lines)\n");
-  return 2;
+  return status;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  size_t a = 0;
-  while (true) {
-    size_t b = s.find(',', a);
-    v.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
-    if (b == std::string::npos) break;
-    a = b + 1;
-  }
-  return v;
-}
-
-bool parse(int argc, char** argv, Options* o) {
+// False after a message (cli.h) on a bad argument; *help for --help.
+bool parse(int argc, char** argv, Options* o, bool* help) {
+  const char* cmd = "embedding";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (is_help(a)) {
+      *help = true;
+      return true;
+    }
     if (a == "--no-limit") {
       o->limit = false;
       continue;
@@ -254,67 +250,83 @@ bool parse(int argc, char** argv, Options* o) {
       o->adagrad = true;
       continue;
     }
-    if (i + 1 >= argc) return false;
-    const std::string v = argv[++i];
+    static const char* const kValueOptions[] = {
+        "--format", "--shapes", "--rows",  "--dims",     "--index", "--prefetch", "--hint",  "--weighted",
+        "--mode",   "--pages",  "--max-rows", "--batch", "--reps",  "--threads",  "--update"};
+    if (std::none_of(std::begin(kValueOptions), std::end(kValueOptions), [&](const char* k) { return a == k; }))
+      return arg_error(cmd, "unknown option '%s'", a.c_str());
+    const char* vp = i + 1 < argc ? argv[++i] : nullptr;
+    if (!vp) return bad_value(cmd, a, vp, "");
+    const std::string v = vp;
+    int64_t x = 0;
+    // The value's comma list, each item an integer in [lo, hi], into out.
+    auto ints = [&](int64_t lo, int64_t hi, auto* out, const char* what) {
+      out->clear();
+      for (const std::string& s : split_list(v)) {
+        if (!parse_int(s, lo, hi, &x)) return bad_value(cmd, a, vp, what);
+        out->push_back(static_cast<typename std::remove_reference_t<decltype(*out)>::value_type>(x));
+      }
+      return true;
+    };
     if (a == "--format") {
-      if (!parse_format(v.c_str(), &o->fmt)) return false;
+      if (!parse_format(vp, &o->fmt)) return bad_value(cmd, a, vp, "table, csv or json");
     } else if (a == "--shapes") {
       o->shapes = v;
     } else if (a == "--rows") {
-      for (const std::string& s : split(v)) {
+      for (const std::string& s : split_list(v)) {
         bool found = false;
         for (const RowFmt& r : kRowFmts)
           if (s == "all" || s == r.name) {
             o->types.push_back(r.t);
             found = true;
           }
-        if (!found) return false;
+        if (!found) return bad_value(cmd, a, vp, "a list of row formats");
       }
     } else if (a == "--dims") {
-      for (const std::string& s : split(v)) o->dims.push_back(std::atoll(s.c_str()));
+      if (!ints(1, int64_t{1} << 24, &o->dims, "a list of positive dims")) return false;
     } else if (a == "--index") {
-      o->index_bits.clear();
-      for (const std::string& s : split(v)) {
-        int b = std::atoi(s.c_str());
-        if (b != 32 && b != 64) return false;
-        o->index_bits.push_back(b);
-      }
+      if (!ints(32, 64, &o->index_bits, "a list of index widths (32, 64)")) return false;
+      for (int b : o->index_bits)
+        if (b != 32 && b != 64) return bad_value(cmd, a, vp, "a list of index widths (32, 64)");
     } else if (a == "--prefetch") {
       o->prefetch.clear();
-      for (const std::string& s : split(v)) o->prefetch.push_back(s == "auto" ? QJ_PREFETCH_AUTO : std::atoi(s.c_str()));
+      for (const std::string& s : split_list(v)) {
+        if (s != "auto" && !parse_int(s, 0, 4096, &x)) return bad_value(cmd, a, vp, "a list of distances (0-4096 or auto)");
+        o->prefetch.push_back(s == "auto" ? QJ_PREFETCH_AUTO : static_cast<int>(x));
+      }
     } else if (a == "--hint") {
       o->hints.clear();
-      for (const std::string& h : split(v)) {
+      for (const std::string& h : split_list(v)) {
         const char* names[5] = {"auto", "t0", "t1", "t2", "nta"};
         int k = 0;
         while (k < 5 && h != names[k]) ++k;
-        if (k == 5) return false;
+        if (k == 5) return bad_value(cmd, a, vp, "a list of auto, t0, t1, t2, nta");
         o->hints.push_back(k);
       }
     } else if (a == "--weighted") {
-      o->weighted.clear();
-      for (const std::string& s : split(v)) o->weighted.push_back(std::atoi(s.c_str()) != 0);
+      if (!ints(0, 1, &o->weighted, "a list of 0 and 1")) return false;
     } else if (a == "--mode") {
-      o->modes = split(v);
+      o->modes = split_list(v);
       for (const std::string& m : o->modes)
-        if (m != "warm" && m != "cold" && m != "fresh") return false;
+        if (m != "warm" && m != "cold" && m != "fresh") return bad_value(cmd, a, vp, "a list of warm, cold, fresh");
     } else if (a == "--pages") {
-      if (v != "thp" && v != "4k") return false;
+      if (v != "thp" && v != "4k") return bad_value(cmd, a, vp, "thp or 4k");
       o->huge = v == "thp";
     } else if (a == "--max-rows") {
-      o->max_rows = std::atoll(v.c_str());
+      if (!parse_int(v, 1, int64_t{1} << 40, &o->max_rows)) return bad_value(cmd, a, vp, "a positive row count");
     } else if (a == "--batch") {
-      o->batch = std::atoll(v.c_str());
+      if (!parse_int(v, 1, int64_t{1} << 30, &o->batch)) return bad_value(cmd, a, vp, "a positive bag count");
     } else if (a == "--reps") {
-      o->reps = std::atoi(v.c_str());
+      if (!parse_int(v, 1, 100000000, &x)) return bad_value(cmd, a, vp, "a positive count");
+      o->reps = static_cast<int>(x);
     } else if (a == "--threads") {
-      o->threads = std::atoi(v.c_str());
-      if (o->threads < 1 || o->threads > 1024) return false;
+      if (!parse_int(v, 1, 1024, &x)) return bad_value(cmd, a, vp, "a thread count from 1 to 1024");
+      o->threads = static_cast<int>(x);
     } else if (a == "--update") {
-      if (v != "coalesced" && v != "occurrence") return false;
+      if (v != "coalesced" && v != "occurrence") return bad_value(cmd, a, vp, "coalesced or occurrence");
       o->update = v == "coalesced" ? QJ_UPDATE_COALESCED : QJ_UPDATE_PER_OCCURRENCE_RACY;
     } else {
-      return false;
+      return arg_error(cmd, "unknown option '%s'", a.c_str());
     }
   }
   if (o->types.empty()) o->types = o->adagrad ? std::vector<qj_dtype>{QJ_F32, QJ_F16}
@@ -681,7 +693,9 @@ int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep)
 
 int cmd_embedding(int argc, char** argv) {
   Options o;
-  if (!parse(argc, argv, &o)) return usage();
+  bool help = false;
+  if (!parse(argc, argv, &o, &help)) return 2;
+  if (help) return usage(0);
   std::vector<Shape> shapes;
   std::string err;
   CsvTable csv;

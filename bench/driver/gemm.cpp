@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "driver/cli.h"
 #include "driver/commands.h"
 #include "driver/onednn_peer.h"
 #include "driver/peak.h"
@@ -129,11 +130,11 @@ struct Options {
   qj_dtype a_mx = QJ_DT_UNDEFINED;  // --a-type: MX activations (fp32 A quantized to it, FLOOR)
 };
 
-int usage() {
+int usage(int status = 2) {  // --help (status 0): on stdout
   std::string kinds;
   for (const WeightKind& k : kKinds) kinds += std::string(kinds.empty() ? "" : "|") + k.name;
   std::fprintf(
-      stderr,
+      status ? stderr : stdout,
       "usage: quantjit-bench gemm [options]   (pin it: taskset -c 1)\n"
       "  --shapes S      fbgemm (= acc32 + gemms) | acc32 | gemms | llm | fp16 | FILE.csv |\n"
       "                  inline \"M,N,K[;M,N,K...]\"   (default gemms; files in bench/shapes/)\n"
@@ -153,59 +154,65 @@ int usage() {
       "s8 (default): u8 A (zero point 3), s8 B full range, per-channel scales, fp32 bias,\n"
       "u8 C (zero point 5): the setting of PERF.md's FBGEMM/oneDNN side-by-side.\n",
       kinds.c_str());
-  return 2;
+  return status;
 }
 
-bool parse_options(int argc, char** argv, Options* o) {
+// False after a message (cli.h) on a bad argument; *help for --help.
+bool parse_options(int argc, char** argv, Options* o, bool* help) {
+  const char* cmd = "gemm";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
-    if (a == "--shapes") {
-      if (!(v = next())) return false;
+    int64_t x = 0;
+    if (is_help(a)) {
+      *help = true;
+      return true;
+    } else if (a == "--shapes") {
+      if (!(v = next())) return bad_value(cmd, a, v, "");
       o->shapes = v;
     } else if (a == "--weights") {
-      if (!(v = next()) || !(o->kind = find_kind(v))) return false;
+      if (!(v = next()) || !(o->kind = find_kind(v))) return bad_value(cmd, a, v, "a weight type");
     } else if (a == "--a-type") {
-      if (!(v = next())) return false;
-      const std::string t = v;
+      v = next();
+      const std::string t = v ? v : "";
       const struct { const char* name; qj_dtype t; } names[] = {
           {"mxfp4", QJ_MXFP4_E2M1}, {"mxfp6_e2m3", QJ_MXFP6_E2M3}, {"mxint8", QJ_MXINT8},
           {"mxfp6_e3m2", QJ_MXFP6_E3M2}, {"mxfp8_e4m3", QJ_MXFP8_E4M3}, {"mxfp8_e5m2", QJ_MXFP8_E5M2}};
       o->a_mx = QJ_DT_UNDEFINED;
       for (const auto& nm : names)
         if (t == nm.name) o->a_mx = nm.t;
-      if (o->a_mx == QJ_DT_UNDEFINED) return false;
+      if (o->a_mx == QJ_DT_UNDEFINED) return bad_value(cmd, a, v, "an MX activation type");
     } else if (a == "--group") {
-      if (!(v = next()) || std::atoll(v) <= 0) return false;
-      o->group = std::atoll(v);
+      if (!(v = next()) || !parse_int(v, 1, int64_t{1} << 30, &x)) return bad_value(cmd, a, v, "a positive group size");
+      o->group = x;
     } else if (a == "--threads") {
-      if (!(v = next()) || std::atoi(v) <= 0) return false;
-      o->threads = std::atoi(v);
+      if (!(v = next()) || !parse_int(v, 1, 1024, &x)) return bad_value(cmd, a, v, "a thread count from 1 to 1024");
+      o->threads = static_cast<int>(x);
     } else if (a == "--format") {
-      if (!parse_format(next(), &o->fmt)) return false;
+      if (!parse_format(v = next(), &o->fmt)) return bad_value(cmd, a, v, "table, csv or json");
     } else if (a == "--vs") {
-      if (!(v = next()) || std::string(v) != "onednn") return false;
+      if (!(v = next()) || std::string(v) != "onednn") return bad_value(cmd, a, v, "a known peer (onednn)");
       o->vs_onednn = true;
     } else if (a == "--cold") {
       o->cold = true;
     } else if (a == "--warm") {
       o->cold = false;
     } else if (a == "--reps") {
-      if (!(v = next()) || std::atoi(v) <= 0) return false;
-      o->reps = std::atoi(v);
+      if (!(v = next()) || !parse_int(v, 1, 100000000, &x)) return bad_value(cmd, a, v, "a positive count");
+      o->reps = static_cast<int>(x);
     } else if (a == "--plot") {
-      if (!(v = next())) return false;
+      if (!(v = next())) return bad_value(cmd, a, v, "");
       o->plot = v;
     } else if (a == "--isa") {
-      if (!(v = next())) return false;
       const char* names[] = {"scalar", "avx2", "avx512", "avx512_vnni"};
       o->isa = -1;
-      for (int t = 0; t < 4; ++t)
-        if (!std::strcmp(v, names[t])) o->isa = t;
-      if (o->isa < 0) return false;
+      if ((v = next()))
+        for (int t = 0; t < 4; ++t)
+          if (!std::strcmp(v, names[t])) o->isa = t;
+      if (o->isa < 0) return bad_value(cmd, a, v, "scalar, avx2, avx512 or avx512_vnni");
     } else {
-      return false;
+      return arg_error(cmd, "unknown option '%s'", a.c_str());
     }
   }
   return true;
@@ -678,7 +685,9 @@ bool draw_plot(const Report& rep, const std::string& png) {
 
 int cmd_gemm(int argc, char** argv) {
   Options o;
-  if (!parse_options(argc, argv, &o)) return usage();
+  bool help = false;
+  if (!parse_options(argc, argv, &o, &help)) return 2;
+  if (help) return usage(0);
   CsvTable shapes;
   std::string err;
   if (!resolve_shapes(o.shapes, gemm_lists(), {"M", "N", "K"}, &shapes, &err)) {

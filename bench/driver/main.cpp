@@ -7,8 +7,8 @@
 
 #include "driver/commands.h"
 
-static int usage() {
-  std::fprintf(stderr,
+static int usage(int status = 2) {  // --help (status 0): on stdout
+  std::fprintf(status ? stderr : stdout,
                "usage: quantjit-bench <command> [options]\n"
                "  peak                      measure this machine's VNNI, FMA, memory and gather limits\n"
                "  gemm [--shapes F|fbgemm|llm|...] [--weights s8|s4|u4|f16|bf16|mx...] [--threads N]\n"
@@ -16,7 +16,7 @@ static int usage() {
                "  embedding [--shapes F|fbgemm|dlrm] [--format ...]\n"
                "  mx-quantize [--format ...]\n"
                "Run a command with --help for its options.\n");
-  return 2;
+  return status;
 }
 
 int main(int argc, char** argv) {
@@ -33,5 +33,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(c, "gemm")) return cmd_gemm(argc - 1, argv + 1);
   if (!std::strcmp(c, "embedding")) return cmd_embedding(argc - 1, argv + 1);
   if (!std::strcmp(c, "mx-quantize")) return cmd_mx_quantize(argc - 1, argv + 1);
+  if (!std::strcmp(c, "--help") || !std::strcmp(c, "-h")) return usage(0);
+  std::fprintf(stderr, "quantjit-bench: unknown command '%s'\n", c);
   return usage();
 }

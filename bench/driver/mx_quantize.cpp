@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "driver/cli.h"
 #include "driver/commands.h"
 #include "driver/report.h"
 #include "driver/timing.h"
@@ -46,8 +47,8 @@ struct Options {
   bool cold = false;
 };
 
-int usage() {
-  std::fprintf(stderr,
+int usage(int status = 2) {  // --help (status 0): on stdout
+  std::fprintf(status ? stderr : stdout,
                "usage: quantjit-bench mx-quantize [options]\n"
                "  --types LIST    comma-separated: mxfp4,mxint8,mxfp8_e4m3,mxfp8_e5m2,mxfp6_e3m2,\n"
                "                  mxfp6_e2m3,mx9,mx6,mx4 or 'all' (default all)\n"
@@ -59,22 +60,7 @@ int usage() {
                "  --format F      table | csv | json (JSON Lines, one object per case)\n"
                "GB/s = float-side bytes (input of quantize, output of dequantize) per second,\n"
                "single thread, median of repeated calls.\n");
-  return 2;
-}
-
-std::vector<std::string> split(const char* s) {
-  std::vector<std::string> v;
-  std::string cur;
-  for (const char* p = s; *p; ++p) {
-    if (*p == ',') {
-      v.push_back(cur);
-      cur.clear();
-    } else {
-      cur += *p;
-    }
-  }
-  v.push_back(cur);
-  return v;
+  return status;
 }
 
 bool parse_isa_name(const std::string& s, qj_isa* out) {
@@ -86,59 +72,60 @@ bool parse_isa_name(const std::string& s, qj_isa* out) {
   return false;
 }
 
-bool parse_options(int argc, char** argv, Options* o) {
+// False after a message (cli.h) on a bad argument; *help for --help.
+bool parse_options(int argc, char** argv, Options* o, bool* help) {
+  const char* cmd = "mx-quantize";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (is_help(a)) {
+      *help = true;
+      return true;
+    }
     if (a == "--cold") {
       o->cold = true;
       continue;
     }
-    if (!v) return false;
-    ++i;
+    if (a != "--format" && a != "--types" && a != "--n" && a != "--isa" && a != "--src" && a != "--rounding")
+      return arg_error(cmd, "unknown option '%s'", a.c_str());
+    const char* v = i + 1 < argc ? argv[++i] : nullptr;
+    if (!v) return bad_value(cmd, a, v, "");
     if (a == "--format") {
-      if (!parse_format(v, &o->fmt)) return false;
+      if (!parse_format(v, &o->fmt)) return bad_value(cmd, a, v, "table, csv or json");
     } else if (a == "--types") {
-      for (const std::string& s : split(v)) {
+      for (const std::string& s : split_list(v)) {
         bool found = false;
         for (const TypeRow& r : kTypes)
           if (s == "all" || s == r.name) {
             o->types.push_back(r.t);
             found = true;
           }
-        if (!found) {
-          std::fprintf(stderr, "mx-quantize: unknown type '%s'\n", s.c_str());
-          return false;
-        }
+        if (!found) return bad_value(cmd, a, v, "a list of MX / BDR types");
       }
     } else if (a == "--n") {
       o->sizes.clear();
-      for (const std::string& s : split(v)) {
-        char* end = nullptr;
-        const long long n = std::strtoll(s.c_str(), &end, 10);
-        if (!end || *end || n <= 0) return false;
+      for (const std::string& s : split_list(v)) {
+        int64_t n = 0;
+        if (!parse_int(s, 1, int64_t{1} << 34, &n)) return bad_value(cmd, a, v, "a list of positive value counts");
         o->sizes.push_back(n);
       }
     } else if (a == "--isa") {
-      for (const std::string& s : split(v)) {
+      for (const std::string& s : split_list(v)) {
         if (s == "all") {
           for (int t = qj_cpu_isa(); t >= QJ_ISA_SCALAR; --t) o->isas.push_back(static_cast<qj_isa>(t));
           continue;
         }
         qj_isa isa;
-        if (!parse_isa_name(s, &isa)) return false;
+        if (!parse_isa_name(s, &isa)) return bad_value(cmd, a, v, "a list of scalar, avx2, avx512, avx512_vnni, all");
         o->isas.push_back(isa);
       }
     } else if (a == "--src") {
       if (!std::strcmp(v, "f32")) o->fp = QJ_F32;
       else if (!std::strcmp(v, "bf16")) o->fp = QJ_BF16;
-      else return false;
-    } else if (a == "--rounding") {
+      else return bad_value(cmd, a, v, "f32 or bf16");
+    } else {  // --rounding
       if (!std::strcmp(v, "floor")) o->rounding = QJ_ROUND_FLOOR;
       else if (!std::strcmp(v, "rceil")) o->rounding = QJ_ROUND_RCEIL;
-      else return false;
-    } else {
-      return false;
+      else return bad_value(cmd, a, v, "floor or rceil");
     }
   }
   if (o->types.empty())
@@ -187,7 +174,9 @@ bool check_once(qj_dtype t, qj_rounding r, const std::vector<float>& v, const st
 
 int cmd_mx_quantize(int argc, char** argv) {
   Options o;
-  if (!parse_options(argc, argv, &o)) return usage();
+  bool help = false;
+  if (!parse_options(argc, argv, &o, &help)) return 2;
+  if (help) return usage(0);
   const qj_isa saved = qj_max_isa();
   Report rep(o.fmt);
   rep.declare({"type", "op", "src", "isa", "n", "seconds", "gbps", "reps"});

@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "driver/cli.h"
 #include "driver/commands.h"
 #include "driver/report.h"
 #include "driver/timing.h"
@@ -462,8 +463,8 @@ void release_gather_tables() {
 
 // ---- the `peak` subcommand ----------------------------------------------------------------------
 
-static int peak_usage() {
-  std::fprintf(stderr,
+static int peak_usage(int status = 2) {  // --help (status 0): on stdout
+  std::fprintf(status ? stderr : stdout,
                "usage: quantjit-bench peak [--format table|csv|json] [--only compute|bandwidth|gather]\n"
                "                           [--table-mib N] [--sweep]\n"
                "  Measures one core (pin it: taskset -c 1):\n"
@@ -472,7 +473,7 @@ static int peak_usage() {
                "             --sweep adds working sets from 8 KiB to 1 GiB in steps of 2x\n"
                "  gather     random rows of 64..512 B summed, with software prefetch, from a table of\n"
                "             --table-mib MiB (default 1024) on 2 MiB (THP) and on 4 KiB pages\n");
-  return 2;
+  return status;
 }
 
 int cmd_peak(int argc, char** argv) {
@@ -481,26 +482,35 @@ int cmd_peak(int argc, char** argv) {
   std::string only;
   size_t table_mib = 1024;
   bool sweep = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "--format") {
-      if (!parse_format(next(), &fmt)) return peak_usage();
-    } else if (a == "--only") {
-      const char* v = next();
-      if (!v) return peak_usage();
-      only = v;
-      if (only != "compute" && only != "bandwidth" && only != "gather") return peak_usage();
-    } else if (a == "--sweep") {
-      sweep = true;
-    } else if (a == "--table-mib") {
-      const char* v = next();
-      if (!v || std::atoll(v) < 64) return peak_usage();
-      table_mib = static_cast<size_t>(std::atoll(v));
-    } else {
-      return peak_usage();
+  // False after a message (cli.h) on a bad argument.
+  auto parse = [&]() -> bool {
+    const char* cmd = "peak";
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+      if (a == "--sweep") {
+        sweep = true;
+        continue;
+      }
+      if (a != "--format" && a != "--only" && a != "--table-mib") return arg_error(cmd, "unknown option '%s'", a.c_str());
+      if (v) ++i;
+      int64_t x = 0;
+      if (a == "--format") {
+        if (!parse_format(v, &fmt)) return bad_value(cmd, a, v, "table, csv or json");
+      } else if (a == "--only") {
+        only = v ? v : "";
+        if (only != "compute" && only != "bandwidth" && only != "gather")
+          return bad_value(cmd, a, v, "compute, bandwidth or gather");
+      } else {  // --table-mib
+        if (!v || !parse_int(v, 64, int64_t{1} << 20, &x)) return bad_value(cmd, a, v, "a table size from 64 MiB up");
+        table_mib = static_cast<size_t>(x);
+      }
     }
-  }
+    return true;
+  };
+  for (int i = 1; i < argc; ++i)
+    if (is_help(argv[i])) return peak_usage(0);
+  if (!parse()) return 2;
   const bool table = fmt == Format::kTable;
   if (only.empty() || only == "compute") {
     Report rep(fmt);
