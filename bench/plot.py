@@ -45,7 +45,10 @@ def main():
         print("plot.py: no JSON records in %s" % args.results, file=sys.stderr)
         return 1
 
-    labels = ["%dx%dx%d" % (r["m"], r["n"], r["k"]) for r in rows]
+    # Several weight formats in one file (--weights s8,s4,...): each bar also names its types.
+    fmt = lambda r: "%s A x %s W" % (r.get("a_type", "?"), r.get("w_type", "?"))
+    several = len({fmt(r) for r in rows}) > 1
+    labels = ["%dx%dx%d" % (r["m"], r["n"], r["k"]) + ("\n" + fmt(r) if several else "") for r in rows]
     ours = [r.get("gops") or 0.0 for r in rows]
     peer = [r.get("peer_gops") for r in rows]
     have_peer = any(p for p in peer)
@@ -70,12 +73,13 @@ def main():
         if r.get("error"):
             ax.annotate("failed", (x, 0), textcoords="offset points", xytext=(0, 3),
                         ha="center", fontsize=7, color="red", rotation=90)
-    if peaks:
-        peak = max(peaks)
+    # One dashed line per measured peak (the VNNI peak, and the FMA peak of the float weights).
+    for peak in sorted(set(round(p, 1) for p in peaks)):
         ax.axhline(peak, linestyle="--", color="black", linewidth=1)
-        ax.annotate("measured peak %.0f GOPS" % peak, (n - 0.5, peak), textcoords="offset points",
-                    xytext=(-4, 3), ha="right", fontsize=8)
-    top = max([peak if peaks else 0.0] + ours + [p or 0.0 for p in peer])
+        types = sorted({r.get("w_type", "?") for r in rows if r.get("peak_gops") and round(r["peak_gops"], 1) == peak})
+        ax.annotate("measured peak %.0f GOPS%s" % (peak, " (%s)" % ", ".join(types) if several else ""),
+                    (n - 0.5, peak), textcoords="offset points", xytext=(-4, 3), ha="right", fontsize=8)
+    top = max([max(peaks) if peaks else 0.0] + ours + [p or 0.0 for p in peer])
     if top > 0:
         ax.set_ylim(top=top * 1.3 if not args.log else top * 4)
     if args.log:
@@ -86,9 +90,9 @@ def main():
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylabel("GOPS (2*M*N*K / median time)")
     r0 = rows[0]
-    title = args.title or "GEMM %s A x %s W -> %s, %s, %s thread(s), isa %s" % (
-        r0.get("a_type", "?"), r0.get("w_type", "?"), r0.get("c_type", "?"), r0.get("mode", "?"),
-        r0.get("threads", "?"), r0.get("isa", "?"))
+    what = "%d formats" % len({fmt(r) for r in rows}) if several else "%s -> %s" % (fmt(r0), r0.get("c_type", "?"))
+    title = args.title or "GEMM %s, %s, %s thread(s), isa %s" % (
+        what, r0.get("mode", "?"), r0.get("threads", "?"), r0.get("isa", "?"))
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     ax.grid(axis="y", alpha=0.3)

@@ -237,6 +237,34 @@ TEST_F(BenchCli, GemmEveryWeightType) {
   }
 }
 
+// --weights LIST: each shape with each format in turn (shape-major), one summary per format, and
+// the table keeps the A and weight type columns.
+TEST_F(BenchCli, GemmComparesFormats) {
+  BenchRun r = bench("gemm --weights s8,s4,f16 --shapes '2,32,128;1,40,256' --format json --reps 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.records.size(), 6u) << r.out;
+  const char* types[3] = {"s8", "s4", "f16"};
+  for (int i = 0; i < 6; ++i)
+    check_gemm_record(r.records[i], i < 3 ? 2 : 1, i < 3 ? 32 : 40, i < 3 ? 128 : 256, types[i % 3]);
+  for (const char* t : types)
+    EXPECT_NE(r.err.find(std::string(t) + " weights, "), std::string::npos) << t << "\n" << r.err;
+  r = bench("gemm --weights s8,f16 --shapes '2,32,64' --format table --reps 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("w_type"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a_type"), std::string::npos) << r.out;
+}
+
+// A case the library rejects is a record with the library's message, and the run exits 1.
+TEST_F(BenchCli, GemmFailedCaseIsARecord) {
+  const BenchRun r = bench("gemm --weights s4 --group 128 --shapes '2,32,64' --format json --reps 3");
+  EXPECT_EQ(r.status, 1) << r.err;
+  ASSERT_EQ(r.records.size(), 1u) << r.out;
+  EXPECT_NE(r.records[0].s("error").find("group_size=128 does not divide k=64"), std::string::npos)
+      << r.records[0].s("error");
+  EXPECT_FALSE(r.records[0].has("seconds"));
+  EXPECT_NE(r.err.find("FAILED shapes: 1"), std::string::npos) << r.err;
+}
+
 TEST_F(BenchCli, GemmCsvAndTable) {
   BenchRun r = bench("gemm --shapes '2,16,32;5,17,33' --format csv --reps 3");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -253,6 +281,7 @@ TEST_F(BenchCli, GemmCsvAndTable) {
   r = bench("gemm --shapes '2,16,32;5,17,33' --format table --reps 3");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("time_us"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("w_type"), std::string::npos) << "one format: no type columns\n" << r.out;
   EXPECT_NE(r.out.find("geomean over 2 shapes"), std::string::npos) << r.out;
 }
 
@@ -328,6 +357,7 @@ TEST_F(BenchCli, BadArgumentsAreNamed) {
     const char* message;
   } cases[] = {
       {"gemm --weights s3", "--weights: 's3' is not a weight type"},
+      {"gemm --weights s8,,f16", "--weights: 's8,,f16' is not a weight type"},
       {"gemm --threads 0", "--threads: '0' is not"},
       {"gemm --threads 2x", "--threads: '2x' is not"},
       {"gemm --reps", "--reps needs a value"},

@@ -118,7 +118,7 @@ const std::vector<NamedShapeList>& gemm_lists() {
 
 struct Options {
   std::string shapes = "gemms";
-  const WeightKind* kind = &kKinds[0];
+  std::vector<const WeightKind*> kinds{&kKinds[0]};  // --weights: one or a comma list
   int64_t group = -1;  // -1: the kind's default
   int threads = 1;
   Format fmt = Format::kTable;
@@ -138,7 +138,8 @@ int usage(int status = 2) {  // --help (status 0): on stdout
       "usage: quantjit-bench gemm [options]   (pin it: taskset -c 1)\n"
       "  --shapes S      fbgemm (= acc32 + gemms) | acc32 | gemms | llm | fp16 | FILE.csv |\n"
       "                  inline \"M,N,K[;M,N,K...]\"   (default gemms; files in bench/shapes/)\n"
-      "  --weights W     %s (default s8)\n"
+      "  --weights W     %s (default s8);\n"
+      "                  a comma list compares formats: each shape runs with each, in turn\n"
       "  --group G       K group of the weight scales for grouped types\n"
       "  --a-type T      MX activations: mxfp4 | mxfp6_e2m3 | mxint8 | mxfp6_e3m2 | mxfp8_e4m3 |\n"
       "                  mxfp8_e5m2, with any MX / BDR weights (mxfp4 .. mx4), f16 / bf16, or (the\n"
@@ -172,7 +173,13 @@ bool parse_options(int argc, char** argv, Options* o, bool* help) {
       if (!(v = next())) return bad_value(cmd, a, v, "");
       o->shapes = v;
     } else if (a == "--weights") {
-      if (!(v = next()) || !(o->kind = find_kind(v))) return bad_value(cmd, a, v, "a weight type");
+      if (!(v = next())) return bad_value(cmd, a, v, "");
+      o->kinds.clear();
+      for (const std::string& w : split_list(v)) {
+        const WeightKind* kd = find_kind(w);
+        if (!kd) return bad_value(cmd, a, v, "a weight type or a comma list of them");
+        o->kinds.push_back(kd);
+      }
     } else if (a == "--a-type") {
       v = next();
       const std::string t = v ? v : "";
@@ -707,7 +714,7 @@ int cmd_gemm(int argc, char** argv) {
     }
   }
   if (o.vs_onednn) onednn_set_threads(o.threads);
-  const WeightKind& kind = *o.kind;
+  const bool several = o.kinds.size() > 1;
 
   Report rep(o.fmt);
   rep.declare({"m", "n", "k", "a_type", "w_type", "c_type", "isa", "threads", "mode", "seconds",
@@ -716,15 +723,24 @@ int cmd_gemm(int argc, char** argv) {
                "ref_max_diff", "peer", "peer_impl", "peer_seconds", "peer_us", "peer_gops",
                "ratio", "peer_create_us", "peer_max_diff", "peer_off_by_one", "peer_rel_diff",
                "check", "error", "peer_error"});
-  // The table shows microseconds; JSON/CSV carry seconds (the documented field).
-  rep.hide(Format::kTable, {"a_type", "w_type", "c_type", "isa", "threads", "mode", "seconds",
-                            "peer_seconds", "peak_gops", "pack_ms", "reps", "peer_impl",
-                            "weight_gbs", "roof_gbs", "peer_create_us", "plan_us"});
+  // The table shows microseconds; JSON/CSV carry seconds (the documented field). Comparing
+  // formats, the table keeps the A and weight types.
+  std::vector<std::string> table_hidden = {"c_type", "isa", "threads", "mode", "seconds",
+                                           "peer_seconds", "peak_gops", "pack_ms", "reps", "peer_impl",
+                                           "weight_gbs", "roof_gbs", "peer_create_us", "plan_us"};
+  if (!several) table_hidden.insert(table_hidden.begin(), {"a_type", "w_type"});
+  rep.hide(Format::kTable, table_hidden);
   rep.hide(Format::kCsv, {"time_us", "peer_us"});
   rep.hide(Format::kJson, {"time_us", "peer_us"});
 
-  const double peak = kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
-  std::vector<double> gops, peer_gops, ratios;
+  // Per weight kind: its peak and the results for its summary lines.
+  struct Summary {
+    double peak = 0;
+    std::vector<double> gops, peer_gops, ratios;
+  };
+  std::vector<Summary> sums(o.kinds.size());
+  for (size_t i = 0; i < o.kinds.size(); ++i)
+    sums[i].peak = o.kinds[i]->float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
   int failed = 0, mismatched = 0;
   for (const auto& row : shapes.rows) {
     const int64_t m = row[cm], n = row[cn], k = row[ck];
@@ -733,34 +749,43 @@ int cmd_gemm(int argc, char** argv) {
                    static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
       continue;
     }
-    CaseResult r = run_case(o, kind, m, n, k, rep);
-    if (!r.ok) ++failed;
-    if (r.mismatch) ++mismatched;
-    if (r.ok) gops.push_back(r.gops);
-    if (r.peer_gops > 0) peer_gops.push_back(r.peer_gops);
-    if (r.ok && r.peer_gops > 0) ratios.push_back(r.ratio);
+    for (size_t i = 0; i < o.kinds.size(); ++i) {
+      CaseResult r = run_case(o, *o.kinds[i], m, n, k, rep);
+      Summary& sm = sums[i];
+      if (!r.ok) ++failed;
+      if (r.mismatch) ++mismatched;
+      if (r.ok) sm.gops.push_back(r.gops);
+      if (r.peer_gops > 0) sm.peer_gops.push_back(r.peer_gops);
+      if (r.ok && r.peer_gops > 0) sm.ratios.push_back(r.ratio);
+    }
   }
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "%s weights, %s A, %s C, isa %s, %d thread(s), %s; measured peak %.1f %s per core",
-                kind.name, qj_dtype_name(o.a_mx != QJ_DT_UNDEFINED ? o.a_mx : kind.a), qj_dtype_name(kind.c), qj_isa_name(qj_max_isa()),
-                o.threads, o.cold ? "cold (512 MiB flushed before each call)" : "warm", peak,
-                kind.float_peak ? "GFLOPS (fp32 FMA)" : "GOPS (vpdpbusd zmm)");
-  rep.note(line);
-  std::snprintf(line, sizeof line, "geomean over %zu shapes: %.1f GOPS (%.1f%% of peak)",
-                gops.size(), geomean(gops), peak > 0 ? 100 * geomean(gops) / (peak * o.threads) : 0);
-  rep.note(line);
-  if (!peer_gops.empty()) {
-    std::snprintf(line, sizeof line, "oneDNN geomean over %zu shapes: %.1f GOPS (%.1f%% of peak)",
-                  peer_gops.size(), geomean(peer_gops),
-                  peak > 0 ? 100 * geomean(peer_gops) / (peak * o.threads) : 0);
-    rep.note(line);
-  }
-  if (!ratios.empty()) {
+  for (size_t i = 0; i < o.kinds.size(); ++i) {
+    const WeightKind& kind = *o.kinds[i];
+    const Summary& sm = sums[i];
+    const double peak = sm.peak;
+    char line[512];
     std::snprintf(line, sizeof line,
-                  "geomean ratio over %zu shapes (oneDNN time / ours; > 1: quantjit faster): %.3f",
-                  ratios.size(), geomean(ratios));
+                  "%s weights, %s A, %s C, isa %s, %d thread(s), %s; measured peak %.1f %s per core",
+                  kind.name, qj_dtype_name(o.a_mx != QJ_DT_UNDEFINED ? o.a_mx : kind.a), qj_dtype_name(kind.c), qj_isa_name(qj_max_isa()),
+                  o.threads, o.cold ? "cold (512 MiB flushed before each call)" : "warm", peak,
+                  kind.float_peak ? "GFLOPS (fp32 FMA)" : "GOPS (vpdpbusd zmm)");
     rep.note(line);
+    std::snprintf(line, sizeof line, "%sgeomean over %zu shapes: %.1f GOPS (%.1f%% of peak)",
+                  several ? "  " : "", sm.gops.size(), geomean(sm.gops),
+                  peak > 0 ? 100 * geomean(sm.gops) / (peak * o.threads) : 0);
+    rep.note(line);
+    if (!sm.peer_gops.empty()) {
+      std::snprintf(line, sizeof line, "%soneDNN geomean over %zu shapes: %.1f GOPS (%.1f%% of peak)",
+                    several ? "  " : "", sm.peer_gops.size(), geomean(sm.peer_gops),
+                    peak > 0 ? 100 * geomean(sm.peer_gops) / (peak * o.threads) : 0);
+      rep.note(line);
+    }
+    if (!sm.ratios.empty()) {
+      std::snprintf(line, sizeof line,
+                    "%sgeomean ratio over %zu shapes (oneDNN time / ours; > 1: quantjit faster): %.3f",
+                    several ? "  " : "", sm.ratios.size(), geomean(sm.ratios));
+      rep.note(line);
+    }
   }
   if (failed) rep.note("FAILED shapes: " + std::to_string(failed) + " (see the error column)");
   if (mismatched) rep.note("MISMATCHED shapes: " + std::to_string(mismatched));
