@@ -18,6 +18,7 @@ CpuFeatures detect() {
   f.avx2 = cpuinfo_has_x86_avx2();
   f.fma = cpuinfo_has_x86_fma3();
   f.f16c = cpuinfo_has_x86_f16c();
+  f.bmi2 = cpuinfo_has_x86_bmi2();
   f.avx512f = cpuinfo_has_x86_avx512f();
   f.avx512bw = cpuinfo_has_x86_avx512bw();
   f.avx512vl = cpuinfo_has_x86_avx512vl();
@@ -30,7 +31,8 @@ CpuFeatures detect() {
 
 qj_isa tier_of(const CpuFeatures& f) {
   if (!(f.avx2 && f.fma && f.f16c)) return QJ_ISA_SCALAR;
-  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return QJ_ISA_AVX2;
+  // (BMI2: every AVX-512 CPU has it; the AVX-512 MX / BDR converters use pext.)
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.bmi2)) return QJ_ISA_AVX2;
   if (!f.avx512vnni) return QJ_ISA_AVX512;
   return QJ_ISA_AVX512_VNNI;
 }

@@ -11,7 +11,7 @@
 namespace qj {
 
 struct CpuFeatures {
-  bool avx2 = false, fma = false, f16c = false;
+  bool avx2 = false, fma = false, f16c = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512vbmi = false, avx512bf16 = false;
 };

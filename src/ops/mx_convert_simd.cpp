@@ -33,7 +33,7 @@
 #include "src/ops/mx_convert_kernels.h"
 
 #define QJ_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define QJ_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+#define QJ_AVX512 __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace qj::mxk {
 namespace {
@@ -488,19 +488,28 @@ inline void store_mx6_pairs(uint64_t lo, uint64_t hi, uint8_t* dst) {
   std::memcpy(dst + 5, &b, 5);
 }
 
-// 16 codes in dword lanes -> the field stream of 2(M+1) bytes at dst.
+// 16 codes in dword lanes -> the field stream of 2(M+1) bytes at dst. MX6 / MX4: the codes as
+// bytes (vpmovdb), then one pext per 8 codes packs their M + 1 low bits LSB-first (BMI2, which
+// every AVX-512 CPU has and the AVX-512 tier requires; fast on all of them). The stores stay
+// inside the block's field bytes.
 template <int M>
 QJ_AVX512 inline void bdr_pack_codes(__m512i code, uint8_t* dst) {
+  const __m128i c8 = _mm512_cvtepi32_epi8(code);
   if constexpr (M == 7) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(code));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), c8);
   } else {
-    const __m512i q = _mm512_or_si512(code, _mm512_srli_epi64(code, 32 - (M + 1)));
-    if constexpr (M == 2) {
-      store_mx4_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(q))), dst);
-    } else {
-      static_assert(M == 4);
-      const __m128i w = _mm512_cvtepi64_epi16(q);
-      store_mx6_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(w)), static_cast<uint64_t>(_mm_extract_epi64(w, 1)), dst);
+    constexpr uint64_t kBits = 0x0101010101010101ull * ((1u << (M + 1)) - 1);
+    constexpr int kHalf = 8 * (M + 1);  // bits of 8 codes: 40 (MX6), 24 (MX4)
+    const uint64_t lo = _pext_u64(static_cast<uint64_t>(_mm_cvtsi128_si64(c8)), kBits);
+    const uint64_t hi = _pext_u64(static_cast<uint64_t>(_mm_extract_epi64(c8, 1)), kBits);
+    const uint64_t w = lo | hi << kHalf;
+    if constexpr (M == 4) {  // 80 bits: 8 + 2 bytes
+      const uint16_t t = static_cast<uint16_t>(hi >> (64 - kHalf));
+      std::memcpy(dst, &w, 8);
+      std::memcpy(dst + 8, &t, 2);
+    } else {  // 48 bits: 6 bytes
+      static_assert(M == 2);
+      std::memcpy(dst, &w, 6);
     }
   }
 }
@@ -567,7 +576,7 @@ QJ_AVX512 void bdr_quantize_avx512_k(const void* src, int64_t nb, uint8_t* block
     mag = _mm512_min_epu32(mag, _mm512_set1_epi32((1 << M) - 1));
     const __m512i code = _mm512_or_si512(mag, _mm512_slli_epi32(_mm512_srli_epi32(vi, 31), M));
     dst[0] = static_cast<uint8_t>(e);
-    dst[1] = even_bits(mu_mask);
+    dst[1] = static_cast<uint8_t>(_pext_u32(mu_mask, 0x5555u));  // bit 2j of the lane mask: pair j
     bdr_pack_codes<M>(code, dst + 2);
   }
 }
