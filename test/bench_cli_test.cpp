@@ -262,7 +262,7 @@ TEST_F(BenchCli, GemmFailedCaseIsARecord) {
   EXPECT_NE(r.records[0].s("error").find("group_size=128 does not divide k=64"), std::string::npos)
       << r.records[0].s("error");
   EXPECT_FALSE(r.records[0].has("seconds"));
-  EXPECT_NE(r.err.find("FAILED shapes: 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FAILED cases: 1"), std::string::npos) << r.err;
 }
 
 TEST_F(BenchCli, GemmCsvAndTable) {

@@ -787,8 +787,8 @@ int cmd_gemm(int argc, char** argv) {
       rep.note(line);
     }
   }
-  if (failed) rep.note("FAILED shapes: " + std::to_string(failed) + " (see the error column)");
-  if (mismatched) rep.note("MISMATCHED shapes: " + std::to_string(mismatched));
+  if (failed) rep.note("FAILED cases: " + std::to_string(failed) + " (see the error column)");
+  if (mismatched) rep.note("MISMATCHED cases: " + std::to_string(mismatched));
   rep.finish();
   if (!o.plot.empty()) {
     if (draw_plot(rep, o.plot)) std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
