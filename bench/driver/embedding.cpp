@@ -115,6 +115,7 @@ struct Table {
   bool huge = true;
   Table() = default;
   Table(size_t b, bool h) : bytes(b), huge(h) {
+    if (b == 0) return;  // (no array: p stays NULL)
     if (h) {
       p = static_cast<uint8_t*>(qj_embedding_table_alloc(b));
     } else {
@@ -493,8 +494,16 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
         fill_table(tb, t, sh.dim, rows, 0x1234 + sh.dim);
         settle_table(tb.p, rb, rows);
         thp = thp_share(tb.p, bytes);
-        std::vector<uint8_t> scales;  // SPLIT MX rows
-        if (is_mx_split(t)) scales.assign(static_cast<size_t>(rows * ((sh.dim + 31) / 32)), 124);
+        // SPLIT MX rows: the scale array, on the table's kind of pages (on 4 KiB pages a 1M-row
+        // table's scales miss the TLB on most rows, and a prefetch that misses it may be dropped).
+        Table scales(is_mx_split(t) ? static_cast<size_t>(rows * ((sh.dim + 31) / 32)) : 0, o.huge);
+        if (scales.bytes) {
+          if (!scales.p) {
+            std::fprintf(stderr, "embedding: cannot allocate %zu bytes of scales\n", scales.bytes);
+            return 1;
+          }
+          std::memset(scales.p, 124, scales.bytes);
+        }
         LimitCfg lc;
         bool have_lc = false;
         for (int ib : o.index_bits) {
@@ -526,13 +535,13 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
                                                   w ? lk.weights.data() : nullptr, out.data(), o.threads);
                     return;
                   }
-                  qj_embedding_bag_args a{tb.p, scales.data(), rows, bags, idx.data(), lk.n, lk.offsets.data(),
+                  qj_embedding_bag_args a{tb.p, scales.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
                                           w ? lk.weights.data() : nullptr, out.data()};
                   qj_embedding_bag_run_ex(plan, &a, nullptr);
                 };
                 // check once against the reference
                 run();
-                qj::ref::EmbTable rt{t, sh.dim, false, rb, tb.p, rows, scales.data()};
+                qj::ref::EmbTable rt{t, sh.dim, false, rb, tb.p, rows, scales.p};
                 qj::ref::embedding_bag(d, rt, bags, idx.data(), lk.n, lk.offsets.data(),
                                        w ? lk.weights.data() : nullptr, want.data(), 0, bags);
                 const bool ok = std::memcmp(out.data(), want.data(), out.size() * 4) == 0;
