@@ -229,10 +229,18 @@ class Emitter {
   int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_il = -1, c_ftail = -1, c_otail = -1;
   // MX constants (full-width vectors) and the out-of-line E8M0 special cases
   int c_sign = -1, c_p2m6 = -1, c_w7f = -1, c_w80 = -1, c_w3f80 = -1, c_256 = -1, c_qnan = -1;
+  int c_wbfff = -1, c_b7f = -1, c_bff = -1, c_d7f = -1, c_dff = -1;
   struct E8m0Stub {
     Label nan, zero, back;
   };
   std::vector<E8m0Stub> stubs_;
+  // E4M3 (zmm): a block with NaN codes, out of line; its accumulators start at acc0.
+  struct NanCodeStub {
+    Label go, back;
+    int64_t base;
+    int acc0;
+  };
+  std::vector<NanCodeStub> nan_stubs_;
   int full(uint32_t val) { return k_.add_dwords(std::vector<uint32_t>(16, val)); }
   void emit_mx_group(int64_t g_abs, int acc0, bool set);
   void mx_acc(int q, int acc, bool set);
@@ -525,33 +533,41 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       a_.vpmovzxbw(hv(c.rT), m);
       a_.vpsllw(hv(c.rT), hv(c.rT), 8);
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
-    } else {  // E4M3: fp16 bits (c & 0x7f) << 7 | (c & 0x80) << 8, times 2^8; 0x7f / 0xff are NaN
-      a_.vpmovzxbw(hv(c.rT), m);
-      if (c.z) {  // EVEX (registers 16-31): vpandd / vpord
-        a_.vpandd(hv(c.rT2), hv(c.rT), k_.at(c_w7f));
-        a_.vpsllw(hv(c.rT2), hv(c.rT2), 7);
-        a_.vpcmpeqw(k3, hv(c.rT2), k_.at(c_w3f80));
-        a_.vpandd(hv(c.rT), hv(c.rT), k_.at(c_w80));
-        a_.vpsllw(hv(c.rT), hv(c.rT), 8);
-        a_.vpord(hv(c.rT), hv(c.rT), hv(c.rT2));
-      } else {
-        a_.vpand(hv(c.rT2), hv(c.rT), k_.at(c_w7f));
-        a_.vpsllw(hv(c.rT2), hv(c.rT2), 7);
-        a_.vpcmpeqw(x(c.rB), x(c.rT2), k_.at(c_w3f80));
-        a_.vpand(hv(c.rT), hv(c.rT), k_.at(c_w80));
-        a_.vpsllw(hv(c.rT), hv(c.rT), 8);
-        a_.vpor(hv(c.rT), hv(c.rT), hv(c.rT2));
-      }
+    } else if (c.z) {
+      // E4M3 (zmm): the sign-extended code shifted left by 7 is s s eeee mmm 0000000; clearing
+      // bit 14 leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8.
+      // The NaN codes (0x7f, 0xff) are handled per block below, out of line.
+      a_.vpmovsxbw(hv(c.rT), m);
+      a_.vpsllw(hv(c.rT), hv(c.rT), 7);
+      a_.vpandd(hv(c.rT), hv(c.rT), k_.at(c_wbfff));
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
       a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
-      if (c.z) {
-        a_.k(k3).vmovups(v(c.rT), k_.at(c_qnan));
-      } else {
-        a_.vpmovsxwd(v(c.rB), x(c.rB));
-        a_.vblendvps(v(c.rT), v(c.rT), k_.at(c_qnan), v(c.rB));
-      }
+    } else {  // E4M3 (ymm): fp16 bits (c & 0x7f) << 7 | (c & 0x80) << 8, times 2^8; 0x7f / 0xff NaN
+      a_.vpmovzxbw(hv(c.rT), m);
+      a_.vpand(hv(c.rT2), hv(c.rT), k_.at(c_w7f));
+      a_.vpsllw(hv(c.rT2), hv(c.rT2), 7);
+      a_.vpcmpeqw(x(c.rB), x(c.rT2), k_.at(c_w3f80));
+      a_.vpand(hv(c.rT), hv(c.rT), k_.at(c_w80));
+      a_.vpsllw(hv(c.rT), hv(c.rT), 8);
+      a_.vpor(hv(c.rT), hv(c.rT), hv(c.rT2));
+      a_.vcvtph2ps(v(c.rT), hv(c.rT));
+      a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
+      a_.vpmovsxwd(v(c.rB), x(c.rB));
+      a_.vblendvps(v(c.rT), v(c.rT), k_.at(c_qnan), v(c.rB));
     }
     mx_acc(c.rT, acc0 + q, set);
+  }
+  if (c.mx == QJ_MXFP8_E4M3 && c.z) {
+    // Any NaN code (0x7f, 0xff) among the block's 32: out of line, the accumulator lanes of those
+    // elements become NaN, as NaN * X (* w) added to anything would (the stubs after the kernel).
+    NanCodeStub ns{a_.newLabel(), a_.newLabel(), base, acc0};
+    a_.vmovdqu8(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
+    a_.vpcmpeqb(k3, ymm(c.rT), k_.at(c_b7f));
+    a_.vpcmpeqb(k4, ymm(c.rT), k_.at(c_bff));
+    a_.kortestd(k3, k4);
+    a_.jnz(ns.go);
+    a_.bind(ns.back);
+    nan_stubs_.push_back(ns);
   }
 }
 
@@ -887,6 +903,13 @@ bool Emitter::emit_bag_kernel() {
     c_w3f80 = full(0x3f803f80u);
     c_256 = full(0x43800000u);   // 256.0f
     c_qnan = full(0x7fc00000u);
+    if (c.mx == QJ_MXFP8_E4M3 && c.z) {
+      c_wbfff = full(0xbfffbfffu);
+      c_b7f = full(0x7f7f7f7fu);
+      c_bff = full(0xffffffffu);
+      c_d7f = full(0x7fu);
+      c_dff = full(0xffu);
+    }
   }
   if ((c.bits == 4 || c.bits == 2) && c.z) {
     std::vector<uint32_t> tab;
@@ -1029,6 +1052,17 @@ bool Emitter::emit_bag_kernel() {
     a_.bind(st.zero);
     a_.mov(r15d, 0x00400000);  // 2^-127, an fp32 subnormal
     a_.jmp(st.back);
+  }
+  for (const NanCodeStub& ns : nan_stubs_) {  // E4M3 blocks with NaN codes (r9: the row)
+    a_.bind(ns.go);
+    for (int q = 0; q < c.G; ++q) {
+      a_.vpmovzxbd(v(c.rT), ptr(r9, static_cast<int32_t>(ns.base + q * c.V)));
+      a_.vpcmpeqd(k3, v(c.rT), k_.at(c_d7f));
+      a_.vpcmpeqd(k4, v(c.rT), k_.at(c_dff));
+      a_.korw(k3, k3, k4);
+      a_.k(k3).vmovups(v(ns.acc0 + q), k_.at(c_qnan));
+    }
+    a_.jmp(ns.back);
   }
 
   a_.align(AlignMode::kData, 64);

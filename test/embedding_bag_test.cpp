@@ -804,8 +804,12 @@ TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
         }
       } else {
         for (size_t j = 0; j < row.size(); ++j) row[j] = t == QJ_MXINT8 ? 64 : t == QJ_MXFP8_E4M3 ? 0x38 : 0x3c;  // 1.0
-        if (t != QJ_MXINT8) row[64] = t == QJ_MXFP8_E4M3 ? 0xff : 0x7d;  // NaN code in block 2
+        if (t != QJ_MXINT8) {
+          row[64] = t == QJ_MXFP8_E4M3 ? 0xff : 0x7d;  // NaN codes: block 2, first vector
+          row[52] = t == QJ_MXFP8_E4M3 ? 0x7f : 0xfe;  // block 1, second vector (of 16)
+        }
       }
+      const bool fp8 = t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2;
       qj_embedding_bag_desc d = simple_desc(t, dim);
       d.pooling = QJ_POOL_NONE;
       qj_embedding_bag_plan p;
@@ -816,11 +820,33 @@ TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
       ASSERT_EQ(qj_embedding_bag_run_ex(p, &a, nullptr), QJ_OK) << qj_last_error();
       for (int64_t j = 0; j < 32; ++j) ASSERT_TRUE(std::isnan(out[j])) << j;
       const float tiny = std::ldexp(1.0f, -127);
-      for (int64_t j = 32; j < 64; ++j)
+      for (int64_t j = 32; j < 64; ++j) {
+        if (fp8 && j == 52) {
+          ASSERT_TRUE(std::isnan(out[j]));
+          continue;
+        }
         ASSERT_EQ(out[j], (t == QJ_MXFP4_E2M1 ? (j % 2 ? 6.0f : 1.0f) : 1.0f) * tiny) << j;
-      if (t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2) {
+      }
+      if (fp8) {
         ASSERT_TRUE(std::isnan(out[64]));
         ASSERT_EQ(out[65], 1.0f);
+        // Pooled and weighted (the first row sets the sums, the second adds to them): the NaN
+        // codes' lanes are NaN, the others 2 + 3 times the value.
+        qj_embedding_bag_desc dw = simple_desc(t, dim);
+        dw.weighted = 1;
+        qj_embedding_bag_plan pw;
+        ASSERT_EQ(qj_embedding_bag_plan_create(&dw, &pw), QJ_OK) << qj_last_error();
+        const int32_t idx2[2] = {0, 0}, offs[2] = {0, 2};
+        const float wts[2] = {2.0f, 3.0f};
+        qj_embedding_bag_args aw{row.data(), scales.data(), 1, 1, idx2, 2, offs, wts, out.data()};
+        ASSERT_EQ(qj_embedding_bag_run_ex(pw, &aw, nullptr), QJ_OK) << qj_last_error();
+        for (int64_t j = 0; j < dim; ++j) {
+          if (j < 32 || j == 52 || j == 64)
+            ASSERT_TRUE(std::isnan(out[j])) << j;
+          else
+            ASSERT_EQ(out[j], 5.0f * (j < 64 ? tiny : 1.0f)) << j;
+        }
+        qj_embedding_bag_plan_destroy(pw);
       }
       if (t != QJ_MXFP4_E2M1) {
         EXPECT_EQ(qj_embedding_bag_run(p, row.data(), 1, 0, idx, 1, nullptr, nullptr, out.data(), nullptr),
