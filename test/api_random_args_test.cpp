@@ -314,7 +314,9 @@ TEST(RandomArgs, EmbeddingBag) {
       a.weights = d.weighted ? wts.data() : nullptr;
       a.out = out.data();
       qj_status st;
-      if (split || r.one_in(2)) {
+      if (r.one_in(3)) {
+        st = qj_embedding_bag_run_parallel_ex(p, &a, 2);
+      } else if (split || r.one_in(2)) {
         const qj_partition part{static_cast<int32_t>(r.in(0, 1)), 2};
         st = qj_embedding_bag_run_ex(p, &a, r.one_in(2) ? &part : nullptr);
       } else {

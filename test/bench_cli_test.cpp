@@ -313,6 +313,20 @@ TEST_F(BenchCli, EmbeddingJsonLines) {
   }
 }
 
+// Two threads (qj_embedding_bag_run_parallel_ex) also for SPLIT MX rows, checked against the
+// reference before timing like every case.
+TEST_F(BenchCli, EmbeddingTwoThreadsSplitRows) {
+  const std::string shapes = file("emb2.csv", "batch,rows,dim,avg_len\n12,800,40,9\n");
+  const BenchRun r = bench("embedding --shapes '" + shapes + "' --rows mxint8,mxfp8_e4m3,fused4 --threads 2 --mode warm --reps 3 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.records.size(), 3u) << r.out << r.err;
+  for (const Json& j : r.records) {
+    EXPECT_FALSE(j.has("error")) << j.s("rows_fmt") << ": " << j.s("error");
+    EXPECT_EQ(j.n("threads"), 2) << j.s("rows_fmt");
+    EXPECT_GT(j.n("seconds"), 0) << j.s("rows_fmt");
+  }
+}
+
 TEST_F(BenchCli, EmbeddingFbgemmGridCarriesTheFbgemmFigure) {
   const BenchRun r = bench("embedding --dims 32 --rows fused8 --mode warm --reps 3 --no-limit --format json");
   ASSERT_EQ(r.status, 0) << r.err;

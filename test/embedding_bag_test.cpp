@@ -232,6 +232,10 @@ void run_case(const Case& c, uint32_t seed) {
     qj_partition part{t, 3};
     ASSERT_EQ(qj_embedding_bag_run_ex(p, &args, &part), QJ_OK) << qj_last_error();
   }
+  // The built-in pool's entry point with the struct (every row format; SPLIT rows need it).
+  std::vector<uint8_t> gotp(out_bytes, 0xcd);
+  args.out = gotp.data();
+  ASSERT_EQ(qj_embedding_bag_run_parallel_ex(p, &args, 3), QJ_OK) << qj_last_error();
   qj_embedding_bag_plan_destroy(p);
   for (size_t i = 0; i < out_bytes; ++i) {
     if (got[i] != want[i]) {
@@ -241,6 +245,7 @@ void run_case(const Case& c, uint32_t seed) {
     }
   }
   ASSERT_EQ(0, std::memcmp(got.data(), got3.data(), out_bytes)) << "3-way partition differs";
+  ASSERT_EQ(0, std::memcmp(got.data(), gotp.data(), out_bytes)) << "qj_embedding_bag_run_parallel_ex differs";
 }
 
 // The main sweep: every tier x format x dim x pooling x output type; the remaining parameters
@@ -852,7 +857,13 @@ TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
         EXPECT_EQ(qj_embedding_bag_run(p, row.data(), 1, 0, idx, 1, nullptr, nullptr, out.data(), nullptr),
                   QJ_ERR_INVALID_ARGUMENT);
         EXPECT_NE(std::string(qj_last_error()).find("table_scales"), std::string::npos) << qj_last_error();
+        EXPECT_EQ(qj_embedding_bag_run_parallel(p, row.data(), 1, 0, idx, 1, nullptr, nullptr, out.data(), 2),
+                  QJ_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(qj_last_error()).find("qj_embedding_bag_run_parallel_ex"), std::string::npos)
+            << qj_last_error();
       }
+      EXPECT_EQ(qj_embedding_bag_run_parallel_ex(p, nullptr, 2), QJ_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(qj_last_error()).find("args is NULL"), std::string::npos) << qj_last_error();
       qj_embedding_bag_plan_destroy(p);
     }
   }

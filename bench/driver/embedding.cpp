@@ -202,7 +202,7 @@ struct Options {
   int64_t max_rows = 0;    // cap rows per table (0: the shape's)
   int64_t batch = 0;       // override the batch (bags); dlrm default 512
   int reps = 0;
-  int threads = 1;            // > 1: qj_embedding_bag_run_parallel / the AdaGrad's num_threads
+  int threads = 1;            // > 1: qj_embedding_bag_run_parallel_ex / the AdaGrad's num_threads
   std::vector<int64_t> dims;  // restrict to these dims
 };
 
@@ -227,9 +227,8 @@ int usage(int status = 2) {  // --help (status 0): on stdout
                "                  RowWiseSparseAdaGradFused order: one step per occurrence)\n"
                "  --no-limit      skip the random-gather limit measurement\n"
                "  --reps N        timed samples per case\n"
-               "  --threads N     threads per call (default 1): qj_embedding_bag_run_parallel (not for\n"
-               "                  SPLIT MX rows, whose scales it does not take) or the AdaGrad's\n"
-               "                  num_threads; pin with taskset -c 0,1 ...\n"
+               "  --threads N     threads per call (default 1): qj_embedding_bag_run_parallel_ex or the\n"
+               "                  AdaGrad's num_threads; pin with taskset -c 0,1 ...\n"
                "  --format F      table | csv | json (JSON Lines)\n");
   return status;
 }
@@ -463,12 +462,6 @@ struct Shape {
 int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
   int rc = 0;
   for (qj_dtype t : o.types) {
-    if (o.threads > 1 && is_mx_split(t)) {
-      std::fprintf(stderr, "embedding: %s rows skipped: --threads %d runs qj_embedding_bag_run_parallel, which takes no SPLIT scales\n",
-                   fmt_name(t), o.threads);
-      rc = 1;
-      continue;
-    }
     for (const Shape& sh : shapes) {
       if (!o.dims.empty() && std::find(o.dims.begin(), o.dims.end(), sh.dim) == o.dims.end()) continue;
       const int64_t rb = row_bytes(t, sh.dim);
@@ -530,14 +523,12 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
                 std::vector<uint8_t> idx = narrow(cur, ib);
                 std::vector<float> out(static_cast<size_t>(bags * sh.dim)), want(out.size());
                 auto run = [&] {
-                  if (o.threads > 1) {
-                    qj_embedding_bag_run_parallel(plan, tb.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
-                                                  w ? lk.weights.data() : nullptr, out.data(), o.threads);
-                    return;
-                  }
                   qj_embedding_bag_args a{tb.p, scales.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
                                           w ? lk.weights.data() : nullptr, out.data()};
-                  qj_embedding_bag_run_ex(plan, &a, nullptr);
+                  if (o.threads > 1)
+                    qj_embedding_bag_run_parallel_ex(plan, &a, o.threads);
+                  else
+                    qj_embedding_bag_run_ex(plan, &a, nullptr);
                 };
                 // check once against the reference
                 run();

@@ -502,6 +502,9 @@ QJ_API qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const vo
                                                const void* offsets_or_lengths,
                                                const float* weights, void* out,
                                                int32_t num_threads);
+/** qj_embedding_bag_run_parallel with its arguments in a struct (required for SPLIT MX rows). */
+QJ_API qj_status qj_embedding_bag_run_parallel_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* args,
+                                                  int32_t num_threads);
 /** The canonical name of the plan's kernel (e.g. "emb_fused8_i64_o64_sum_f32_d128_b8_pf32t2__avx512";
  *  "emb_ref_..." when it runs the reference). Valid while the plan lives. */
 QJ_API const char* qj_embedding_bag_plan_kernel_name(qj_embedding_bag_plan p);

@@ -178,7 +178,8 @@ qj_status check_run(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, bool
   if (c.num_rows > 0 && !c.table) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table is NULL", fn);
   if (c.num_rows > 0 && is_mx_split(d.row_type) && !c.scales)
     return fail(QJ_ERR_INVALID_ARGUMENT,
-                "%s: %s rows (SPLIT layout) need table_scales: use qj_embedding_bag_run_ex", fn,
+                "%s: %s rows (SPLIT layout) need table_scales: use qj_embedding_bag_run_ex or "
+                "qj_embedding_bag_run_parallel_ex", fn,
                 qj_dtype_name(d.row_type));
   if (out_rows > 0 && !c.out) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   return QJ_OK;
@@ -243,6 +244,14 @@ qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* tab
                                         const void* offsets_or_lengths, const float* weights, void* out,
                                         int32_t num_threads) {
   qj::EmbeddingBagCall c{table, num_rows, num_bags, indices, num_indices, offsets_or_lengths, weights, out, nullptr};
+  return qj::guarded([&] { return run_parallel(p, c, num_threads); });
+}
+
+qj_status qj_embedding_bag_run_parallel_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* a,
+                                           int32_t num_threads) {
+  if (!a) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_parallel_ex: args is NULL");
+  qj::EmbeddingBagCall c{a->table,     a->num_rows, a->num_bags, a->indices,     a->num_indices,
+                         a->offsets_or_lengths, a->weights, a->out,    a->table_scales};
   return qj::guarded([&] { return run_parallel(p, c, num_threads); });
 }
 
