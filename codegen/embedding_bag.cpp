@@ -228,7 +228,7 @@ class Emitter {
   Consts k_;
   int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_il = -1, c_ftail = -1, c_otail = -1;
   // MX constants (full-width vectors) and the out-of-line E8M0 special cases
-  int c_sign = -1, c_p2m6 = -1, c_w7f = -1, c_w80 = -1, c_w3f80 = -1, c_256 = -1, c_qnan = -1;
+  int c_sign = -1, c_p2m6 = -1, c_256 = -1, c_qnan = -1;
   int c_wbfff = -1, c_b7f = -1, c_bff = -1, c_d7f = -1, c_dff = -1;
   struct E8m0Stub {
     Label nan, zero, back;
@@ -533,38 +533,38 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       a_.vpmovzxbw(hv(c.rT), m);
       a_.vpsllw(hv(c.rT), hv(c.rT), 8);
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
-    } else if (c.z) {
-      // E4M3 (zmm): the sign-extended code shifted left by 7 is s s eeee mmm 0000000; clearing
-      // bit 14 leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8.
-      // The NaN codes (0x7f, 0xff) are handled per block below, out of line.
+    } else {
+      // E4M3: the sign-extended code shifted left by 7 is s s eeee mmm 0000000; clearing bit 14
+      // leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8. The NaN
+      // codes (0x7f, 0xff) are handled per block below, out of line.
       a_.vpmovsxbw(hv(c.rT), m);
       a_.vpsllw(hv(c.rT), hv(c.rT), 7);
-      a_.vpandd(hv(c.rT), hv(c.rT), k_.at(c_wbfff));
+      if (c.z)  // EVEX (registers 16-31)
+        a_.vpandd(hv(c.rT), hv(c.rT), k_.at(c_wbfff));
+      else
+        a_.vpand(hv(c.rT), hv(c.rT), k_.at(c_wbfff));
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
       a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
-    } else {  // E4M3 (ymm): fp16 bits (c & 0x7f) << 7 | (c & 0x80) << 8, times 2^8; 0x7f / 0xff NaN
-      a_.vpmovzxbw(hv(c.rT), m);
-      a_.vpand(hv(c.rT2), hv(c.rT), k_.at(c_w7f));
-      a_.vpsllw(hv(c.rT2), hv(c.rT2), 7);
-      a_.vpcmpeqw(x(c.rB), x(c.rT2), k_.at(c_w3f80));
-      a_.vpand(hv(c.rT), hv(c.rT), k_.at(c_w80));
-      a_.vpsllw(hv(c.rT), hv(c.rT), 8);
-      a_.vpor(hv(c.rT), hv(c.rT), hv(c.rT2));
-      a_.vcvtph2ps(v(c.rT), hv(c.rT));
-      a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
-      a_.vpmovsxwd(v(c.rB), x(c.rB));
-      a_.vblendvps(v(c.rT), v(c.rT), k_.at(c_qnan), v(c.rB));
     }
     mx_acc(c.rT, acc0 + q, set);
   }
-  if (c.mx == QJ_MXFP8_E4M3 && c.z) {
+  if (c.mx == QJ_MXFP8_E4M3) {
     // Any NaN code (0x7f, 0xff) among the block's 32: out of line, the accumulator lanes of those
     // elements become NaN, as NaN * X (* w) added to anything would (the stubs after the kernel).
     NanCodeStub ns{a_.newLabel(), a_.newLabel(), base, acc0};
-    a_.vmovdqu8(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
-    a_.vpcmpeqb(k3, ymm(c.rT), k_.at(c_b7f));
-    a_.vpcmpeqb(k4, ymm(c.rT), k_.at(c_bff));
-    a_.kortestd(k3, k4);
+    if (c.z) {
+      a_.vmovdqu8(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
+      a_.vpcmpeqb(k3, ymm(c.rT), k_.at(c_b7f));
+      a_.vpcmpeqb(k4, ymm(c.rT), k_.at(c_bff));
+      a_.kortestd(k3, k4);
+    } else {  // (r15 is free again: the scale is in rS)
+      a_.vmovdqu(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
+      a_.vpcmpeqb(ymm(c.rT2), ymm(c.rT), k_.at(c_b7f));
+      a_.vpcmpeqb(ymm(c.rT), ymm(c.rT), k_.at(c_bff));
+      a_.vpor(ymm(c.rT), ymm(c.rT), ymm(c.rT2));
+      a_.vpmovmskb(r15d, ymm(c.rT));
+      a_.test(r15d, r15d);
+    }
     a_.jnz(ns.go);
     a_.bind(ns.back);
     nan_stubs_.push_back(ns);
@@ -898,12 +898,9 @@ bool Emitter::emit_bag_kernel() {
     }
     c_sign = full(0x80000000u);
     c_p2m6 = full(0x3c800000u);  // 2^-6
-    c_w7f = full(0x007f007fu);
-    c_w80 = full(0x00800080u);
-    c_w3f80 = full(0x3f803f80u);
     c_256 = full(0x43800000u);   // 256.0f
     c_qnan = full(0x7fc00000u);
-    if (c.mx == QJ_MXFP8_E4M3 && c.z) {
+    if (c.mx == QJ_MXFP8_E4M3) {
       c_wbfff = full(0xbfffbfffu);
       c_b7f = full(0x7f7f7f7fu);
       c_bff = full(0xffffffffu);
@@ -1057,10 +1054,17 @@ bool Emitter::emit_bag_kernel() {
     a_.bind(ns.go);
     for (int q = 0; q < c.G; ++q) {
       a_.vpmovzxbd(v(c.rT), ptr(r9, static_cast<int32_t>(ns.base + q * c.V)));
-      a_.vpcmpeqd(k3, v(c.rT), k_.at(c_d7f));
-      a_.vpcmpeqd(k4, v(c.rT), k_.at(c_dff));
-      a_.korw(k3, k3, k4);
-      a_.k(k3).vmovups(v(ns.acc0 + q), k_.at(c_qnan));
+      if (c.z) {
+        a_.vpcmpeqd(k3, v(c.rT), k_.at(c_d7f));
+        a_.vpcmpeqd(k4, v(c.rT), k_.at(c_dff));
+        a_.korw(k3, k3, k4);
+        a_.k(k3).vmovups(v(ns.acc0 + q), k_.at(c_qnan));
+      } else {
+        a_.vpcmpeqd(v(c.rT2), v(c.rT), k_.at(c_d7f));
+        a_.vpcmpeqd(v(c.rT), v(c.rT), k_.at(c_dff));
+        a_.vpor(v(c.rT), v(c.rT), v(c.rT2));
+        a_.vblendvps(v(ns.acc0 + q), v(ns.acc0 + q), k_.at(c_qnan), v(c.rT));
+      }
     }
     a_.jmp(ns.back);
   }
