@@ -234,7 +234,7 @@ class Emitter {
     Label nan, zero, back;
   };
   std::vector<E8m0Stub> stubs_;
-  // E4M3 (zmm): a block with NaN codes, out of line; its accumulators start at acc0.
+  // E4M3: a block with NaN codes, out of line; its accumulators start at acc0.
   struct NanCodeStub {
     Label go, back;
     int64_t base;

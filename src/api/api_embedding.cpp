@@ -185,6 +185,11 @@ qj_status check_run(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, bool
   return QJ_OK;
 }
 
+qj::EmbeddingBagCall call_of(const qj_embedding_bag_args& a) {
+  return qj::EmbeddingBagCall{a.table,   a.num_rows, a.num_bags, a.indices,     a.num_indices,
+                              a.offsets_or_lengths, a.weights, a.out, a.table_scales};
+}
+
 qj_status run_call(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, const qj_partition* part);
 qj_status run_parallel(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, int32_t num_threads);
 
@@ -213,8 +218,7 @@ qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64
 
 qj_status qj_embedding_bag_run_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* a, const qj_partition* part) {
   if (!a) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_ex: args is NULL");
-  qj::EmbeddingBagCall c{a->table,     a->num_rows, a->num_bags, a->indices,     a->num_indices,
-                         a->offsets_or_lengths, a->weights, a->out,    a->table_scales};
+  const qj::EmbeddingBagCall c = call_of(*a);
   return qj::guarded([&] { return run_call(p, c, part); });
 }
 
@@ -250,8 +254,7 @@ qj_status qj_embedding_bag_run_parallel(qj_embedding_bag_plan p, const void* tab
 qj_status qj_embedding_bag_run_parallel_ex(qj_embedding_bag_plan p, const qj_embedding_bag_args* a,
                                            int32_t num_threads) {
   if (!a) return fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_bag_run_parallel_ex: args is NULL");
-  qj::EmbeddingBagCall c{a->table,     a->num_rows, a->num_bags, a->indices,     a->num_indices,
-                         a->offsets_or_lengths, a->weights, a->out,    a->table_scales};
+  const qj::EmbeddingBagCall c = call_of(*a);
   return qj::guarded([&] { return run_parallel(p, c, num_threads); });
 }
 
