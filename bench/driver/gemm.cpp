@@ -99,6 +99,12 @@ double weight_bits(const WeightKind& kind) {
   return kind.bits;
 }
 
+// The single-core measured peak a kind's GOPS are divided by: the FMA peak for float weights, the
+// VNNI peak otherwise (peak.h caches both: measured once per process).
+double kind_peak(const WeightKind& kind) {
+  return kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
+}
+
 const WeightKind* find_kind(const std::string& name) {
   for (const WeightKind& k : kKinds)
     if (name == k.name) return &k;
@@ -514,9 +520,7 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   rec.set("c_type", qj_dtype_name(kind.c));
   rec.set("isa", qj_isa_name(qj_max_isa())).set("threads", o.threads);
   rec.set("mode", o.cold ? "cold" : "warm");
-  // Single-core measured peak times threads (peak.h caches it: measured once per process).
-  const double peak =
-      (kind.float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512)) * o.threads;
+  const double peak = kind_peak(kind) * o.threads;
   rec.set("peak_gops", peak, 1);
   make_data(kind, &d);
 
@@ -733,14 +737,11 @@ int cmd_gemm(int argc, char** argv) {
   rep.hide(Format::kCsv, {"time_us", "peer_us"});
   rep.hide(Format::kJson, {"time_us", "peer_us"});
 
-  // Per weight kind: its peak and the results for its summary lines.
+  // Per weight kind: the results for its summary lines.
   struct Summary {
-    double peak = 0;
     std::vector<double> gops, peer_gops, ratios;
   };
   std::vector<Summary> sums(o.kinds.size());
-  for (size_t i = 0; i < o.kinds.size(); ++i)
-    sums[i].peak = o.kinds[i]->float_peak ? measure_fma_gflops(512) : measure_vnni_gops(512);
   int failed = 0, mismatched = 0;
   for (const auto& row : shapes.rows) {
     const int64_t m = row[cm], n = row[cn], k = row[ck];
@@ -762,7 +763,7 @@ int cmd_gemm(int argc, char** argv) {
   for (size_t i = 0; i < o.kinds.size(); ++i) {
     const WeightKind& kind = *o.kinds[i];
     const Summary& sm = sums[i];
-    const double peak = sm.peak;
+    const double peak = kind_peak(kind);
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s weights, %s A, %s C, isa %s, %d thread(s), %s; measured peak %.1f %s per core",

@@ -472,8 +472,8 @@ typedef struct qj_embedding_bag_desc {
 QJ_API qj_status qj_embedding_bag_plan_create(const qj_embedding_bag_desc* desc,
                                               qj_embedding_bag_plan* out);
 /** Run the slice part of the bags (NULL: all of them) on the calling thread; the slices share out
- *  the bags by their indices, not their count. A plan may be run concurrently from many threads. num_rows: rows in the table; outputs: num_bags rows
- *  (QJ_POOL_NONE: num_indices rows). */
+ *  the bags by their indices, not their count. A plan may be run concurrently from many threads.
+ *  num_rows: rows in the table; outputs: num_bags rows (QJ_POOL_NONE: num_indices rows). */
 QJ_API qj_status qj_embedding_bag_run(qj_embedding_bag_plan p, const void* table, int64_t num_rows,
                                       int64_t num_bags, const void* indices, int64_t num_indices,
                                       const void* offsets_or_lengths, const float* weights,
