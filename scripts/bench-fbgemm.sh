@@ -9,7 +9,8 @@
 # fbgemm_direct (FBGEMM called from C++, built here) one after the other on core 1,
 # then prints bench/peers/compare.py's table. Results stay in $OUT (default build/fbgemm-compare/).
 #   scripts/bench-fbgemm.sh [fp16] [int8] [emb] [emb-fresh] [adagrad]   (default: all but emb-fresh)
-# Environment: DIMS (default 32,64,128,256,512,1024), REPS (quantjit-bench/peer sample counts),
+# Environment: DIMS (default 32,64,128,256,512,1024), EMB_ROWS (emb / emb-fresh row formats, default
+# fused8,fused4; also fused2, f32, f16), REPS (quantjit-bench/peer sample counts),
 # ROUNDS (emb / adagrad: alternating rounds per dim, default 1; compare.py keeps each side's best
 # median of the rounds).
 set -euo pipefail
@@ -18,6 +19,7 @@ build=${BUILD:-$root/build}
 venv=${FBGEMM_VENV:-/work/.venv-fbgemm}
 out=${OUT:-$build/fbgemm-compare}
 dims=${DIMS:-32,64,128,256,512,1024}
+emb_rows=${EMB_ROWS:-fused8,fused4}
 rounds=${ROUNDS:-1}
 torch_ver=2.14.1   # fbgemm-gpu-cpu 1.9.x is built against torch 2.14
 fbgemm_ver=1.9.0
@@ -78,7 +80,7 @@ for w in "${what[@]}"; do
       # drifts over minutes (cold cases of one binary measured up to 4x apart in runs 5 minutes
       # apart, 2026-11-30), so each ratio comes from neighbouring measurements.
       modes=warm,cold; [ $w = emb-fresh ] && modes=fresh
-      for fmt in fused8 fused4; do
+      for fmt in ${emb_rows//,/ }; do
         : > "$out/qj-$w-$fmt.jsonl"; : > "$out/fb-$w-$fmt.jsonl"; : > "$out/fb-$w-$fmt-direct.jsonl"
         for dim in ${dims//,/ }; do for _ in $(seq "$rounds"); do
           $pin "$qb" embedding --rows $fmt --dims "$dim" --index 32,64 --weighted 0,1 --mode $modes --no-limit \

@@ -13,7 +13,7 @@
 // each timed call) / fresh (new random indices per call), bench/driver/timing.h's medians.
 // Output: JSON Lines with quantjit-bench's field names plus peer "fbgemm", overhead_ns 0.
 //
-//   fbgemm_direct emb --rows fused8,fused4 --dims 32,64 --index 32,64 --weighted 0,1
+//   fbgemm_direct emb --rows fused8,fused4,fused2,f32,f16 --dims 32,64 --index 32,64 --weighted 0,1
 //                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N]
 //   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold [--max-rows N]
 //   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold     (FP16 GEMM, cblas_gemm_compute)
@@ -117,6 +117,7 @@ struct Table {
 int64_t row_bytes(const std::string& fmt, int64_t dim) {
   if (fmt == "fused8") return dim + 8;
   if (fmt == "fused4") return (dim + 1) / 2 + 4;
+  if (fmt == "fused2") return (dim + 3) / 4 + 4;
   if (fmt == "f32") return dim * 4;
   return dim * 2;  // f16
 }
@@ -206,6 +207,21 @@ void ref_bag(const uint8_t* t, const std::string& fmt, int64_t dim, const int64_
   std::fill(out.begin(), out.end(), 0.0);
   for (int64_t i = 0; i < len; ++i) {
     const uint8_t* row = t + idx[i] * rb;
+    const double wi = w ? w[i] : 1.0;
+    if (fmt == "f32" || fmt == "f16") {
+      for (int64_t j = 0; j < dim; ++j) {
+        float v;
+        if (fmt == "f32") {
+          std::memcpy(&v, row + 4 * j, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, row + 2 * j, 2);
+          v = qj::f16_to_f32(h);
+        }
+        out[j] += wi * v;
+      }
+      continue;
+    }
     float sc, bi;
     if (fmt == "fused8") {
       std::memcpy(&sc, row + dim, 4);
@@ -217,11 +233,46 @@ void ref_bag(const uint8_t* t, const std::string& fmt, int64_t dim, const int64_
       sc = qj::f16_to_f32(s16);
       bi = qj::f16_to_f32(b16);
     }
+    const int bits = fmt == "fused8" ? 8 : fmt == "fused4" ? 4 : 2, per_byte = 8 / bits;
     for (int64_t j = 0; j < dim; ++j) {
-      const int q = fmt == "fused8" ? row[j] : (row[j / 2] >> (4 * (j & 1))) & 15;
-      out[j] += (w ? w[i] : 1.0) * (static_cast<double>(q) * sc + bi);
+      const int q = (row[j / per_byte] >> (bits * (j % per_byte))) & ((1 << bits) - 1);
+      out[j] += wi * (static_cast<double>(q) * sc + bi);
     }
   }
+}
+
+// One FBGEMM kernel of the row format, over the table's bytes.
+template <class Idx>
+using EmbKernel = std::function<bool(int64_t, int64_t, int64_t, const uint8_t*, const Idx*, const int64_t*,
+                                     const float*, float*)>;
+
+template <class In, class Idx>
+EmbKernel<Idx> as_bytes(typename fbgemm::EmbeddingSpMDMKernelSignature<In, Idx, int64_t, float>::Type k) {
+  return [k](int64_t bags, int64_t n, int64_t rows, const uint8_t* t, const Idx* idx, const int64_t* off,
+             const float* w, float* out) { return k(bags, n, rows, reinterpret_cast<const In*>(t), idx, off, w, out); };
+}
+
+template <class Idx>
+EmbKernel<Idx> make_emb_kernel(const std::string& fmt, int64_t dim, bool weighted, int pf) {
+  if (fmt == "fused8" || fmt == "f32" || fmt == "f16") {
+    auto gen = [&](auto tag) {
+      using In = decltype(tag);
+      return as_bytes<In, Idx>(
+          fbgemm::GenerateEmbeddingSpMDM<In, Idx, int64_t, float, false>(dim, weighted, false, pf, false, true, false, false));
+    };
+    if (fmt == "fused8") return gen(uint8_t{});
+    if (fmt == "f32") return gen(float{});
+    return gen(fbgemm::float16{});
+  }
+  return as_bytes<uint8_t, Idx>(fbgemm::GenerateEmbeddingSpMDMNBit<Idx, int64_t, float>(
+      fmt == "fused4" ? 4 : 2, dim, weighted, false, pf, false, true));
+}
+
+const char* emb_kernel_name(const std::string& fmt) {
+  if (fmt == "fused8") return "GenerateEmbeddingSpMDM<uint8_t>";
+  if (fmt == "f32") return "GenerateEmbeddingSpMDM<float>";
+  if (fmt == "f16") return "GenerateEmbeddingSpMDM<float16>";
+  return fmt == "fused4" ? "GenerateEmbeddingSpMDMNBit(4)" : "GenerateEmbeddingSpMDMNBit(2)";
 }
 
 template <class Idx>
@@ -233,13 +284,7 @@ void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t
   std::vector<float> out(static_cast<size_t>(o.bags * dim));
   for (int64_t w : o.weighted) {
     for (int64_t pf : o.prefetch) {
-      typename fbgemm::EmbeddingSpMDMKernelSignature<uint8_t, Idx, int64_t, float>::Type k =
-          fmt == "fused8"
-              ? fbgemm::GenerateEmbeddingSpMDM<uint8_t, Idx, int64_t, float, false>(dim, w != 0, false,
-                                                                                     static_cast<int>(pf), false, true,
-                                                                                     false, false)
-              : fbgemm::GenerateEmbeddingSpMDMNBit<Idx, int64_t, float>(4, dim, w != 0, false, static_cast<int>(pf),
-                                                                         false, true);
+      const EmbKernel<Idx> k = make_emb_kernel<Idx>(fmt, dim, w != 0, static_cast<int>(pf));
       bool ok = true;
       auto run = [&] {
         ok &= k(o.bags, lk.n, rows, table, idx.data(), lk.offsets.data(), w ? lk.weights.data() : nullptr, out.data());
@@ -280,7 +325,7 @@ void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t
             fmt.c_str(), (long long)dim, (long long)rows, (long long)o.bags, (long long)lk.n, (int)(8 * sizeof(Idx)),
             (long long)pf, (long long)w, mode.c_str(), thp, sec, sec * 1e6, sec / lk.n * 1e9, lk.n / sec,
             lk.n * static_cast<double>(rb) / sec * 1e-9, rel, ok ? 1 : 0,
-            fmt == "fused8" ? "GenerateEmbeddingSpMDM<uint8_t>" : "GenerateEmbeddingSpMDMNBit(4)");
+            emb_kernel_name(fmt));
         std::fflush(stdout);
       }
     }
@@ -289,8 +334,9 @@ void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t
 
 int cmd_emb(const Options& o) {
   for (const std::string& fmt : o.rows) {
-    if (fmt != "fused8" && fmt != "fused4") {
-      std::fprintf(stderr, "fbgemm_direct emb: rows %s not supported (fused8, fused4)\n", fmt.c_str());
+    if (fmt != "fused8" && fmt != "fused4" && fmt != "fused2" && fmt != "f32" && fmt != "f16") {
+      std::fprintf(stderr, "fbgemm_direct emb: rows %s not supported (fused8, fused4, fused2, f32, f16)\n",
+                   fmt.c_str());
       return 2;
     }
     for (int64_t dim : o.dims) {
