@@ -792,6 +792,30 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   }
 }
 
+// QJ_PREFETCH_HINT_AUTO: prefetcht0 for float rows of dim <= 64, prefetcht2 for the rest
+// (the kernel's name carries the instruction); an explicit hint is kept.
+TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
+  if (qj_cpu_isa() < QJ_ISA_AVX2) GTEST_SKIP() << "no JIT tier";
+  struct Case {
+    qj_dtype t;
+    int64_t dim;
+    qj_prefetch_hint hint;
+    const char* want;
+  } cases[] = {{QJ_F32, 32, QJ_PREFETCH_HINT_AUTO, "t0__"},  {QJ_F32, 65, QJ_PREFETCH_HINT_AUTO, "t2__"},
+               {QJ_F16, 64, QJ_PREFETCH_HINT_AUTO, "t0__"}, {QJ_BF16, 65, QJ_PREFETCH_HINT_AUTO, "t2__"},
+               {QJ_F16, 1, QJ_PREFETCH_HINT_AUTO, "t0__"},   {QJ_FUSED_8BIT, 32, QJ_PREFETCH_HINT_AUTO, "t2__"},
+               {QJ_F32, 32, QJ_PREFETCH_HINT_T2, "t2__"},    {QJ_F32, 256, QJ_PREFETCH_HINT_T0, "t0__"}};
+  for (const Case& c : cases) {
+    qj_embedding_bag_desc d = simple_desc(c.t, c.dim);
+    d.prefetch_hint = c.hint;
+    qj_embedding_bag_plan p;
+    ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+    const std::string name = qj_embedding_bag_plan_kernel_name(p);
+    EXPECT_NE(name.find(c.want), std::string::npos) << name << " want " << c.want;
+    qj_embedding_bag_plan_destroy(p);
+  }
+}
+
 // MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
 // rows without their scale array are refused.
 TEST(EmbeddingBag, MxSpecialScalesAndCodes) {

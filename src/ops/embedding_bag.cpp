@@ -65,10 +65,8 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   k.param[0] = static_cast<uint32_t>(d.dim);
   k.param[1] = static_cast<uint32_t>(d.pooling);
   k.param[2] = static_cast<uint32_t>(pf);
-  // AUTO: prefetcht2. Rows come from DRAM in the cases prefetching is for, and bringing them to L2
-  // lets far more misses be in flight than the L1 miss buffers allow (measured 2x on this Zen 4
-  // for 40-byte rows); rows already in L2 lose nothing.
-  k.param[4] = d.prefetch_hint == QJ_PREFETCH_HINT_AUTO ? 2u : static_cast<uint32_t>(d.prefetch_hint) - 1u;
+  k.param[4] = static_cast<uint32_t>(
+      (d.prefetch_hint == QJ_PREFETCH_HINT_AUTO ? embedding_default_hint(d.row_type, d.dim) : d.prefetch_hint) - 1);
   // Blocking: as few column blocks as the registers allow, balanced.
   const int lanes = emb_lanes(k), g = emb_group_vectors(k);
   const int64_t nvec = div_up(d.dim, static_cast<int64_t>(lanes) * g) * g;
@@ -252,6 +250,19 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= 128 + lines) pf *= 2;
   return pf;
+}
+
+qj_prefetch_hint embedding_default_hint(qj_dtype row_type, int64_t dim) {
+  // prefetcht2 as a rule: rows come from DRAM in the cases prefetching is for, and bringing them
+  // to L2 lets far more misses be in flight than the L1 miss buffers allow (8-bit dim 32 fresh:
+  // 9 against 12 ns per row with prefetcht0), while a prefetcht2 of a row already in L2 costs a
+  // little. Float rows of at most 64 elements measured otherwise on this machine (2026-11-30,
+  // 16 ahead, ns per row, prefetcht0 / prefetcht2, three runs): warm f32 dim 32 1.35 / 1.57,
+  // dim 64 2.55 / 3.10, f16 dim 32 1.23 / 1.31; fresh (DRAM) f32 dim 64 29-30 / 33-34, f16 /
+  // bf16 dim 64 15.3 / 18.5, f32 dim 32 15.8-18.3 / 18.0-18.5. From dim 128 on prefetcht2 is
+  // ahead from DRAM again (fresh f16 26-27 / 30-32, f32 45-47 / 58-61), so those keep it.
+  const bool float_rows = row_type == QJ_F32 || row_type == QJ_F16 || row_type == QJ_BF16;
+  return float_rows && dim <= 64 ? QJ_PREFETCH_HINT_T0 : QJ_PREFETCH_HINT_T2;
 }
 
 qj_status embedding_bag_plan_init(const qj_embedding_bag_desc& desc, EmbeddingBagPlan* p) {

@@ -70,5 +70,8 @@ void embedding_set_prefer_ymm(int v);
 
 // The prefetch distance used when the desc asks for the library's choice (-1).
 int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim);
+// The prefetch instruction used for QJ_PREFETCH_HINT_AUTO: T0 for float rows of at most 64
+// elements, T2 otherwise.
+qj_prefetch_hint embedding_default_hint(qj_dtype row_type, int64_t dim);
 
 }  // namespace qj
