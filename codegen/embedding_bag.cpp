@@ -241,9 +241,18 @@ class Emitter {
     int acc0;
   };
   std::vector<NanCodeStub> nan_stubs_;
+  // E4M3 / MXINT8: a block whose scale is outside the folded range, out of line (see emit_mx_group).
+  struct UnfoldedStub {
+    Label go, back;
+    int64_t g;
+    int acc0;
+    bool set;
+  };
+  std::vector<UnfoldedStub> unfolded_stubs_;
   int full(uint32_t val) { return k_.add_dwords(std::vector<uint32_t>(16, val)); }
   void emit_mx_group(int64_t g_abs, int acc0, bool set);
-  void mx_acc(int q, int acc, bool set);
+  void emit_mx_block(int64_t g, int acc0, bool set, bool folded);
+  void mx_acc(int q, int acc, bool set, bool folded);
 
   Vec v(int i) const { return c_.z ? Vec(zmm(i)) : Vec(ymm(i)); }
   Vec hv(int i) const { return c_.z ? Vec(ymm(i)) : Vec(xmm(i)); }  // half width
@@ -464,8 +473,25 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
 // acc = fma(w, v, acc) (set: acc = w * v). value(code) is exact: MXFP4 by a table (vpermps),
 // MXINT8 by vpmovsxbd + vcvtdq2ps with X * 2^-6 (exact) as the factor, MXFP8 through fp16
 // (E5M2 is the top byte of an fp16; E4M3 is rebiased into one and scaled by 2^8, exact).
-void Emitter::mx_acc(int q, int acc, bool set) {
+//
+// Folded blocks (E4M3, MXINT8): for scale bytes e where every product value * X is exactly
+// representable in fp32 (subnormals included: the values' lowest bits, 2^-9 * 2^-127 for E4M3
+// and 2^-6 * 2^-127 for MXINT8, are above 2^-149; the largest products must stay finite) and X
+// times the decode's constant factor (2^8 for E4M3's fp16 form, 2^-6 for MXINT8) is a normal
+// power of two, that factor is folded into the broadcast scale, X' = 2^(e - 127 + f), and an
+// unweighted sum adds the product with one vfmadd231ps: fma(x, X', acc) rounds value * X + acc
+// once, and value * X is exact, so it equals the reference's add of the rounded product. E4M3:
+// e in [0, 246] (448 * 2^119 < FLT_MAX; at 247 the reference's product is inf, which fma would
+// not produce); MXINT8: e in [7, 253] (X' normal; -128 * 2^121 overflows). The others (0xFF,
+// E4M3 247-254, MXINT8 0-6 and 254) run the unfolded block, out of line. E5M2 is not folded: with
+// its NaN codes the FMA would keep the newest NaN where the reference's add keeps the
+// accumulator's (E4M3's NaN codes are overwritten by their own stub).
+void Emitter::mx_acc(int q, int acc, bool set, bool folded) {
   const Cfg& c = c_;
+  if (folded && !set && !c.weighted) {
+    a_.vfmadd231ps(v(acc), v(q), v(c.rS));  // acc = value * X + acc, one rounding (exact product)
+    return;
+  }
   a_.vmulps(v(q), v(q), v(c.rS));  // v = value * X
   if (set) {
     if (c.weighted)
@@ -481,22 +507,68 @@ void Emitter::mx_acc(int q, int acc, bool set) {
 
 void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
   const Cfg& c = c_;
-  // E8M0 -> fp32 bits: b << 23, with 0x00 -> 2^-127 (0x00400000) and 0xFF -> NaN out of line.
-  E8m0Stub st{a_.newLabel(), a_.newLabel(), a_.newLabel()};
-  if (c.mx == QJ_MXFP4_E2M1)
-    a_.movzx(r15d, byte_ptr(r9, static_cast<int32_t>(g * 17 + 16)));
-  else
+  const int64_t base = g * c.Bg;
+  if (c.mx == QJ_MXFP8_E4M3 || c.mx == QJ_MXINT8) {
+    const int lo = c.mx == QJ_MXINT8 ? 7 : 0, hi = c.mx == QJ_MXINT8 ? 253 : 246;
+    const int f = c.mx == QJ_MXINT8 ? -6 : 8;
+    UnfoldedStub us{a_.newLabel(), a_.newLabel(), g, acc0, set};
     a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
-  a_.cmp(r15d, 255);
-  a_.je(st.nan);
-  a_.test(r15d, r15d);
-  a_.jz(st.zero);
-  a_.shl(r15d, 23);
-  a_.bind(st.back);
-  stubs_.push_back(st);
+    if (lo) a_.sub(r15d, lo);
+    a_.cmp(r15d, hi - lo);
+    a_.ja(us.go);  // (unsigned: also e < lo)
+    a_.add(r15d, lo + f);
+    a_.shl(r15d, 23);  // X' = 2^(e - 127 + f)
+    emit_mx_block(g, acc0, set, true);
+    a_.bind(us.back);
+    unfolded_stubs_.push_back(us);
+  } else {
+    emit_mx_block(g, acc0, set, false);
+  }
+  if (c.mx == QJ_MXFP8_E4M3) {
+    // Any NaN code (0x7f, 0xff) among the block's 32: out of line, the accumulator lanes of those
+    // elements become NaN, as NaN * X (* w) added to anything would (the stubs after the kernel).
+    NanCodeStub ns{a_.newLabel(), a_.newLabel(), base, acc0};
+    if (c.z) {
+      a_.vmovdqu8(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
+      a_.vpcmpeqb(k3, ymm(c.rT), k_.at(c_b7f));
+      a_.vpcmpeqb(k4, ymm(c.rT), k_.at(c_bff));
+      a_.kortestd(k3, k4);
+    } else {  // (r15 is free again: the scale is in rS)
+      a_.vmovdqu(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
+      a_.vpcmpeqb(ymm(c.rT2), ymm(c.rT), k_.at(c_b7f));
+      a_.vpcmpeqb(ymm(c.rT), ymm(c.rT), k_.at(c_bff));
+      a_.vpor(ymm(c.rT), ymm(c.rT), ymm(c.rT2));
+      a_.vpmovmskb(r15d, ymm(c.rT));
+      a_.test(r15d, r15d);
+    }
+    a_.jnz(ns.go);
+    a_.bind(ns.back);
+    nan_stubs_.push_back(ns);
+  }
+}
+
+// The scale and the decode of one MX block (see emit_mx_group). folded: r15d already holds the
+// bits of the folded scale X'.
+void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
+  const Cfg& c = c_;
+  if (!folded) {
+    // E8M0 -> fp32 bits: b << 23, with 0x00 -> 2^-127 (0x00400000) and 0xFF -> NaN out of line.
+    E8m0Stub st{a_.newLabel(), a_.newLabel(), a_.newLabel()};
+    if (c.mx == QJ_MXFP4_E2M1)
+      a_.movzx(r15d, byte_ptr(r9, static_cast<int32_t>(g * 17 + 16)));
+    else
+      a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
+    a_.cmp(r15d, 255);
+    a_.je(st.nan);
+    a_.test(r15d, r15d);
+    a_.jz(st.zero);
+    a_.shl(r15d, 23);
+    a_.bind(st.back);
+    stubs_.push_back(st);
+  }
   a_.vmovd(x(c.rS), r15d);
   a_.vpbroadcastd(v(c.rS), x(c.rS));
-  if (c.mx == QJ_MXINT8) a_.vmulps(v(c.rS), v(c.rS), k_.at(c_p2m6));  // X * 2^-6, exact
+  if (c.mx == QJ_MXINT8 && !folded) a_.vmulps(v(c.rS), v(c.rS), k_.at(c_p2m6));  // X * 2^-6, exact
   const int64_t base = g * c.Bg;
   if (c.mx == QJ_MXFP4_E2M1) {
     const int halves = c.z ? 1 : 2;  // zmm: 16 bytes at once; ymm: two halves of 8 bytes
@@ -519,8 +591,8 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
         a_.vpermps(v(c.rT2), v(c.rT2), v(c.rM));
         a_.vpxor(v(c.rT2), v(c.rT2), v(c.rB));
       }
-      mx_acc(c.rT, ae, set);
-      mx_acc(c.rT2, ao, set);
+      mx_acc(c.rT, ae, set, false);
+      mx_acc(c.rT2, ao, set, false);
     }
     return;
   }
@@ -535,8 +607,9 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
     } else {
       // E4M3: the sign-extended code shifted left by 7 is s s eeee mmm 0000000; clearing bit 14
-      // leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8. The NaN
-      // codes (0x7f, 0xff) are handled per block below, out of line.
+      // leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8 (folded
+      // blocks: part of X'). The NaN codes (0x7f, 0xff) are handled per block in emit_mx_group,
+      // out of line.
       a_.vpmovsxbw(hv(c.rT), m);
       a_.vpsllw(hv(c.rT), hv(c.rT), 7);
       if (c.z)  // EVEX (registers 16-31)
@@ -544,30 +617,9 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       else
         a_.vpand(hv(c.rT), hv(c.rT), k_.at(c_wbfff));
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
-      a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
+      if (!folded) a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
     }
-    mx_acc(c.rT, acc0 + q, set);
-  }
-  if (c.mx == QJ_MXFP8_E4M3) {
-    // Any NaN code (0x7f, 0xff) among the block's 32: out of line, the accumulator lanes of those
-    // elements become NaN, as NaN * X (* w) added to anything would (the stubs after the kernel).
-    NanCodeStub ns{a_.newLabel(), a_.newLabel(), base, acc0};
-    if (c.z) {
-      a_.vmovdqu8(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
-      a_.vpcmpeqb(k3, ymm(c.rT), k_.at(c_b7f));
-      a_.vpcmpeqb(k4, ymm(c.rT), k_.at(c_bff));
-      a_.kortestd(k3, k4);
-    } else {  // (r15 is free again: the scale is in rS)
-      a_.vmovdqu(ymm(c.rT), ptr(r9, static_cast<int32_t>(base)));
-      a_.vpcmpeqb(ymm(c.rT2), ymm(c.rT), k_.at(c_b7f));
-      a_.vpcmpeqb(ymm(c.rT), ymm(c.rT), k_.at(c_bff));
-      a_.vpor(ymm(c.rT), ymm(c.rT), ymm(c.rT2));
-      a_.vpmovmskb(r15d, ymm(c.rT));
-      a_.test(r15d, r15d);
-    }
-    a_.jnz(ns.go);
-    a_.bind(ns.back);
-    nan_stubs_.push_back(ns);
+    mx_acc(c.rT, acc0 + q, set, folded);
   }
 }
 
@@ -1047,6 +1099,11 @@ bool Emitter::emit_bag_kernel() {
   for (int i = 5; i >= 0; --i) a_.pop(saved[i]);
   a_.ret();
 
+  for (const UnfoldedStub& us : unfolded_stubs_) {  // (before the E8M0 stubs: these add some)
+    a_.bind(us.go);
+    emit_mx_block(us.g, us.acc0, us.set, false);
+    a_.jmp(us.back);
+  }
   for (const E8m0Stub& st : stubs_) {
     a_.bind(st.nan);
     a_.mov(r15d, 0x7fc00000);

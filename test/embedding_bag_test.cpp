@@ -52,12 +52,18 @@ uint8_t finite_code(qj_dtype t, uint8_t c) {
 }
 // E8M0 scales around 1 (2^-9 .. 2^8), sometimes 0x00 (2^-127: subnormal products).
 uint8_t random_scale(std::mt19937& g) { return g() % 23 == 0 ? 0 : static_cast<uint8_t>(118 + g() % 18); }
+// Scales at the ends of the E8M0 range, where the kernels switch between their folded and
+// unfolded blocks (codegen/embedding_bag.cpp, emit_mx_group): 0..12, 120..131, 240..255.
+uint8_t boundary_scale(std::mt19937& g) {
+  const uint32_t r = g() % 3, k = g() % (r == 2 ? 16 : 13);
+  return static_cast<uint8_t>(r == 0 ? k : r == 1 ? 120 + k % 12 : 240 + k);
+}
 
 // A table of random rows (float rows: values in [-1, 1] with a few -0.0; fused rows: random codes,
 // scale in [0.001, 0.1], bias in [-1, 1]), rows `stride` bytes apart, padding bytes random.
 // MX rows: random finite codes and scales; SPLIT rows put their scales in *scales.
 std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int64_t stride, uint32_t seed,
-                                std::vector<uint8_t>* scales = nullptr) {
+                                std::vector<uint8_t>* scales = nullptr, bool boundary_scales = false) {
   std::mt19937 g(seed);
   std::vector<uint8_t> t(static_cast<size_t>(rows * stride));
   for (auto& b : t) b = static_cast<uint8_t>(g());
@@ -72,7 +78,8 @@ std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int6
     }
     if (is_mx(f.t)) {
       for (int64_t j = 0; j < blocks * 32; ++j) row[j] = finite_code(f.t, row[j]);
-      for (int64_t b = 0; b < blocks; ++b) (*scales)[r * blocks + b] = random_scale(g);
+      for (int64_t b = 0; b < blocks; ++b)
+        (*scales)[r * blocks + b] = boundary_scales ? boundary_scale(g) : random_scale(g);
       continue;
     }
     if (f.t == QJ_F32 || f.t == QJ_F16 || f.t == QJ_BF16) {
@@ -139,6 +146,8 @@ struct Case {
   int64_t out_pad = 0;   // out_stride - dim
   int64_t row_pad = 0;   // row_stride - natural
   int64_t nbags = 9, avg = 5, rows = 57;
+  bool boundary_scales = false;  // SPLIT MX rows: boundary_scale instead of random_scale
+  bool nan_payloads_free = false;  // f32 output: any NaN matches any NaN (else bit for bit)
   std::string str() const {
     char b[256];
     std::snprintf(b, sizeof b, "%s dim %lld pool %d out %s w %d i%d o%d %s%s pf %d/%d opad %lld rpad %lld", fmt_name(f).c_str(),
@@ -168,7 +177,7 @@ void run_case(const Case& c, uint32_t seed) {
   const int64_t natural = natural_row(c.f, c.dim);
   const int64_t stride = natural + c.row_pad;
   std::vector<uint8_t> scales;
-  std::vector<uint8_t> table = make_table(c.f, c.dim, c.rows, stride, seed, &scales);
+  std::vector<uint8_t> table = make_table(c.f, c.dim, c.rows, stride, seed, &scales, c.boundary_scales);
   std::vector<int32_t> remap;
   int64_t index_limit = c.rows;
   if (c.remap) {
@@ -240,6 +249,12 @@ void run_case(const Case& c, uint32_t seed) {
   for (size_t i = 0; i < out_bytes; ++i) {
     if (got[i] != want[i]) {
       const int64_t e = static_cast<int64_t>(i) / ob;
+      if (c.nan_payloads_free && ob == 4) {  // both NaN: equal (a sum of NaNs has no defined payload)
+        float gv, wv;
+        std::memcpy(&gv, &got[4 * e], 4);
+        std::memcpy(&wv, &want[4 * e], 4);
+        if (std::isnan(gv) && std::isnan(wv)) continue;
+      }
       FAIL() << "first difference at output row " << e / d.out_stride << " col " << e % d.out_stride
              << " (byte " << i << "): got 0x" << std::hex << int(got[i]) << " want 0x" << int(want[i]);
     }
@@ -818,6 +833,68 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
 
 // MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
 // rows without their scale array are refused.
+// SPLIT MX rows with scales at both ends of the E8M0 range and around 1 (products that are
+// subnormal, that overflow, NaN blocks), few rows so that bags mix them: bit for bit against the
+// reference on every tier, for each pooling and weighting, except that NaN matches NaN (0xFF
+// scales and inf - inf meet in the sums; which NaN a sum of two keeps is not specified).
+TEST(EmbeddingBag, MxScaleRangeEnds) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 900;
+    for (qj_dtype t : {QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})
+      for (int64_t dim : {32, 64, 40})
+        for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_MEAN, QJ_POOL_NONE})
+          for (int wm : {0, 1}) {
+            Case c{{t, false}, dim};
+            c.pool = pool;
+            c.weight_mode = wm;
+            c.rows = 9;
+            c.nbags = 12;
+            c.avg = 6;
+            c.boundary_scales = true;
+            c.nan_payloads_free = true;
+            run_case(c, ++seed);
+          }
+  }
+}
+
+// The last scale byte of the folded blocks and the first one after it, where the largest codes'
+// products overflow: a bag of a large positive row and a row of the most negative code is -inf in
+// the reference (the product rounds to -inf first), finite if the two were summed in one
+// rounding. Unweighted sums (the FMA form), bit for bit.
+TEST(EmbeddingBag, MxFoldedScaleOverflowEdge) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype t : {QJ_MXINT8, QJ_MXFP8_E4M3}) {
+      SCOPED_TRACE(std::string(qj_isa_name(isa)) + " " + qj_dtype_name(t));
+      const uint8_t pos = t == QJ_MXINT8 ? 0x7f : 0x7e, neg = t == QJ_MXINT8 ? 0x80 : 0xfe;  // 127, -128 / +-448
+      const uint8_t last = t == QJ_MXINT8 ? 253 : 246;
+      // rows: 0 large positive, 1 most negative at the first unfolded scale, 2 at the last folded
+      std::vector<uint8_t> table(3 * 32);
+      std::fill(table.begin(), table.begin() + 32, pos);
+      std::fill(table.begin() + 32, table.end(), neg);
+      std::vector<uint8_t> scales{static_cast<uint8_t>(t == QJ_MXINT8 ? 254 : 246), static_cast<uint8_t>(last + 1),
+                                  last};
+      const int64_t idx[7] = {0, 1, 0, 2, 1, 0, 2};
+      const int64_t offs[5] = {0, 2, 4, 6, 7};
+      qj_embedding_bag_desc d = simple_desc(t, 32);
+      d.index_bits = 64;
+      d.offset_bits = 64;
+      qj_embedding_bag_plan p;
+      ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+      std::vector<float> got(4 * 32), want(4 * 32);
+      qj_embedding_bag_args a{table.data(), scales.data(), 3, 4, idx, 7, offs, nullptr, got.data()};
+      ASSERT_EQ(qj_embedding_bag_run_ex(p, &a, nullptr), QJ_OK) << qj_last_error();
+      qj::ref::EmbTable rt{t, 32, false, 32, table.data(), 3, scales.data()};
+      ASSERT_TRUE(qj::ref::embedding_bag(d, rt, 4, idx, 7, offs, nullptr, want.data(), 0, 4));
+      EXPECT_TRUE(std::isinf(want[0]) && want[0] < 0) << want[0];  // bag {0, 1}: the overflow
+      EXPECT_TRUE(std::isfinite(want[32])) << want[32];             // bag {0, 2}
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << got[0] << " " << got[32];
+      qj_embedding_bag_plan_destroy(p);
+    }
+  }
+}
+
 TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
