@@ -241,7 +241,7 @@ class Emitter {
     int acc0;
   };
   std::vector<NanCodeStub> nan_stubs_;
-  // E4M3 / MXINT8: a block whose scale is outside the folded range, out of line (see emit_mx_group).
+  // MX rows: a block whose scale is outside the folded range, out of line (see emit_mx_group).
   struct UnfoldedStub {
     Label go, back;
     int64_t g;
@@ -474,18 +474,18 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
 // MXINT8 by vpmovsxbd + vcvtdq2ps with X * 2^-6 (exact) as the factor, MXFP8 through fp16
 // (E5M2 is the top byte of an fp16; E4M3 is rebiased into one and scaled by 2^8, exact).
 //
-// Folded blocks (E4M3, MXINT8): for scale bytes e where every product value * X is exactly
-// representable in fp32 (subnormals included: the values' lowest bits, 2^-9 * 2^-127 for E4M3
-// and 2^-6 * 2^-127 for MXINT8, are above 2^-149; the largest products must stay finite) and X
-// times the decode's constant factor (2^8 for E4M3's fp16 form, 2^-6 for MXINT8) is a normal
-// power of two, that factor is folded into the broadcast scale, X' = 2^(e - 127 + f), and an
-// unweighted sum adds the product with one vfmadd231ps: fma(x, X', acc) rounds value * X + acc
-// once, and value * X is exact, so it equals the reference's add of the rounded product. E4M3:
-// e in [0, 246] (448 * 2^119 < FLT_MAX; at 247 the reference's product is inf, which fma would
-// not produce); MXINT8: e in [7, 253] (X' normal; -128 * 2^121 overflows). The others (0xFF,
-// E4M3 247-254, MXINT8 0-6 and 254) run the unfolded block, out of line. E5M2 is not folded: with
-// its NaN codes the FMA would keep the newest NaN where the reference's add keeps the
-// accumulator's (E4M3's NaN codes are overwritten by their own stub).
+// Folded blocks: for scale bytes e where every product value * X is exactly representable in
+// fp32 (subnormals included: the values' lowest bits, at least 2^-16 for E5M2, are far enough
+// above 2^-149 * 2^127; the largest products must stay finite) and X times the decode's constant
+// factor (2^8 for E4M3's fp16 form, 2^-6 for MXINT8, 1 for E5M2 and MXFP4) is a normal power of
+// two, that factor is folded into the broadcast scale, X' = 2^(e - 127 + f), and an unweighted
+// sum adds the product with one vfmadd231ps: fma(x, X', acc) rounds value * X + acc once, and
+// value * X is exact, so it equals the reference's add of the rounded product (the reference's
+// fma(1, v, acc), which also keeps v's NaN over the accumulator's, as the FMA does). Ranges (the
+// top one: the largest value times 2^(e - 127) stays below FLT_MAX; beyond it the reference's
+// product is inf, which the fused add would not produce): E4M3 [0, 246] (448), E5M2 [1, 239]
+// (57344), MXFP4 [1, 252] (6), MXINT8 [7, 253] (|-128|; X' normal from 7). The other scale bytes
+// (0xFF, 0x00 where X' would be subnormal, the top ones) run the unfolded block, out of line.
 void Emitter::mx_acc(int q, int acc, bool set, bool folded) {
   const Cfg& c = c_;
   if (folded && !set && !c.weighted) {
@@ -508,11 +508,20 @@ void Emitter::mx_acc(int q, int acc, bool set, bool folded) {
 void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
   const Cfg& c = c_;
   const int64_t base = g * c.Bg;
-  if (c.mx == QJ_MXFP8_E4M3 || c.mx == QJ_MXINT8) {
-    const int lo = c.mx == QJ_MXINT8 ? 7 : 0, hi = c.mx == QJ_MXINT8 ? 253 : 246;
-    const int f = c.mx == QJ_MXINT8 ? -6 : 8;
+  {
+    struct Fold {
+      int lo, hi, f;
+    };
+    const Fold fd = c.mx == QJ_MXINT8       ? Fold{7, 253, -6}
+                    : c.mx == QJ_MXFP8_E4M3 ? Fold{0, 246, 8}
+                    : c.mx == QJ_MXFP8_E5M2 ? Fold{1, 239, 0}
+                                            : Fold{1, 252, 0};  // MXFP4
+    const int lo = fd.lo, hi = fd.hi, f = fd.f;
     UnfoldedStub us{a_.newLabel(), a_.newLabel(), g, acc0, set};
-    a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
+    if (c.mx == QJ_MXFP4_E2M1)
+      a_.movzx(r15d, byte_ptr(r9, static_cast<int32_t>(g * 17 + 16)));
+    else
+      a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
     if (lo) a_.sub(r15d, lo);
     a_.cmp(r15d, hi - lo);
     a_.ja(us.go);  // (unsigned: also e < lo)
@@ -521,8 +530,6 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
     emit_mx_block(g, acc0, set, true);
     a_.bind(us.back);
     unfolded_stubs_.push_back(us);
-  } else {
-    emit_mx_block(g, acc0, set, false);
   }
   if (c.mx == QJ_MXFP8_E4M3) {
     // Any NaN code (0x7f, 0xff) among the block's 32: out of line, the accumulator lanes of those
@@ -591,8 +598,8 @@ void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
         a_.vpermps(v(c.rT2), v(c.rT2), v(c.rM));
         a_.vpxor(v(c.rT2), v(c.rT2), v(c.rB));
       }
-      mx_acc(c.rT, ae, set, false);
-      mx_acc(c.rT2, ao, set, false);
+      mx_acc(c.rT, ae, set, folded);
+      mx_acc(c.rT2, ao, set, folded);
     }
     return;
   }

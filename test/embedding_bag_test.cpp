@@ -73,7 +73,7 @@ std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int6
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = &t[r * stride];
     if (f.t == QJ_MXFP4_E2M1) {
-      for (int64_t b = 0; b < blocks; ++b) row[b * 17 + 16] = random_scale(g);
+      for (int64_t b = 0; b < blocks; ++b) row[b * 17 + 16] = boundary_scales ? boundary_scale(g) : random_scale(g);
       continue;
     }
     if (is_mx(f.t)) {
@@ -146,7 +146,7 @@ struct Case {
   int64_t out_pad = 0;   // out_stride - dim
   int64_t row_pad = 0;   // row_stride - natural
   int64_t nbags = 9, avg = 5, rows = 57;
-  bool boundary_scales = false;  // SPLIT MX rows: boundary_scale instead of random_scale
+  bool boundary_scales = false;  // MX rows: boundary_scale instead of random_scale
   bool nan_payloads_free = false;  // f32 output: any NaN matches any NaN (else bit for bit)
   std::string str() const {
     char b[256];
@@ -833,7 +833,7 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
 
 // MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
 // rows without their scale array are refused.
-// SPLIT MX rows with scales at both ends of the E8M0 range and around 1 (products that are
+// MX rows with scales at both ends of the E8M0 range and around 1 (products that are
 // subnormal, that overflow, NaN blocks), few rows so that bags mix them: bit for bit against the
 // reference on every tier, for each pooling and weighting, except that NaN matches NaN (0xFF
 // scales and inf - inf meet in the sums; which NaN a sum of two keeps is not specified).
@@ -841,7 +841,7 @@ TEST(EmbeddingBag, MxScaleRangeEnds) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
     uint32_t seed = 900;
-    for (qj_dtype t : {QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})
+    for (qj_dtype t : {QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1})
       for (int64_t dim : {32, 64, 40})
         for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_MEAN, QJ_POOL_NONE})
           for (int wm : {0, 1}) {
@@ -863,18 +863,29 @@ TEST(EmbeddingBag, MxScaleRangeEnds) {
 // the reference (the product rounds to -inf first), finite if the two were summed in one
 // rounding. Unweighted sums (the FMA form), bit for bit.
 TEST(EmbeddingBag, MxFoldedScaleOverflowEdge) {
+  struct Edge {
+    qj_dtype t;
+    uint8_t pos, neg, last;  // largest positive / negative code, last folded scale byte
+  } edges[] = {{QJ_MXINT8, 0x7f, 0x80, 253},      // 127, -128
+               {QJ_MXFP8_E4M3, 0x7e, 0xfe, 246},  // +-448
+               {QJ_MXFP8_E5M2, 0x7b, 0xfb, 239},  // +-57344
+               {QJ_MXFP4_E2M1, 0x77, 0xff, 252}};  // two codes of +-6 per byte
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
-    for (qj_dtype t : {QJ_MXINT8, QJ_MXFP8_E4M3}) {
+    for (const Edge& e : edges) {
+      const qj_dtype t = e.t;
       SCOPED_TRACE(std::string(qj_isa_name(isa)) + " " + qj_dtype_name(t));
-      const uint8_t pos = t == QJ_MXINT8 ? 0x7f : 0x7e, neg = t == QJ_MXINT8 ? 0x80 : 0xfe;  // 127, -128 / +-448
-      const uint8_t last = t == QJ_MXINT8 ? 253 : 246;
-      // rows: 0 large positive, 1 most negative at the first unfolded scale, 2 at the last folded
-      std::vector<uint8_t> table(3 * 32);
-      std::fill(table.begin(), table.begin() + 32, pos);
-      std::fill(table.begin() + 32, table.end(), neg);
-      std::vector<uint8_t> scales{static_cast<uint8_t>(t == QJ_MXINT8 ? 254 : 246), static_cast<uint8_t>(last + 1),
-                                  last};
+      // rows: 0 large positive (scale: MXINT8 254, where 127 stays finite; else the last folded),
+      // 1 most negative at the first unfolded scale, 2 most negative at the last folded one
+      const bool fp4 = t == QJ_MXFP4_E2M1;
+      const int64_t rb = fp4 ? 17 : 32;
+      std::vector<uint8_t> scales{static_cast<uint8_t>(t == QJ_MXINT8 ? 254 : e.last),
+                                  static_cast<uint8_t>(e.last + 1), e.last};
+      std::vector<uint8_t> table(static_cast<size_t>(3 * rb));
+      for (int r = 0; r < 3; ++r) {
+        std::fill(table.begin() + r * rb, table.begin() + r * rb + (fp4 ? 16 : 32), r == 0 ? e.pos : e.neg);
+        if (fp4) table[static_cast<size_t>(r * rb + 16)] = scales[static_cast<size_t>(r)];
+      }
       const int64_t idx[7] = {0, 1, 0, 2, 1, 0, 2};
       const int64_t offs[5] = {0, 2, 4, 6, 7};
       qj_embedding_bag_desc d = simple_desc(t, 32);
@@ -883,9 +894,10 @@ TEST(EmbeddingBag, MxFoldedScaleOverflowEdge) {
       qj_embedding_bag_plan p;
       ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
       std::vector<float> got(4 * 32), want(4 * 32);
-      qj_embedding_bag_args a{table.data(), scales.data(), 3, 4, idx, 7, offs, nullptr, got.data()};
+      const uint8_t* sc = fp4 ? nullptr : scales.data();
+      qj_embedding_bag_args a{table.data(), sc, 3, 4, idx, 7, offs, nullptr, got.data()};
       ASSERT_EQ(qj_embedding_bag_run_ex(p, &a, nullptr), QJ_OK) << qj_last_error();
-      qj::ref::EmbTable rt{t, 32, false, 32, table.data(), 3, scales.data()};
+      qj::ref::EmbTable rt{t, 32, false, rb, table.data(), 3, sc};
       ASSERT_TRUE(qj::ref::embedding_bag(d, rt, 4, idx, 7, offs, nullptr, want.data(), 0, 4));
       EXPECT_TRUE(std::isinf(want[0]) && want[0] < 0) << want[0];  // bag {0, 1}: the overflow
       EXPECT_TRUE(std::isfinite(want[32])) << want[32];             // bag {0, 2}
