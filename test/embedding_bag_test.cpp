@@ -77,7 +77,9 @@ std::vector<uint8_t> make_table(const Format& f, int64_t dim, int64_t rows, int6
       continue;
     }
     if (is_mx(f.t)) {
-      for (int64_t j = 0; j < blocks * 32; ++j) row[j] = finite_code(f.t, row[j]);
+      // (boundary_scales: every code, NaN and Inf ones included, kept raw in 1 of 8 rows)
+      if (!boundary_scales || g() % 8 != 0)
+        for (int64_t j = 0; j < blocks * 32; ++j) row[j] = finite_code(f.t, row[j]);
       for (int64_t b = 0; b < blocks; ++b)
         (*scales)[r * blocks + b] = boundary_scales ? boundary_scale(g) : random_scale(g);
       continue;
@@ -146,7 +148,8 @@ struct Case {
   int64_t out_pad = 0;   // out_stride - dim
   int64_t row_pad = 0;   // row_stride - natural
   int64_t nbags = 9, avg = 5, rows = 57;
-  bool boundary_scales = false;  // MX rows: boundary_scale instead of random_scale
+  bool boundary_scales = false;  // MX rows: boundary_scale instead of random_scale, and NaN / Inf
+                                 // codes in some rows (SPLIT)
   bool nan_payloads_free = false;  // f32 output: any NaN matches any NaN (else bit for bit)
   std::string str() const {
     char b[256];
@@ -834,15 +837,17 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
 // MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
 // rows without their scale array are refused.
 // MX rows with scales at both ends of the E8M0 range and around 1 (products that are
-// subnormal, that overflow, NaN blocks), few rows so that bags mix them: bit for bit against the
-// reference on every tier, for each pooling and weighting, except that NaN matches NaN (0xFF
-// scales and inf - inf meet in the sums; which NaN a sum of two keeps is not specified).
+// subnormal, that overflow, NaN blocks) and, for the SPLIT ones, rows with NaN / Inf codes; few
+// rows so that bags mix them; dims up to several column blocks: bit for bit against the
+// reference on every tier, for each pooling and weighting, except that NaN matches NaN (NaN
+// codes, 0xFF scales and inf - inf meet in the sums; which NaN a sum of two keeps is not
+// specified).
 TEST(EmbeddingBag, MxScaleRangeEnds) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
     uint32_t seed = 900;
     for (qj_dtype t : {QJ_MXINT8, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1})
-      for (int64_t dim : {32, 64, 40})
+      for (int64_t dim : {32, 64, 40, 1000})
         for (qj_pooling pool : {QJ_POOL_SUM, QJ_POOL_MEAN, QJ_POOL_NONE})
           for (int wm : {0, 1}) {
             Case c{{t, false}, dim};
