@@ -834,8 +834,6 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
   }
 }
 
-// MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
-// rows without their scale array are refused.
 // MX rows with scales at both ends of the E8M0 range and around 1 (products that are
 // subnormal, that overflow, NaN blocks) and, for the SPLIT ones, rows with NaN / Inf codes; few
 // rows so that bags mix them; dims up to several column blocks: bit for bit against the
@@ -912,6 +910,8 @@ TEST(EmbeddingBag, MxFoldedScaleOverflowEdge) {
   }
 }
 
+// MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
+// rows without their scale array are refused.
 TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
