@@ -229,7 +229,7 @@ class Emitter {
   int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_il = -1, c_ftail = -1, c_otail = -1;
   // MX constants (full-width vectors) and the out-of-line E8M0 special cases
   int c_sign = -1, c_p2m6 = -1, c_256 = -1, c_qnan = -1;
-  int c_wbfff = -1, c_b7f = -1, c_bff = -1, c_d7f = -1, c_dff = -1;
+  int c_wbfff = -1, c_b7f = -1, c_d7f = -1, c_dff = -1;
   struct E8m0Stub {
     Label nan, zero, back;
   };
@@ -619,8 +619,8 @@ void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
     } else {
       // E4M3: the sign-extended code shifted left by 7 is s s eeee mmm 0000000; clearing bit 14
       // leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8 (folded
-      // blocks: part of X'). The NaN codes (0x7f, 0xff) are handled per block in emit_mx_group,
-      // out of line.
+      // blocks: part of X'). The NaN codes (0x7f, 0xff) are found per block (emit_mx_group) and
+      // handled per row, out of line (emit_row).
       a_.vpmovsxbw(hv(c.rT), m);
       a_.vpsllw(hv(c.rT), hv(c.rT), 7);
       if (c.z)  // EVEX (registers 16-31)
@@ -987,7 +987,6 @@ bool Emitter::emit_bag_kernel() {
     if (c.mx == QJ_MXFP8_E4M3) {
       c_wbfff = full(0xbfffbfffu);
       c_b7f = full(0x7f7f7f7fu);
-      c_bff = full(0xffffffffu);
       c_d7f = full(0x7fu);
       c_dff = full(0xffu);
     }
