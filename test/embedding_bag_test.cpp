@@ -748,14 +748,15 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
   }
 }
 
-// Bags longer than the default prefetch distance (up to 64 rows ahead for 4/2-bit rows, 16 for
-// the others), with the default distance and hint, so the prefetching kernels run past the
+// Bags longer than the default prefetch distance (up to 64 rows ahead for 4/2-bit and MX rows, 16
+// for the others), with the default distance and hint, so the prefetching kernels run past the
 // distance and stop it at the end of the index array (which ends at a guard page: an index read
 // beyond it faults). Weighted / positional / unweighted pooled rows (their per-row scale, bias
 // and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
-                            {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false}};
+                            {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
+                            {QJ_MXFP4_E2M1, false}, {QJ_MXINT8, false},     {QJ_MXFP8_E4M3, false}};
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
     SCOPED_TRACE(qj_isa_name(isa));
@@ -767,7 +768,8 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           const qj_pooling pool = (n_case / 2) % 2 ? QJ_POOL_MEAN : QJ_POOL_SUM;
           SCOPED_TRACE(fmt_name(f) + " dim " + std::to_string(dim) + " wm " + std::to_string(wm));
           const int64_t rows = 300, rb = natural_row(f, dim), nbags = 5;
-          std::vector<uint8_t> table = make_table(f, dim, rows, rb, 7000 + n_case);
+          std::vector<uint8_t> scales;  // SPLIT MX rows
+          std::vector<uint8_t> table = make_table(f, dim, rows, rb, 7000 + n_case, &scales);
           const int64_t offs[nbags + 1] = {0, 150, 150, 151, 221, 421};  // 150, 0, 1, 70, 200
           const int64_t n = offs[nbags];
           std::mt19937 g(8000 + n_case++);
@@ -797,10 +799,11 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           // positional weights are read at the position in the bag (< 200, within the array)
           const float* w = wm == 0 ? nullptr : wts.data();
           std::vector<float> got(static_cast<size_t>(nbags * dim), -7.0f), want(got.size(), -7.0f);
-          ASSERT_EQ(qj_embedding_bag_run(p, table.data(), rows, nbags, idx.data(), n, offs, w, got.data(), nullptr),
-                    QJ_OK)
-              << qj_last_error();
-          qj::ref::EmbTable rt{f.t, dim, f.sbf, rb, table.data(), rows, nullptr};
+          const bool split = is_mx(f.t) && f.t != QJ_MXFP4_E2M1;
+          const qj_embedding_bag_args args{table.data(), split ? scales.data() : nullptr, rows, nbags,
+                                           idx.data(), n, offs, w, got.data()};
+          ASSERT_EQ(qj_embedding_bag_run_ex(p, &args, nullptr), QJ_OK) << qj_last_error();
+          qj::ref::EmbTable rt{f.t, dim, f.sbf, rb, table.data(), rows, args.table_scales};
           ASSERT_TRUE(qj::ref::embedding_bag(d, rt, nbags, idx.data(), n, offs, w, want.data(), 0, nbags));
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << name;
           qj_embedding_bag_plan_destroy(p);
