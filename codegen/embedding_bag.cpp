@@ -543,9 +543,10 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
     // NaN codes (0x7f, 0xff: low 7 bits all ones): rB keeps the running byte minimum of
     // ~code & 0x7f (rM holds 0x7f bytes), which reaches 0 at a NaN code; the row's end tests it
     // once (emit_row) and, if so, an out-of-line stub makes those elements' accumulator lanes NaN,
-    // as NaN * X (* w) added to anything would. No branch or mask register per block: those cost
-    // DRAM-resident rows more than the ops suggest (dim 1024 fresh: 180-190 ns per row with a
-    // compare and branch per block, 125 without any check).
+    // as NaN * X (* w) added to anything would. A test per block cost DRAM-resident rows more
+    // than its ops suggest (dim 1024 fresh, ns per row: 180-190 with a compare and branch per
+    // block, 125 with no test at all, 150-173 with this form; which part of the per-block test
+    // costs was not isolated: a per-block vector form without a branch measured 183-189).
     const Mem codes = ymmword_ptr(r9, static_cast<int32_t>(base));
     if (c.z) {
       a_.vpternlogd(ymm(c.rT), ymm(c.rM), codes, 0x44);  // ~code & 0x7f
