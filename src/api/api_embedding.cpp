@@ -41,7 +41,6 @@ int raw(const E& e) {
 }
 
 bool is_fused(qj_dtype t) { return qj::fused::bits_of(t) != 0; }
-bool is_mx_split(qj_dtype t) { return t == QJ_MXINT8 || t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
 
 // Natural row bytes, or -1 (unknown type, dim < 1, overflow).
 int64_t row_bytes(qj_dtype t, int64_t dim, uint32_t flags) {
@@ -176,7 +175,7 @@ qj_status check_run(qj_embedding_bag_plan p, const qj::EmbeddingBagCall& c, bool
   if (c.num_indices > 0 && d.weighted && !c.weights)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: weights is NULL but the plan is weighted", fn);
   if (c.num_rows > 0 && !c.table) return fail(QJ_ERR_INVALID_ARGUMENT, "%s: table is NULL", fn);
-  if (c.num_rows > 0 && is_mx_split(d.row_type) && !c.scales)
+  if (c.num_rows > 0 && qj::emb_mx_split_rows(d.row_type) && !c.scales)
     return fail(QJ_ERR_INVALID_ARGUMENT,
                 "%s: %s rows (SPLIT layout) need table_scales: use qj_embedding_bag_run_ex or "
                 "qj_embedding_bag_run_parallel_ex", fn,

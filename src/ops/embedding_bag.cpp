@@ -248,9 +248,8 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   // ahead: E4M3 dim 64 10.5 -> 8.3 / 4.72 -> 5.0, dim 128 14.2 -> 13.5 / 8.72 -> 9.09, MXINT8
   // dim 128 11.8 -> 9.3-10.6 / 5.24 -> 5.59; MXFP4 dim 128 10.7 -> 7.9-8.3 / 5.40 -> 5.41).
   const int64_t rb = ref::emb_row_bytes(row_type, dim, false);
-  const bool mx = row_type == QJ_MXFP4_E2M1 || row_type == QJ_MXINT8 || row_type == QJ_MXFP8_E4M3 ||
-                  row_type == QJ_MXFP8_E5M2;
-  const int64_t lines = (rb + 63) / 64 + 1 + (mx && row_type != QJ_MXFP4_E2M1 ? 1 : 0);
+  const bool split = emb_mx_split_rows(row_type), mx = split || row_type == QJ_MXFP4_E2M1;
+  const int64_t lines = (rb + 63) / 64 + 1 + (split ? 1 : 0);
   const int bits = fused::bits_of(row_type);
   const int32_t cap = bits == 4 || bits == 2 || mx ? 64 : 16;
   int32_t pf = 4;

@@ -68,6 +68,9 @@ qj_status validate_indices_scalar(const char* fn, int index_bits, const void* in
 // half a zmm decode group long), 0 always zmm, 1 always ymm. For tests.
 void embedding_set_prefer_ymm(int v);
 
+// MX rows in the SPLIT layout (codes in the table, E8M0 scales in a separate array).
+inline bool emb_mx_split_rows(qj_dtype t) { return t == QJ_MXINT8 || t == QJ_MXFP8_E4M3 || t == QJ_MXFP8_E5M2; }
+
 // The prefetch distance used when the desc asks for the library's choice (-1).
 int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim);
 // The prefetch instruction used for QJ_PREFETCH_HINT_AUTO: T0 for float rows of at most 64
