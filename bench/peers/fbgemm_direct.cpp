@@ -28,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "driver/table_util.h"
@@ -241,31 +242,16 @@ void ref_bag(const uint8_t* t, const std::string& fmt, int64_t dim, const int64_
   }
 }
 
-// One FBGEMM kernel of the row format, over the table's bytes.
-template <class Idx>
-using EmbKernel = std::function<bool(int64_t, int64_t, int64_t, const uint8_t*, const Idx*, const int64_t*,
-                                     const float*, float*)>;
-
+// FBGEMM's kernel of the row format (its own std::function, called directly in the timed loop).
 template <class In, class Idx>
-EmbKernel<Idx> as_bytes(typename fbgemm::EmbeddingSpMDMKernelSignature<In, Idx, int64_t, float>::Type k) {
-  return [k](int64_t bags, int64_t n, int64_t rows, const uint8_t* t, const Idx* idx, const int64_t* off,
-             const float* w, float* out) { return k(bags, n, rows, reinterpret_cast<const In*>(t), idx, off, w, out); };
-}
-
-template <class Idx>
-EmbKernel<Idx> make_emb_kernel(const std::string& fmt, int64_t dim, bool weighted, int pf) {
-  if (fmt == "fused8" || fmt == "f32" || fmt == "f16") {
-    auto gen = [&](auto tag) {
-      using In = decltype(tag);
-      return as_bytes<In, Idx>(
-          fbgemm::GenerateEmbeddingSpMDM<In, Idx, int64_t, float, false>(dim, weighted, false, pf, false, true, false, false));
-    };
-    if (fmt == "fused8") return gen(uint8_t{});
-    if (fmt == "f32") return gen(float{});
-    return gen(fbgemm::float16{});
-  }
-  return as_bytes<uint8_t, Idx>(fbgemm::GenerateEmbeddingSpMDMNBit<Idx, int64_t, float>(
-      fmt == "fused4" ? 4 : 2, dim, weighted, false, pf, false, true));
+typename fbgemm::EmbeddingSpMDMKernelSignature<In, Idx, int64_t, float>::Type make_emb_kernel(
+    const std::string& fmt, int64_t dim, bool weighted, int pf) {
+  if constexpr (std::is_same_v<In, uint8_t>)
+    if (fmt != "fused8")
+      return fbgemm::GenerateEmbeddingSpMDMNBit<Idx, int64_t, float>(fmt == "fused4" ? 4 : 2, dim, weighted, false,
+                                                                      pf, false, true);
+  return fbgemm::GenerateEmbeddingSpMDM<In, Idx, int64_t, float, false>(dim, weighted, false, pf, false, true, false,
+                                                                        false);
 }
 
 const char* emb_kernel_name(const std::string& fmt) {
@@ -275,7 +261,7 @@ const char* emb_kernel_name(const std::string& fmt) {
   return fmt == "fused4" ? "GenerateEmbeddingSpMDMNBit(4)" : "GenerateEmbeddingSpMDMNBit(2)";
 }
 
-template <class Idx>
+template <class In, class Idx>
 void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t rows, uint8_t* table, double thp,
                   Lookups& lk) {
   const int64_t rb = row_bytes(fmt, dim);
@@ -284,10 +270,11 @@ void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t
   std::vector<float> out(static_cast<size_t>(o.bags * dim));
   for (int64_t w : o.weighted) {
     for (int64_t pf : o.prefetch) {
-      const EmbKernel<Idx> k = make_emb_kernel<Idx>(fmt, dim, w != 0, static_cast<int>(pf));
+      const auto k = make_emb_kernel<In, Idx>(fmt, dim, w != 0, static_cast<int>(pf));
+      const In* input = reinterpret_cast<const In*>(table);
       bool ok = true;
       auto run = [&] {
-        ok &= k(o.bags, lk.n, rows, table, idx.data(), lk.offsets.data(), w ? lk.weights.data() : nullptr, out.data());
+        ok &= k(o.bags, lk.n, rows, input, idx.data(), lk.offsets.data(), w ? lk.weights.data() : nullptr, out.data());
       };
       run();
       // one-time check against a double-precision sum
@@ -352,8 +339,14 @@ int cmd_emb(const Options& o) {
       const double thp = thp_share(tb.p, tb.bytes);
       Lookups lk = make_lookups(o.bags, rows, o.avg_len, 7 + dim);
       for (int64_t ib : o.index) {
-        if (ib == 32) run_emb_case<int32_t>(o, fmt, dim, rows, tb.p, thp, lk);
-        else run_emb_case<int64_t>(o, fmt, dim, rows, tb.p, thp, lk);
+        auto run_case = [&](auto in_tag) {
+          using In = decltype(in_tag);
+          if (ib == 32) run_emb_case<In, int32_t>(o, fmt, dim, rows, tb.p, thp, lk);
+          else run_emb_case<In, int64_t>(o, fmt, dim, rows, tb.p, thp, lk);
+        };
+        if (fmt == "f32") run_case(float{});
+        else if (fmt == "f16") run_case(fbgemm::float16{});
+        else run_case(uint8_t{});  // fused rows
       }
     }
   }
