@@ -186,6 +186,17 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       if (!p->vbmi && p->s.zmm) p->cst = used, used += p->fp6_dense ? 4 : 3;
       if (p->fp6_dense) p->fp6 = used, used += fp6_multishift(*p) ? 2 : 1;  // the shuffle form's ctl: l_fp4
     }
+    // Dense E3M2 / MX6 (VNNI tier, PackedWeights::fp6_dense): a pair row unpacked once into dq
+    // (cg::emit_fp6_words), its idx and ctl at fp6, without VBMI a temporary.
+    const bool words6 = p->s.zmm && key.isa >= QJ_ISA_AVX512_VNNI &&
+                        (p->src == MxSrc::kE3m2Pair || (p->src == MxSrc::kBdrPair && p->bdr == QJ_BDR_MX6));
+    if (words6) {
+      p->fp6_dense = true;
+      p->vbmi = (key.flags & 4) != 0;
+      p->fp6 = used, used += 2;
+      if (!p->vbmi) p->tmp = used++;
+      if (p->src == MxSrc::kE3m2Pair) p->dq = used, used += p->nrv;
+    }
     if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
     if (p->src == MxSrc::kBdrPair) {
       if (p->bdr != QJ_BDR_MX4) p->dq = used, used += p->nrv;
@@ -352,10 +363,14 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
       a.vcvtdq2ps(v, v);
       return;
     }
-    const int col_bytes = (p.bdr == QJ_BDR_MX9 ? 9 : 8) * s.lanes32;
+    const int col_bytes = (p.bdr == QJ_BDR_MX9 ? 9 : p.fp6_dense ? 6 : 8) * s.lanes32;
     const Vec q = s.v(p.dq + j);
     if (r == 0) {  // the pair row's 2 * lanes codes to s16 (a dword per column), once
-      a.vpmovsxbw(q, ptr(rdx, st + j * col_bytes + o * 2 * s.lanes32, s.bytes / 2));
+      if (p.fp6_dense)  // MX6 of 6 bits: the pair row's words sign-extended
+        cg::emit_fp6_words(a, p.vbmi, q, ptr(rdx, st + j * col_bytes), o, s.v(p.fp6), s.v(p.fp6 + 1),
+                           s.v(p.vbmi ? p.fp6 : p.tmp), true);
+      else
+        a.vpmovsxbw(q, ptr(rdx, st + j * col_bytes + o * 2 * s.lanes32, s.bytes / 2));
       if (p.bdr == QJ_BDR_MX9) {
         const int flags = st + j * col_bytes + 8 * s.lanes32 + o * s.lanes32 / 4;  // 2 * lanes bits
         if (s.zmm) {
@@ -422,7 +437,20 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
     // E4M3's 2^8 (a vmulps per vector here measured 0.8x at M = 1 and 256, zmm).
     const Vec h = s.half(v.id());
     const Mem m = ptr(rdx, j * 8 * s.lanes32 + (u / 2) * 2 * s.lanes32, s.bytes / 2);
-    if (u % 2 == 0) {
+    if (p.fp6_dense) {
+      // 6 bits per code: the pair row's codes as words once (dword per column: k even, k odd;
+      // bits 6..15 undefined), then this k's word of each dword.
+      const Vec q = s.v(p.dq + j);
+      if (u % 2 == 0) {
+        cg::emit_fp6_words(a, p.vbmi, q, ptr(rdx, j * 6 * s.lanes32), u / 2, s.v(p.fp6), s.v(p.fp6 + 1),
+                           s.v(p.vbmi ? p.fp6 : p.tmp), false);
+        a.vpmovdw(h, q);
+      } else {
+        a.vpsrld(v, q, 16);
+        a.vpmovdw(h, v);
+      }
+      a.vpsllw(h, h, 10);
+    } else if (u % 2 == 0) {
       if (s.zmm) {
         a.vpsllw(h, m, 10);
       } else {
@@ -675,6 +703,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
         a.vbroadcasti128(s.v(p.tbl + 1), ptr(l_fp4, 80));
       }
     }
+    if (p.fp6_dense && p.src != MxSrc::kE2m3Quad) cg::emit_fp6_words_setup(a, p.vbmi, s.v(p.fp6), s.v(p.fp6 + 1), rax);
     if (p.src == MxSrc::kE3m2Pair) {
       a.mov(eax, 0x9fff9fffu);  // the word mask
       if (s.zmm) {

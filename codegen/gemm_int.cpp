@@ -617,7 +617,7 @@ struct DPlan {
   bool grouped, dual, row_corr, col_corr, zp_vec, scaled, group_a, vbmi, plain_e8m0, a_split;
   bool pairs;  // key.param[3]: int8-form MX codes decoded as quads, widened to s16 pairs
   bool e2m3w;  // pairs, E2M3 on zmm: code words decoded by one vpermi2w (64-word table)
-  bool fp6_dense;  // E2M3 on the VNNI tier: 6 bits per code (cg::emit_fp6_unpack)
+  bool fp6_dense;  // E2M3, E3M2, MX6 on the VNNI tier: 6 bits per code (cg::emit_fp6_unpack / words)
   int quads;   // pairs: quad registers per column vector (MXFP4 2: both from one load; else 1)
   int quad0, pctl;  // pairs: the quad registers; the 2 widening controls
   int acc0, acc1, facc, dec0, cst, dtmp, ones, hi_mult, abc, tmp;
@@ -636,11 +636,13 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->pairs = key.param[3] == 1;
   // pairs: the int8 decoder's VNNI form (MXINT8: d = code ^ 0x80, no nibble split).
   // MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (PackedWeights::fp6_dense).
-  p->fp6_dense = key.b_type == QJ_MXFP6_E2M3 && key.isa >= QJ_ISA_AVX512_VNNI && key.param[4] == 0;
+  // So do E3M2 and BDR MX6 (int16 pairs).
+  p->fp6_dense = (key.b_type == QJ_MXFP6_E2M3 || key.b_type == QJ_MXFP6_E3M2 || key.b_type == QJ_BDR_MX6) &&
+                 key.isa >= QJ_ISA_AVX512_VNNI && key.param[4] == 0;
   p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni || p->pairs, p->s.zmm, p->fp6_dense);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
-    p->dec.n_temps = 0;
+    p->dec.n_temps = p->dec.zmm_temps;
   }
   if (!p->dec.ok) {
     *why = "no decoder for this weight type";

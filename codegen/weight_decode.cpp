@@ -102,11 +102,13 @@ DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm, bool fp6_de
     case QJ_BDR_MX9:
     case QJ_BDR_MX6:
     case QJ_BDR_MX4:
-      // int16 pairs from one byte per element (src/ops/mx16_weights.h, layout kMx16).
+      // int16 pairs from one byte per element (src/ops/mx16_weights.h, layout kMx16), or, E3M2 /
+      // MX6 with fp6_dense (zmm), 6 bits (emit_fp6_words).
       d.ok = true;
       d.int16 = true;
       d.k_per_step = 8;
-      d.bytes_per_col_step = b_type == QJ_BDR_MX9 ? 9 : (b_type == QJ_BDR_MX4 ? 4 : 8);
+      d.fp6_dense = fp6_dense && zmm && (b_type == QJ_MXFP6_E3M2 || b_type == QJ_BDR_MX6);
+      d.bytes_per_col_step = d.fp6_dense ? 6 : b_type == QJ_BDR_MX9 ? 9 : (b_type == QJ_BDR_MX4 ? 4 : 8);
       d.n_out = 4;
       // MX4: the nibble u = q + 8 is used as is; the kernel's row-sum correction (-8 * sum of A per
       // block, flags bit 2) removes the offset: one vpaddd per accumulator per block instead of a
@@ -121,6 +123,8 @@ DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm, bool fp6_de
       d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 || b_type == QJ_BDR_MX4 ? 1 : 0);
       d.n_temps = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX9 ? 1 : 0);
       d.zmm_consts = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX4 ? 1 : 0);
+      // Dense: the unpack's idx and ctl after the tables, and without VBMI one temporary.
+      if (d.fp6_dense) d.zmm_consts += 2, d.zmm_temps = vbmi ? 0 : 1;
       break;
     default: break;
   }
@@ -232,6 +236,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
           store_red_zone_table(a, t, 64, tmp);
           a.vmovdqu32(s.v(r.consts + h), zmmword_ptr(rsp, kRedZoneTable));
         }
+        if (r.fp6_dense) emit_fp6_words_setup(a, r.vbmi, s.v(r.consts + 2), s.v(r.consts + 3), tmp);
       } else {
         // idx = code >> 2 & 15 = sign:e. pow[idx] = +-2^max(e-1, 0) (signed byte), hid[idx] = 4
         // for e >= 1 (hidden bit); value = vpmaddubsw(m | hid, pow) (see emit_decode16).
@@ -251,6 +256,9 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
     }
     case QJ_BDR_MX4:
       broadcast_dword(a, s, r.consts, 0x000f000fu, tmp);
+      break;
+    case QJ_BDR_MX6:
+      if (r.fp6_dense) emit_fp6_words_setup(a, r.vbmi, s.v(r.consts), s.v(r.consts + 1), tmp);
       break;
     case QJ_BDR_MX9:
       if (!s.zmm) {  // words 1 << w: the bit of word w of a 16-bit mask
@@ -319,6 +327,53 @@ void emit_fp6_unpack(Assembler& a, bool multishift, const Vec& out, const Mem& s
   a.k(k7).vmovdqu8(out, tmp);  // odd bytes: the word's second code
 }
 
+void fp6_words_tables(uint8_t idx[64], uint8_t ctl[64]) {
+  for (int i = 0; i < 64; ++i) {
+    const int b = i % 8, w = b / 2;
+    idx[i] = static_cast<uint8_t>(b < 3 ? 3 * (i / 8) + b : 0);
+    ctl[i] = static_cast<uint8_t>(b % 2 == 0 ? 6 * w : (6 * w + 62) % 64);
+  }
+}
+
+void emit_fp6_words_setup(Assembler& a, bool vbmi, const Vec& idx, const Vec& ctl, const Gp& tmp) {
+  if (!vbmi) {
+    emit_fp6_unpack_setup(a, false, idx, ctl, tmp);
+    return;
+  }
+  uint8_t ti[64], tc[64];
+  fp6_words_tables(ti, tc);
+  store_red_zone_table(a, ti, 64, tmp);
+  a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
+  store_red_zone_table(a, tc, 64, tmp);
+  a.vmovdqu32(ctl, zmmword_ptr(rsp, kRedZoneTable));
+}
+
+void emit_fp6_words(Assembler& a, bool vbmi, const Vec& out, const Mem& src, int o, const Vec& idx, const Vec& ctl,
+                    const Vec& tmp, bool sign) {
+  Mem m = src;
+  m.setSize(64);
+  if (vbmi) {
+    m.addOffset(o * kFp6PairRowBytes);
+    a.vpermb(out, idx, m);
+    a.emit(Inst::kIdVpmultishiftqb, out, ctl, out);
+    if (sign) a.vpsraw(out, out, 10);
+    return;
+  }
+  m.addOffset((o / 2) * kFp6VectorBytes);
+  emit_fp6_unpack(a, false, tmp, m, idx, ctl, out);  // rows o & ~1, o | 1: 64 codes as bytes
+  const Ymm h = out.ymm();
+  if (o % 2) {
+    a.vextracti64x4(h, tmp, 1);
+    a.vpmovzxbw(out, h);
+  } else {
+    a.vpmovzxbw(out, tmp.ymm());
+  }
+  if (sign) {  // bits 6..7 of each byte are undefined: the code to the top, then back signed
+    a.vpsllw(out, out, 10);
+    a.vpsraw(out, out, 10);
+  }
+}
+
 void emit_e2m3_bytes_zmm(Assembler& a, const Vec& out, const Vec& c, const Vec& tlo, const Vec& thi,
                          const Vec& bit4, const Vec& sign, const Vec& neg) {
   // vpshufb reads the code's bits 0..3 (bit 7 is 0): the low table's entry, replaced under the
@@ -352,6 +407,13 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
   Mem codes = src;  // the 2 * lanes bytes of pair row o
   codes.addOffset(o * s.bytes / 2);
   codes.setSize(s.bytes / 2);
+  if (r.fp6_dense && s.zmm && (b_type == QJ_MXFP6_E3M2 || b_type == QJ_BDR_MX6)) {
+    const bool e3m2 = b_type == QJ_MXFP6_E3M2;
+    const int c0 = r.consts + (e3m2 ? 2 : 0);  // the unpack's idx and ctl
+    emit_fp6_words(a, r.vbmi, v, src, o, s.v(c0), s.v(c0 + 1), s.v(r.temps), !e3m2);
+    if (e3m2) a.vpermi2w(v, s.v(r.consts), s.v(r.consts + 1));
+    return;
+  }
   switch (b_type) {
     case QJ_MXFP6_E3M2:
       if (s.zmm) {

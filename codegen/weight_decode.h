@@ -61,7 +61,11 @@ struct DecoderInfo {
                                // decodes them (codegen/gemm_int) and the plan's column multiplier
                                // carries 2^-int_shift
   bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
-  int zmm_consts = 0;          // int16 decoders: constants (temps: none) with 512-bit vectors
+  int zmm_consts = 0;          // int16 decoders: constants with 512-bit vectors
+  int zmm_temps = 0;           // int16 decoders: temporaries with 512-bit vectors (dense FP6
+                               // without VBMI: 1)
+  bool fp6_dense = false;      // int16 decoders: E3M2 / MX6 panels of 6 bits per code (see
+                               // emit_fp6_words)
   bool int16 = false;          // int16 pairs (E3M2, BDR MX9 / MX6 / MX4; see emit_decode16):
                                // output o holds, in the dword lane of column c, the signed int16
                                // q(k0 + 2o, c), q(k0 + 2o + 1, c) (+ offset: MX4 8, else 0);
@@ -139,6 +143,29 @@ void emit_fp6_unpack(asmjit::x86::Assembler& a, bool multishift, const asmjit::x
                      const asmjit::x86::Vec& tmp);
 // Bytes of one dense FP6 vector of 64 codes (the offset from one such vector to the next).
 constexpr int kFp6VectorBytes = 48;
+
+// Dense FP6 pair rows (kMx16 E3M2 / MX6 panels of the VNNI tier, PackedWeights::fp6_dense): pair
+// row o of a column vector's step is 32 codes in bytes [24o, 24o + 24) of its 96 (code i of the
+// row at bits [6i, 6i + 6)); emit_fp6_words puts code i in word i of out (dword lane c: codes 2c,
+// 2c + 1, as the byte layout's vpmovzxbw), with undefined bits above bit 5 (vpermi2w reads bits
+// 0..5 only), or with `sign` its 6-bit two's complement value sign-extended. Two forms:
+//  - vbmi: vpermb puts bytes 3q..3q+2 (codes 4q..4q+3) in qword q, vpmultishiftqb moves bits 6w..
+//    to the low byte of word w and bits 6w-2.. to its high byte, so the code is at bits 0..5 and
+//    again at 10..15 (vpsraw 10 sign-extends it): 2 ops (3 with the sign), no temporary;
+//  - without VBMI (AVX512BW): the shuffle form of emit_fp6_unpack on the 48 bytes of pair rows
+//    o & ~1 and o | 1 (their 64 codes to bytes), the half of row o widened by vpmovzxbw (odd rows
+//    extracted first), vpsllw 10 + vpsraw 10 for the sign: 7-9 ops, `tmp` clobbered.
+// fp6_words_tables gives the vbmi form's idx and ctl; emit_fp6_words_setup loads a form's (the
+// shuffle form's are emit_fp6_unpack_setup's).
+void fp6_words_tables(uint8_t idx[64], uint8_t ctl[64]);
+void emit_fp6_words_setup(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& idx,
+                          const asmjit::x86::Vec& ctl, const asmjit::x86::Gp& tmp);
+// src: the column vector's step (its first byte).
+void emit_fp6_words(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& out, const asmjit::x86::Mem& src,
+                    int o, const asmjit::x86::Vec& idx, const asmjit::x86::Vec& ctl, const asmjit::x86::Vec& tmp,
+                    bool sign);
+// Bytes of one dense pair row (32 codes).
+constexpr int kFp6PairRowBytes = 24;
 
 // int16-pair decoders (info.int16): decodes pair row o (0..3) of the step bytes of one column
 // vector at `src` into vector register `out` (one call per output, so the kernel can consume each

@@ -26,9 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "src/core/isa.h"
 #include "src/formats/half.h"
 #include "src/formats/mx.h"
 #include "src/formats/mx_bdr.h"
+#include "src/ops/int_weights.h"
+#include "src/ops/mx16_weights.h"
+#include "src/ops/mx_weights.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
 #include "test/test_util.h"
@@ -493,6 +497,109 @@ TEST(GemmMx16, LargeThreadsRepackSerialize) {
       EXPECT_EQ(run_case(t), "") << t.str();
     }
   }
+}
+
+// E3M2 and MX6 panels of the VNNI tier hold 6 bits per value (int_weights.h kMx16, fp6_dense):
+// the step's codes in the byte layout's order as one LSB-first 6-bit stream (MX6: q & 63). Turned
+// into one byte per code (the GEMM driver's scratch for many rows, fp6_panels_to_bytes; MX6 sign-
+// extended to its int8 q) they are, byte for byte, the AVX-512 tier's panels of the same weights;
+// read back, the same integer forms. Several scale lines, a partial last panel; MX9 / MX4 and the
+// lower tiers keep their layouts.
+TEST(GemmMx16, DenseSixBitPanels) {
+  for (qj_dtype wt : kTypes) {
+    const int64_t blk = is_bdr(wt) ? 16 : 32, k = blk * 9, n = 40;
+    std::vector<float> wf(static_cast<size_t>(k * n));
+    for (size_t i = 0; i < wf.size(); ++i)
+      wf[i] = std::sin(0.37f * static_cast<float>(i)) * static_cast<float>(1 + i % 7) * (i % 11 == 0 ? 64.0f : 1.0f);
+    qj_weights_desc d{};
+    d.dtype = wt;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_NK;
+    std::shared_ptr<qj::PackedWeights> dense, bytes;
+    ASSERT_EQ(qj::quantize_mx16_weights(d, wf.data(), k, QJ_ISA_AVX512_VNNI, &dense), QJ_OK) << qj_last_error();
+    ASSERT_EQ(qj::quantize_mx16_weights(d, wf.data(), k, QJ_ISA_AVX512, &bytes), QJ_OK) << qj_last_error();
+    ASSERT_FALSE(bytes->fp6_dense());
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t kk = 0; kk < k; ++kk)
+        ASSERT_EQ(qj::mx16_q(*dense, kk, c), qj::mx16_q(*bytes, kk, c)) << qj_dtype_name(wt) << " " << kk << " " << c;
+    if (wt != QJ_MXFP6_E3M2 && wt != QJ_BDR_MX6) {
+      EXPECT_FALSE(dense->fp6_dense()) << qj_dtype_name(wt);
+      continue;
+    }
+    ASSERT_TRUE(dense->fp6_dense());
+    ASSERT_EQ(dense->nr, bytes->nr);
+    ASSERT_EQ(dense->mx_col_step(), 6);
+    ASSERT_EQ(dense->mx_panel_bytes(8), bytes->panel_bytes());
+    // 6 bits a value plus the scale lines
+    const size_t lines = static_cast<size_t>((dense->groups() + dense->mx_line_groups() - 1) / dense->mx_line_groups());
+    EXPECT_EQ(dense->panel_bytes(), (lines * 64 + static_cast<size_t>(k * dense->nr * 6 / 8) + 63) / 64 * 64);
+    // The stream order, read from the raw bytes: pair row o of column vector j of step st holds
+    // the codes of columns 16 j + c, K 8 st + 2 o + e at index 32 o + 2 c + e.
+    const uint8_t* panel = dense->packed.data<uint8_t>();
+    for (int64_t kk = 0; kk < blk; ++kk)
+      for (int64_t c = 0; c < std::min<int64_t>(n, dense->nr); ++c) {
+        const uint8_t* step = panel + dense->mx_k_offset(kk) + (c / 16) * 96;
+        const int64_t i = 32 * ((kk % 8) / 2) + 2 * (c % 16) + kk % 2;
+        const uint32_t bits = step[(6 * i) / 8] | (static_cast<uint32_t>(step[(6 * i) / 8 + 1]) << 8);
+        const int code = static_cast<int>((bits >> ((6 * i) % 8)) & 63);
+        const int q = qj::mx16_q(*bytes, kk, c);
+        if (wt == QJ_BDR_MX6)
+          ASSERT_EQ(code, q & 63) << kk << " " << c;
+        else
+          ASSERT_EQ(qj::mx::e3m2_int_table()[code], q) << kk << " " << c;
+      }
+    const size_t all = static_cast<size_t>(bytes->n_panels) * bytes->panel_bytes();
+    for (bool vbmi : {false, true}) {
+      if (vbmi && !qj::cpu_features().avx512vbmi) continue;
+      std::vector<uint8_t> out(all, 0xAB);
+      qj::fp6_panels_to_bytes(*dense, 0, dense->n_panels, out.data(), vbmi);
+      EXPECT_EQ(0, std::memcmp(out.data(), bytes->packed.data<uint8_t>(), all)) << qj_dtype_name(wt) << " vbmi " << vbmi;
+      std::vector<uint8_t> one(bytes->panel_bytes(), 0xCD);
+      qj::fp6_panels_to_bytes(*dense, 1, 2, one.data(), vbmi);
+      EXPECT_EQ(0, std::memcmp(one.data(), bytes->packed.data<uint8_t>() + bytes->panel_bytes(), one.size()));
+    }
+  }
+}
+
+// The dense E3M2 / MX6 kernels of the VNNI tier both ways: with VBMI (vpermb + vpmultishiftqb per
+// pair row) and without (e.g. Cascade Lake: the shuffle-form unpack of two pair rows, then
+// vpmovzxbw), at M = 1 (GEMV), a few tiles, and enough rows for the driver to unpack each B block
+// into byte panels once (GemmPlan::kernels_b8, VBMI only); every E3M2 code, special blocks.
+TEST(GemmMx16, DenseSixBitKernelsWithAndWithoutVbmi) {
+  if (!qj::cpu_features().avx512vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  qjt::IsaCap cap(QJ_ISA_AVX512_VNNI);
+  auto sweep = [](bool hide) {
+    uint32_t seed = 900 + (hide ? 50 : 0);
+    for (qj_dtype wt : {QJ_MXFP6_E3M2, QJ_BDR_MX6})
+      for (int64_t m : {1, 7, 200})
+        for (int64_t n : {17, 64}) {
+          Case t;
+          t.w = wt;
+          t.m = m;
+          t.n = n;
+          t.k = wt == QJ_BDR_MX6 ? 16 * 11 : 32 * 6;
+          t.seed = seed++;
+          t.a_type = seed % 2 ? QJ_U8 : QJ_F32;
+          t.a_zp = t.a_type == QJ_U8 ? 77 : 0;
+          t.specials = seed % 3 == 0;
+          t.quantize = seed % 4 == 1;
+          t.threads = m == 200 && n == 64 ? 2 : 1;
+          EXPECT_EQ(run_case(t), "") << t.str() << " hide_vbmi=" << hide;
+        }
+    Case e;
+    e.w = QJ_MXFP6_E3M2;
+    e.m = e.n = e.k = 64;
+    e.a_type = QJ_U8;
+    e.a_zp = 100;
+    e.a_scale = 1.0f;
+    e.bias = false;
+    e.exhaustive = true;
+    EXPECT_EQ(run_case(e), "") << e.str() << " hide_vbmi=" << hide;
+  };
+  sweep(false);
+  qjt::HideVbmi hide;
+  sweep(true);
 }
 
 // The scalar tier runs the reference of the library (logged fallback): same answers.

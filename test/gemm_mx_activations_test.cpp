@@ -768,19 +768,21 @@ TEST(GemmMxPairs, E3m2ATimesInt8FormWeightsAcrossTiers) {
 
 // MXFP8 A x E2M3 weights read in place: on a CPU without AVX512-VBMI the zmm kernels decode the
 // codes with two vpshufb tables and byte masks instead of one vpermb (the AVX2 kernels always do,
-// with vpblendvb / vpsignb; ShapeSweep covers them). Every code, NaN / zero blocks, tails.
-TEST(GemmMxPairs, Fp8ATimesE2m3WithoutVbmi) {
+// with vpblendvb / vpsignb; ShapeSweep covers them). Every code, NaN / zero blocks, tails. Also
+// the 6-bit E3M2 / MX6 panels of the VNNI tier, unpacked by the shuffle form without VBMI.
+TEST(GemmMxPairs, Fp8ATimesSixBitCodesWithoutVbmi) {
   qjt::HideVbmi hide;
   for (qj_isa isa : qjt::supported_isas()) {
     if (isa < QJ_ISA_AVX512) continue;
     qjt::IsaCap cap(isa);
     uint32_t seed = 7100;
+    for (qj_dtype wt : {QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_BDR_MX6})
     for (qj_dtype at : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})
       for (int64_t m : {1, 3, 8, 17})
         for (int64_t n : {5, 16, 33}) {
           Case t;
           t.a = at;
-          t.w = QJ_MXFP6_E2M3;
+          t.w = wt;
           t.m = m;
           t.n = n;
           t.k = 128;

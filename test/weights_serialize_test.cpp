@@ -200,7 +200,7 @@ TEST(WeightsSerialize, RoundTripSameResults) {
       std::vector<uint8_t> img = serialize(w);
       // The header says what it holds.
       EXPECT_EQ(0, std::memcmp(img.data(), "QJWEIGHT", 8));
-      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 3u);
+      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 4u);
       EXPECT_EQ(get<uint32_t>(img, kOffHeaderBytes), kHeaderBytes);
       EXPECT_EQ(get<uint64_t>(img, kOffTotalBytes), img.size());
       EXPECT_EQ(get<int64_t>(img, kOffK), c.k);
@@ -315,9 +315,9 @@ TEST(WeightsSerialize, FlippedBitsAreDetected) {
     std::vector<uint8_t> bad = img;
     bad[b / 8] ^= static_cast<uint8_t>(1u << (b % 8));
     const size_t byte = b / 8;
-    // A flip to a version this library still reads (1 or 2 from 3) is caught by the checksum.
+    // A flip to a version this library still reads (1 to 3 from 4) is caught by the checksum.
     const uint32_t v = get<uint32_t>(bad, kOffVersion);
-    const qj_status want = (byte >= kOffVersion && byte < kOffVersion + 4 && (v < 1 || v > 3))
+    const qj_status want = (byte >= kOffVersion && byte < kOffVersion + 4 && (v < 1 || v > 4))
                                ? QJ_ERR_VERSION_MISMATCH
                                : QJ_ERR_CORRUPT_DATA;
     ASSERT_EQ(try_load(bad.data(), bad.size()), want) << "bit " << b << " (byte " << byte << ") of " << bits;
@@ -342,8 +342,8 @@ TEST(WeightsSerialize, WrongVersionWithValidChecksum) {
   reseal(same);
   ASSERT_EQ(same, img);
   ASSERT_EQ(try_load(same.data(), same.size()), QJ_OK) << qj_last_error();
-  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 3u);
-  for (uint32_t v : {0u, 4u, 0x100u, 0xffffffffu}) {
+  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 4u);
+  for (uint32_t v : {0u, 5u, 0x100u, 0xffffffffu}) {
     std::vector<uint8_t> bad = img;
     put<uint32_t>(bad, kOffVersion, v);
     reseal(bad);
@@ -394,10 +394,26 @@ TEST(WeightsSerialize, Version1ImagesOfNonMxWeightsOnly) {
   }
 }
 
+// Version 4 changed only the MXFP6 E3M2 and BDR MX6 panels (6 bits per code on the VNNI tier):
+// version 3 images of those are refused, those of the other MX types are read as before.
+TEST(WeightsSerialize, Version3ImagesOfMxfp6E3m2AndMx6Refused) {
+  for (qj_dtype t : {QJ_MXFP6_E3M2, QJ_BDR_MX6, QJ_MXFP6_E2M3, QJ_BDR_MX9, QJ_BDR_MX4}) {
+    std::vector<uint8_t> mimg = mx_image_of_version(t, 3u);
+    ASSERT_FALSE(mimg.empty());
+    if (t != QJ_MXFP6_E3M2 && t != QJ_BDR_MX6) {
+      EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_OK) << qj_dtype_name(t) << ": " << qj_last_error();
+      continue;
+    }
+    EXPECT_EQ(try_load(mimg.data(), mimg.size()), QJ_ERR_VERSION_MISMATCH) << qj_dtype_name(t);
+    EXPECT_NE(std::string(qj_last_error()).find("pack them again"), std::string::npos) << qj_last_error();
+  }
+}
+
 // Version 3 changed only the MXFP6 E2M3 panels (6 bits per code on the VNNI tier): version 2
-// images of E2M3 weights are refused, those of the other MX types are read as before.
+// images of E2M3 weights are refused, those of the other MX types (of that time) are read as
+// before.
 TEST(WeightsSerialize, Version2ImagesOfMxfp6E2m3Refused) {
-  for (qj_dtype t : {QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_MXFP6_E3M2}) {
+  for (qj_dtype t : {QJ_MXFP6_E2M3, QJ_MXFP4_E2M1, QJ_BDR_MX9}) {
     std::vector<uint8_t> mimg = mx_image_of_version(t, 2u);
     ASSERT_FALSE(mimg.empty());
     if (t != QJ_MXFP6_E2M3) {

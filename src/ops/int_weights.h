@@ -49,6 +49,10 @@
 //                 column (one vpmovzxbw / vpmovsxbw gives the int16 pairs of vpdpwssd / vpmaddwd);
 //                 MX9 then adds 4 masks of 2 * lanes bits (bit 2c + r: element doubled). Byte =
 //                 E3M2 code, MX6 int8 q, MX9 int8 q or q / 2 (mx_col_step() = 8 or 9 bytes).
+//                 On the VNNI tier (fp6_dense()) E3M2 and MX6 take 6 bits per element: the codes
+//                 of a column vector's step, in the byte order above, as one LSB-first 6-bit
+//                 stream (code i at bits [6i, 6i + 6); MX6: q & 63), so pair row o is bytes
+//                 [24o, 24o + 24) of zmm's 96 (mx_col_step() = 6).
 //                 MX4 (4 bytes): one dword per column (lanes dwords per column vector), nibble
 //                 u = q + 8 (q in [-6, 6]) of K = k0 + 2o + r at bits [16 r + 4 o, +4): pair row
 //                 o is (dword >> 4o) & 0x000f000f, no shuffle.
@@ -98,11 +102,16 @@ struct PackedWeights {
   // MXFP6 E2M3 codes packed 6 bits each (kMxByte on the VNNI tier; see the layout above). The
   // AVX-512 tier (CPUs without VNNI, and without VBMI: its unpack would take 6 more ops per 64
   // codes, measured 25-40% slower) and AVX2 keep one byte per code.
+  // The same on the VNNI tier for the 6-bit int16-pair types of kMx16: MXFP6 E3M2 codes and BDR
+  // MX6's q (|q| <= 30) as a 6-bit two's complement, each step's codes in the order of the byte
+  // layout (src/ops/mx16_weights.h).
   bool fp6_dense() const {
-    return layout == PackLayout::kMxByte && dtype == QJ_MXFP6_E2M3 && isa >= QJ_ISA_AVX512_VNNI;
+    if (isa < QJ_ISA_AVX512_VNNI) return false;
+    if (layout == PackLayout::kMxByte) return dtype == QJ_MXFP6_E2M3;
+    return layout == PackLayout::kMx16 && (dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX6);
   }
-  // MX: packed bytes per column per 8-K step (FP4 / MX4 4; dense E2M3 6; E2M3 / INT8 / E3M2 / MX6
-  // 8; MX9 9; kMxFp8: 8, one byte per code).
+  // MX: packed bytes per column per 8-K step (FP4 / MX4 4; dense E2M3 / E3M2 / MX6 6; else E2M3 /
+  // INT8 / E3M2 / MX6 8; MX9 9; kMxFp8: 8, one byte per code).
   int32_t mx_col_step() const {
     if (layout == PackLayout::kMxNibble || dtype == QJ_BDR_MX4) return 4;
     if (fp6_dense()) return 6;

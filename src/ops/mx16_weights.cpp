@@ -46,10 +46,13 @@ uint8_t e3m2_code(int32_t q) {
 
 // Byte offset of element (c, r) (column c of the panel, r = K within the 8-K step) in one step,
 // and, MX9 only, the byte and bit of its "double" flag. See int_weights.h kMx16.
+// Dense panels (fp6_dense: E3M2, MX6 on the VNNI tier): the 6-bit code index `code` from `byte`
+// (the column vector's first byte in the step), in the byte layout's order.
 struct StepPos {
   int64_t byte, flag_byte;
   int flag_bit;
   int nibble;  // MX4: 0 low, 1 high
+  int64_t code;  // dense: code index at `byte`
 };
 
 StepPos step_pos(const PackedWeights& w, int64_t c, int r) {
@@ -58,10 +61,14 @@ StepPos step_pos(const PackedWeights& w, int64_t c, int r) {
   const int64_t base = (c / lanes) * cs * lanes, cl = c % lanes;
   StepPos p;
   p.nibble = 0;
+  p.code = -1;
   if (w.dtype == QJ_BDR_MX4) {  // dword per column: nibble of (o, e) at bit 16 e + 4 o
     const int o = r / 2, e = r % 2;
     p.byte = base + cl * 4 + 2 * e + o / 2;
     p.nibble = o % 2;
+  } else if (w.fp6_dense()) {
+    p.byte = base;
+    p.code = (r / 2) * 2 * lanes + cl * 2 + r % 2;
   } else {
     p.byte = base + (r / 2) * 2 * lanes + cl * 2 + r % 2;
   }
@@ -93,7 +100,11 @@ qj_status pack_mx16(PackedWeights* w, qj_isa isa, int64_t group_size, const Q& q
         const int32_t q0 = q(kk, c0 + c), q1 = q(kk + 1, c0 + c);
         const int r = static_cast<int>(kk % 8);
         const StepPos p0 = step_pos(*w, c, r), p1 = step_pos(*w, c, r + 1);
-        if (w->dtype == QJ_MXFP6_E3M2) {
+        if (w->fp6_dense()) {  // E3M2 code, or MX6 q as a 6-bit two's complement
+          const bool e3m2 = w->dtype == QJ_MXFP6_E3M2;
+          fp6_put(step + p0.byte, p0.code, e3m2 ? e3m2_code(q0) : static_cast<uint8_t>(q0 & 63));
+          fp6_put(step + p1.byte, p1.code, e3m2 ? e3m2_code(q1) : static_cast<uint8_t>(q1 & 63));
+        } else if (w->dtype == QJ_MXFP6_E3M2) {
           step[p0.byte] = e3m2_code(q0);
           step[p1.byte] = e3m2_code(q1);
         } else if (mx9) {
@@ -131,6 +142,11 @@ int32_t mx16_q(const PackedWeights& w, int64_t kk, int64_t col) {
   const int64_t panel = col / w.nr, c = col % w.nr;
   const uint8_t* step = w.packed.data<uint8_t>() + panel * w.panel_bytes() + w.mx_k_offset(kk);
   const StepPos p = step_pos(w, c, static_cast<int>(kk % 8));
+  if (w.fp6_dense()) {
+    const uint8_t code = fp6_get(step + p.byte, p.code);
+    if (w.dtype == QJ_MXFP6_E3M2) return mx::e3m2_int_table()[code];
+    return code >= 32 ? code - 64 : code;  // MX6: sign-extended
+  }
   const uint8_t b = step[p.byte];
   if (w.dtype == QJ_MXFP6_E3M2) return mx::e3m2_int_table()[b & 63];
   if (w.dtype == QJ_BDR_MX4) return ((b >> (4 * p.nibble)) & 15) - 8;

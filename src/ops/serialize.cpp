@@ -20,11 +20,12 @@ namespace qj {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'W', 'E', 'I', 'G', 'H', 'T'};
+// 4: so do MXFP6 E3M2 and BDR MX6 panels (kMx16) of the VNNI tier.
 // 3: MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (PackedWeights::fp6_dense).
 // 2: MX / BDR panels hold their scale bytes in scale lines ahead of the groups (int_weights.h).
 // 1: they held them after all the steps. Older images of the types a version did not change are
 // read alike.
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 
 struct Header {
   char magic[8];
@@ -120,7 +121,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   // Fields must describe a well-formed object (the checksum does not prove that the writer was us).
   const qj_dtype dt = static_cast<qj_dtype>(h.dtype);
   const bool mx_type = mx_weights_type(dt);  // scales are E8M0 bytes inside the panels
-  const uint32_t layout_version = dt == QJ_MXFP6_E2M3 ? 3 : 2;  // their panels' last change
+  const uint32_t layout_version = dt == QJ_MXFP6_E3M2 || dt == QJ_BDR_MX6 ? 4 : dt == QJ_MXFP6_E2M3 ? 3 : 2;  // their panels' last change
   if (mx_type && h.version < layout_version)
     return fail(QJ_ERR_VERSION_MISMATCH, "serialized %s weights of version %u: their panel layout "
                 "changed in version %u; pack them again", qj_dtype_name(dt), h.version, layout_version);
