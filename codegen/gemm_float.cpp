@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "codegen/simd.h"
@@ -187,17 +188,22 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       if (p->fp6_dense) p->fp6 = used, used += fp6_multishift(*p) ? 2 : 1;  // the shuffle form's ctl: l_fp4
     }
     // Dense E3M2 / MX6 (VNNI tier, PackedWeights::fp6_dense): a pair row unpacked once into dq
-    // (cg::emit_fp6_words), its idx and ctl at fp6, without VBMI a temporary.
+    // (cg::emit_fp6_words), its idx, cnt (and without VBMI shuf) at fp6.
     const bool words6 = p->s.zmm && key.isa >= QJ_ISA_AVX512_VNNI &&
                         (p->src == MxSrc::kE3m2Pair || (p->src == MxSrc::kBdrPair && p->bdr == QJ_BDR_MX6));
     if (words6) {
       p->fp6_dense = true;
       p->vbmi = (key.flags & 4) != 0;
-      p->fp6 = used, used += 2;
-      if (!p->vbmi) p->tmp = used++;
-      if (p->src == MxSrc::kE3m2Pair) p->dq = used, used += p->nrv;
+      p->fp6 = used, used += p->vbmi ? 2 : 3;
+      if (p->src == MxSrc::kE3m2Pair) {
+        // E3M2 then to its integer form q = 16 v (the int16-pair kernels' vpermi2w table, in
+        // tbl, tbl + 1) and on as MX6: value = q * 2^-4.
+        p->dq = used, used += p->nrv;
+        p->tbl = used, used += 2;
+        p->shift = 4;
+      }
     }
-    if (p->src == MxSrc::kE3m2Pair) p->tbl = used++;  // 0x9fff words
+    if (p->src == MxSrc::kE3m2Pair && !words6) p->tbl = used++;  // 0x9fff words
     if (p->src == MxSrc::kBdrPair) {
       if (p->bdr != QJ_BDR_MX4) p->dq = used, used += p->nrv;
       if (p->bdr == QJ_BDR_MX4) (p->s.zmm ? p->tbl : p->smask) = used++;
@@ -347,7 +353,7 @@ void emit_nibble_lut_zmm(Assembler& a, const Vec& v, const Mem& m, int sh, const
 // Weight vector j of unit u from the integer forms or the in-place quad layouts into v.
 void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v) {
   const cg::Simd& s = p.s;
-  if (p.src == MxSrc::kBdrPair) {
+  if (p.src == MxSrc::kBdrPair || (p.src == MxSrc::kE3m2Pair && p.fp6_dense)) {
     const int o = (u % 8) / 2, r = u % 2, st = (u / 8) * p.step_bytes;  // st: step of the unit
     if (p.bdr == QJ_BDR_MX4) {
       const Mem m = ptr(rdx, j * s.lanes32 * 4);
@@ -366,11 +372,14 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
     const int col_bytes = (p.bdr == QJ_BDR_MX9 ? 9 : p.fp6_dense ? 6 : 8) * s.lanes32;
     const Vec q = s.v(p.dq + j);
     if (r == 0) {  // the pair row's 2 * lanes codes to s16 (a dword per column), once
-      if (p.fp6_dense)  // MX6 of 6 bits: the pair row's words sign-extended
-        cg::emit_fp6_words(a, p.vbmi, q, ptr(rdx, st + j * col_bytes), o, s.v(p.fp6), s.v(p.fp6 + 1),
-                           s.v(p.vbmi ? p.fp6 : p.tmp), true);
-      else
+      if (p.fp6_dense) {  // 6 bits: MX6's words sign-extended, E3M2's codes to q = 16 v
+        const bool e3m2 = p.src == MxSrc::kE3m2Pair;
+        cg::emit_fp6_words(a, p.vbmi, !e3m2, q, ptr(rdx, st + j * col_bytes), o, s.v(p.fp6), s.v(p.fp6 + 2),
+                           s.v(p.fp6 + 1));
+        if (e3m2) a.vpermi2w(q, s.v(p.tbl), s.v(p.tbl + 1));
+      } else {
         a.vpmovsxbw(q, ptr(rdx, st + j * col_bytes + o * 2 * s.lanes32, s.bytes / 2));
+      }
       if (p.bdr == QJ_BDR_MX9) {
         const int flags = st + j * col_bytes + 8 * s.lanes32 + o * s.lanes32 / 4;  // 2 * lanes bits
         if (s.zmm) {
@@ -437,20 +446,7 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
     // E4M3's 2^8 (a vmulps per vector here measured 0.8x at M = 1 and 256, zmm).
     const Vec h = s.half(v.id());
     const Mem m = ptr(rdx, j * 8 * s.lanes32 + (u / 2) * 2 * s.lanes32, s.bytes / 2);
-    if (p.fp6_dense) {
-      // 6 bits per code: the pair row's codes as words once (dword per column: k even, k odd;
-      // bits 6..15 undefined), then this k's word of each dword.
-      const Vec q = s.v(p.dq + j);
-      if (u % 2 == 0) {
-        cg::emit_fp6_words(a, p.vbmi, q, ptr(rdx, j * 6 * s.lanes32), u / 2, s.v(p.fp6), s.v(p.fp6 + 1),
-                           s.v(p.vbmi ? p.fp6 : p.tmp), false);
-        a.vpmovdw(h, q);
-      } else {
-        a.vpsrld(v, q, 16);
-        a.vpmovdw(h, v);
-      }
-      a.vpsllw(h, h, 10);
-    } else if (u % 2 == 0) {
+    if (u % 2 == 0) {
       if (s.zmm) {
         a.vpsllw(h, m, 10);
       } else {
@@ -703,8 +699,17 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
         a.vbroadcasti128(s.v(p.tbl + 1), ptr(l_fp4, 80));
       }
     }
-    if (p.fp6_dense && p.src != MxSrc::kE2m3Quad) cg::emit_fp6_words_setup(a, p.vbmi, s.v(p.fp6), s.v(p.fp6 + 1), rax);
-    if (p.src == MxSrc::kE3m2Pair) {
+    if (p.fp6_dense && p.src != MxSrc::kE2m3Quad)
+      cg::emit_fp6_words_setup(a, p.vbmi, p.src == MxSrc::kBdrPair, s.v(p.fp6), s.v(p.fp6 + 2), s.v(p.fp6 + 1), rax);
+    if (p.src == MxSrc::kE3m2Pair && p.fp6_dense) {
+      const int16_t* q = mx::e3m2_int_table();  // q = 16 v; vpermi2w: index bit 5 picks tbl + 1
+      for (int h = 0; h < 2; ++h) {
+        uint8_t t[64];
+        std::memcpy(t, q + 32 * h, 64);
+        cg::store_red_zone_table(a, t, 64, rax);
+        a.vmovdqu32(s.v(p.tbl + h), zmmword_ptr(rsp, cg::kRedZoneTable));
+      }
+    } else if (p.src == MxSrc::kE3m2Pair) {
       a.mov(eax, 0x9fff9fffu);  // the word mask
       if (s.zmm) {
         a.vpbroadcastd(s.v(p.tbl), eax);

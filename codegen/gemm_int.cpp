@@ -642,7 +642,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->dec = cg::decoder_info(key.b_type, p->vbmi, p->vnni || p->pairs, p->s.zmm, p->fp6_dense);
   if (p->dec.int16 && p->s.zmm) {  // the 512-bit int16 decoders need fewer registers
     p->dec.n_consts = p->dec.zmm_consts;
-    p->dec.n_temps = p->dec.zmm_temps;
+    p->dec.n_temps = 0;
   }
   if (!p->dec.ok) {
     *why = "no decoder for this weight type";

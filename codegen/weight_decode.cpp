@@ -123,8 +123,8 @@ DecoderInfo decoder_info(int b_type, bool vbmi, bool vnni, bool zmm, bool fp6_de
       d.n_consts = b_type == QJ_MXFP6_E3M2 ? 4 : (b_type == QJ_BDR_MX9 || b_type == QJ_BDR_MX4 ? 1 : 0);
       d.n_temps = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX9 ? 1 : 0);
       d.zmm_consts = b_type == QJ_MXFP6_E3M2 ? 2 : (b_type == QJ_BDR_MX4 ? 1 : 0);
-      // Dense: the unpack's idx and ctl after the tables, and without VBMI one temporary.
-      if (d.fp6_dense) d.zmm_consts += 2, d.zmm_temps = vbmi ? 0 : 1;
+      // Dense: the unpack's idx and cnt after the tables, and without VBMI its shuf.
+      if (d.fp6_dense) d.zmm_consts += vbmi ? 2 : 3;
       break;
     default: break;
   }
@@ -236,7 +236,8 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
           store_red_zone_table(a, t, 64, tmp);
           a.vmovdqu32(s.v(r.consts + h), zmmword_ptr(rsp, kRedZoneTable));
         }
-        if (r.fp6_dense) emit_fp6_words_setup(a, r.vbmi, s.v(r.consts + 2), s.v(r.consts + 3), tmp);
+        if (r.fp6_dense)
+          emit_fp6_words_setup(a, r.vbmi, false, s.v(r.consts + 2), s.v(r.consts + 4), s.v(r.consts + 3), tmp);
       } else {
         // idx = code >> 2 & 15 = sign:e. pow[idx] = +-2^max(e-1, 0) (signed byte), hid[idx] = 4
         // for e >= 1 (hidden bit); value = vpmaddubsw(m | hid, pow) (see emit_decode16).
@@ -258,7 +259,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       broadcast_dword(a, s, r.consts, 0x000f000fu, tmp);
       break;
     case QJ_BDR_MX6:
-      if (r.fp6_dense) emit_fp6_words_setup(a, r.vbmi, s.v(r.consts), s.v(r.consts + 1), tmp);
+      if (r.fp6_dense) emit_fp6_words_setup(a, r.vbmi, true, s.v(r.consts), s.v(r.consts + 2), s.v(r.consts + 1), tmp);
       break;
     case QJ_BDR_MX9:
       if (!s.zmm) {  // words 1 << w: the bit of word w of a 16-bit mask
@@ -327,50 +328,60 @@ void emit_fp6_unpack(Assembler& a, bool multishift, const Vec& out, const Mem& s
   a.k(k7).vmovdqu8(out, tmp);  // odd bytes: the word's second code
 }
 
-void fp6_words_tables(uint8_t idx[64], uint8_t ctl[64]) {
-  for (int i = 0; i < 64; ++i) {
-    const int b = i % 8, w = b / 2;
-    idx[i] = static_cast<uint8_t>(b < 3 ? 3 * (i / 8) + b : 0);
-    ctl[i] = static_cast<uint8_t>(b % 2 == 0 ? 6 * w : (6 * w + 62) % 64);
+void fp6_words_tables(bool vbmi, bool sign, uint8_t idx[64], uint8_t shuf[64], uint8_t cnt[64]) {
+  uint8_t src[64];  // byte i of the result: byte src[i] of the pair row
+  for (int w = 0; w < 32; ++w) {
+    const int b = 6 * w / 8, sh = 6 * w % 8;  // the code's first byte and bit
+    // (b + 1 is byte 24 for w = 31: a byte of the next pair row, above the code)
+    src[2 * w] = static_cast<uint8_t>(b), src[2 * w + 1] = static_cast<uint8_t>(b + 1);
+    const uint16_t c = static_cast<uint16_t>(sign ? 10 - sh : sh);
+    std::memcpy(cnt + 2 * w, &c, 2);
   }
-}
-
-void emit_fp6_words_setup(Assembler& a, bool vbmi, const Vec& idx, const Vec& ctl, const Gp& tmp) {
-  if (!vbmi) {
-    emit_fp6_unpack_setup(a, false, idx, ctl, tmp);
+  std::memset(shuf, 0, 64);
+  if (vbmi) {
+    std::memcpy(idx, src, 64);
     return;
   }
-  uint8_t ti[64], tc[64];
-  fp6_words_tables(ti, tc);
-  store_red_zone_table(a, ti, 64, tmp);
-  a.vmovdqu32(idx, zmmword_ptr(rsp, kRedZoneTable));
-  store_red_zone_table(a, tc, 64, tmp);
-  a.vmovdqu32(ctl, zmmword_ptr(rsp, kRedZoneTable));
+  // vpermd: 128-bit lane l (words 8l..8l+7, bytes 6l..6l+6) takes dwords d0 = 6l / 4 .. d0 + 3 of
+  // the row; vpshufb then picks each word's two bytes within the lane.
+  for (int l = 0; l < 4; ++l) {
+    const int d0 = 6 * l / 4;
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t d = static_cast<uint32_t>(d0 + j);
+      std::memcpy(idx + 16 * l + 4 * j, &d, 4);
+    }
+    for (int j = 0; j < 16; ++j) shuf[16 * l + j] = static_cast<uint8_t>(src[16 * l + j] - 4 * d0);
+  }
 }
 
-void emit_fp6_words(Assembler& a, bool vbmi, const Vec& out, const Mem& src, int o, const Vec& idx, const Vec& ctl,
-                    const Vec& tmp, bool sign) {
+void emit_fp6_words_setup(Assembler& a, bool vbmi, bool sign, const Vec& idx, const Vec& shuf, const Vec& cnt,
+                          const Gp& tmp) {
+  uint8_t t[3][64];
+  fp6_words_tables(vbmi, sign, t[0], t[1], t[2]);
+  const Vec regs[3] = {idx, shuf, cnt};
+  for (int i = 0; i < 3; ++i) {
+    if (i == 1 && vbmi) continue;
+    store_red_zone_table(a, t[i], 64, tmp);
+    a.vmovdqu32(regs[i], zmmword_ptr(rsp, kRedZoneTable));
+  }
+}
+
+void emit_fp6_words(Assembler& a, bool vbmi, bool sign, const Vec& out, const Mem& src, int o, const Vec& idx,
+                    const Vec& shuf, const Vec& cnt) {
   Mem m = src;
   m.setSize(64);
+  m.addOffset(o * kFp6PairRowBytes);
   if (vbmi) {
-    m.addOffset(o * kFp6PairRowBytes);
     a.vpermb(out, idx, m);
-    a.emit(Inst::kIdVpmultishiftqb, out, ctl, out);
-    if (sign) a.vpsraw(out, out, 10);
-    return;
-  }
-  m.addOffset((o / 2) * kFp6VectorBytes);
-  emit_fp6_unpack(a, false, tmp, m, idx, ctl, out);  // rows o & ~1, o | 1: 64 codes as bytes
-  const Ymm h = out.ymm();
-  if (o % 2) {
-    a.vextracti64x4(h, tmp, 1);
-    a.vpmovzxbw(out, h);
   } else {
-    a.vpmovzxbw(out, tmp.ymm());
+    a.vpermd(out, idx, m);
+    a.vpshufb(out, out, shuf);
   }
-  if (sign) {  // bits 6..7 of each byte are undefined: the code to the top, then back signed
-    a.vpsllw(out, out, 10);
+  if (sign) {  // the code to bits 10..15, then back sign-extended
+    a.vpsllvw(out, out, cnt);
     a.vpsraw(out, out, 10);
+  } else {
+    a.vpsrlvw(out, out, cnt);
   }
 }
 
@@ -409,8 +420,8 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
   codes.setSize(s.bytes / 2);
   if (r.fp6_dense && s.zmm && (b_type == QJ_MXFP6_E3M2 || b_type == QJ_BDR_MX6)) {
     const bool e3m2 = b_type == QJ_MXFP6_E3M2;
-    const int c0 = r.consts + (e3m2 ? 2 : 0);  // the unpack's idx and ctl
-    emit_fp6_words(a, r.vbmi, v, src, o, s.v(c0), s.v(c0 + 1), s.v(r.temps), !e3m2);
+    const int c0 = r.consts + (e3m2 ? 2 : 0);  // the unpack's idx, cnt (and shuf)
+    emit_fp6_words(a, r.vbmi, !e3m2, v, src, o, s.v(c0), s.v(c0 + 2), s.v(c0 + 1));
     if (e3m2) a.vpermi2w(v, s.v(r.consts), s.v(r.consts + 1));
     return;
   }

@@ -61,9 +61,7 @@ struct DecoderInfo {
                                // decodes them (codegen/gemm_int) and the plan's column multiplier
                                // carries 2^-int_shift
   bool needs_vbmi = false;     // uses vpermb (key flags bit 5 says the CPU has AVX512-VBMI)
-  int zmm_consts = 0;          // int16 decoders: constants with 512-bit vectors
-  int zmm_temps = 0;           // int16 decoders: temporaries with 512-bit vectors (dense FP6
-                               // without VBMI: 1)
+  int zmm_consts = 0;          // int16 decoders: constants (temps: none) with 512-bit vectors
   bool fp6_dense = false;      // int16 decoders: E3M2 / MX6 panels of 6 bits per code (see
                                // emit_fp6_words)
   bool int16 = false;          // int16 pairs (E3M2, BDR MX9 / MX6 / MX4; see emit_decode16):
@@ -146,24 +144,23 @@ constexpr int kFp6VectorBytes = 48;
 
 // Dense FP6 pair rows (kMx16 E3M2 / MX6 panels of the VNNI tier, PackedWeights::fp6_dense): pair
 // row o of a column vector's step is 32 codes in bytes [24o, 24o + 24) of its 96 (code i of the
-// row at bits [6i, 6i + 6)); emit_fp6_words puts code i in word i of out (dword lane c: codes 2c,
-// 2c + 1, as the byte layout's vpmovzxbw), with undefined bits above bit 5 (vpermi2w reads bits
-// 0..5 only), or with `sign` its 6-bit two's complement value sign-extended. Two forms:
-//  - vbmi: vpermb puts bytes 3q..3q+2 (codes 4q..4q+3) in qword q, vpmultishiftqb moves bits 6w..
-//    to the low byte of word w and bits 6w-2.. to its high byte, so the code is at bits 0..5 and
-//    again at 10..15 (vpsraw 10 sign-extends it): 2 ops (3 with the sign), no temporary;
-//  - without VBMI (AVX512BW): the shuffle form of emit_fp6_unpack on the 48 bytes of pair rows
-//    o & ~1 and o | 1 (their 64 codes to bytes), the half of row o widened by vpmovzxbw (odd rows
-//    extracted first), vpsllw 10 + vpsraw 10 for the sign: 7-9 ops, `tmp` clobbered.
-// fp6_words_tables gives the vbmi form's idx and ctl; emit_fp6_words_setup loads a form's (the
-// shuffle form's are emit_fp6_unpack_setup's).
-void fp6_words_tables(uint8_t idx[64], uint8_t ctl[64]);
-void emit_fp6_words_setup(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& idx,
-                          const asmjit::x86::Vec& ctl, const asmjit::x86::Gp& tmp);
-// src: the column vector's step (its first byte).
-void emit_fp6_words(asmjit::x86::Assembler& a, bool vbmi, const asmjit::x86::Vec& out, const asmjit::x86::Mem& src,
-                    int o, const asmjit::x86::Vec& idx, const asmjit::x86::Vec& ctl, const asmjit::x86::Vec& tmp,
-                    bool sign);
+// row at bits [6i, 6i + 6)). emit_fp6_words puts code i in word i of out (dword lane c: codes 2c,
+// 2c + 1, as vpmovzxbw of the byte layout), bits 6..15 undefined (vpermi2w reads bits 0..5 only),
+// or, `sign`, its 6-bit two's complement value sign-extended (MX6's q). A byte permute puts the
+// two bytes holding code i in word i (vbmi: vpermb; else vpermd of the 128-bit lanes' dwords and
+// vpshufb), then a per-word shift moves it to bits 0..5 (vpsrlvw), or, `sign`, to bits 10..15
+// (vpsllvw) and back (vpsraw 10): 2-4 ops, no temporary. (vpmultishiftqb in place of the shift,
+// on Zen 4, 4096 x 4096 E3M2: M = 1 70 against 74 GOPS, M = 4 153 against 176, M = 16 160
+// against 187: it takes a multiply-pipe slot from vpdpwssd.)
+// fp6_words_tables gives the constants: idx (vpermb bytes or vpermd dwords), shuf (vpshufb, without
+// VBMI), cnt (the word shift counts); emit_fp6_words_setup loads them (shuf only without VBMI).
+void fp6_words_tables(bool vbmi, bool sign, uint8_t idx[64], uint8_t shuf[64], uint8_t cnt[64]);
+void emit_fp6_words_setup(asmjit::x86::Assembler& a, bool vbmi, bool sign, const asmjit::x86::Vec& idx,
+                          const asmjit::x86::Vec& shuf, const asmjit::x86::Vec& cnt, const asmjit::x86::Gp& tmp);
+// src: the column vector's step (its first byte); reads 64 bytes from src + 24o.
+void emit_fp6_words(asmjit::x86::Assembler& a, bool vbmi, bool sign, const asmjit::x86::Vec& out,
+                    const asmjit::x86::Mem& src, int o, const asmjit::x86::Vec& idx, const asmjit::x86::Vec& shuf,
+                    const asmjit::x86::Vec& cnt);
 // Bytes of one dense pair row (32 codes).
 constexpr int kFp6PairRowBytes = 24;
 

@@ -500,11 +500,11 @@ TEST(GemmMx16, LargeThreadsRepackSerialize) {
 }
 
 // E3M2 and MX6 panels of the VNNI tier hold 6 bits per value (int_weights.h kMx16, fp6_dense):
-// the step's codes in the byte layout's order as one LSB-first 6-bit stream (MX6: q & 63). Turned
-// into one byte per code (the GEMM driver's scratch for many rows, fp6_panels_to_bytes; MX6 sign-
-// extended to its int8 q) they are, byte for byte, the AVX-512 tier's panels of the same weights;
-// read back, the same integer forms. Several scale lines, a partial last panel; MX9 / MX4 and the
-// lower tiers keep their layouts.
+// the step's codes in the byte layout's order as one LSB-first 6-bit stream (MX6: q & 63), read
+// here from the raw bits; read back, the same integer forms as the AVX-512 tier's panels. E3M2's,
+// turned into one byte per code (fp6_panels_to_bytes), are byte for byte the AVX-512 tier's panels
+// of the same weights (the same geometry, scale lines and padding). Several scale lines, a partial
+// last panel; MX9 / MX4 and the lower tiers keep their layouts.
 TEST(GemmMx16, DenseSixBitPanels) {
   for (qj_dtype wt : kTypes) {
     const int64_t blk = is_bdr(wt) ? 16 : 32, k = blk * 9, n = 40;
@@ -549,6 +549,7 @@ TEST(GemmMx16, DenseSixBitPanels) {
         else
           ASSERT_EQ(qj::mx::e3m2_int_table()[code], q) << kk << " " << c;
       }
+    if (wt != QJ_MXFP6_E3M2) continue;  // (MX6's bytes hold int8 q, not q & 63)
     const size_t all = static_cast<size_t>(bytes->n_panels) * bytes->panel_bytes();
     for (bool vbmi : {false, true}) {
       if (vbmi && !qj::cpu_features().avx512vbmi) continue;
@@ -562,10 +563,9 @@ TEST(GemmMx16, DenseSixBitPanels) {
   }
 }
 
-// The dense E3M2 / MX6 kernels of the VNNI tier both ways: with VBMI (vpermb + vpmultishiftqb per
-// pair row) and without (e.g. Cascade Lake: the shuffle-form unpack of two pair rows, then
-// vpmovzxbw), at M = 1 (GEMV), a few tiles, and enough rows for the driver to unpack each B block
-// into byte panels once (GemmPlan::kernels_b8, VBMI only); every E3M2 code, special blocks.
+// The dense E3M2 / MX6 kernels of the VNNI tier both ways: with VBMI (vpermb, then a per-word
+// shift per pair row) and without (e.g. Cascade Lake: vpermd + vpshufb, then the shift), at M = 1
+// (GEMV), a few tiles and many rows, two threads; every E3M2 code, special blocks.
 TEST(GemmMx16, DenseSixBitKernelsWithAndWithoutVbmi) {
   if (!qj::cpu_features().avx512vnni) GTEST_SKIP() << "no AVX512-VNNI";
   qjt::IsaCap cap(QJ_ISA_AVX512_VNNI);

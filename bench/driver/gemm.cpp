@@ -80,7 +80,8 @@ const WeightKind kKinds[] = {
     // own size); the AVX-512 / AVX2 panels keep one byte per code (8.25 bits, see weight_bits).
     {"mxfp6_e2m3", QJ_MXFP6_E2M3, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     // E3M2 and BDR run as int16 pairs (src/ops/mx16_weights.h): one byte per value in the panels,
-    // plus the scale byte per block (BDR: the exponent; MX9 also one "double" bit per value).
+    // plus the scale byte per block (BDR: the exponent; MX9 also one "double" bit per value);
+    // E3M2 and MX6 6 bits per value on the VNNI tier (6.25 / 6.5 bits, see weight_bits).
     {"mxfp6_e3m2", QJ_MXFP6_E3M2, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 32, 8.25, false, PeerKind::kF32},
     // MXFP8: fp32 A (not quantized) times codes decoded to fp32 in registers, fp32 FMAs: the FMA
     // peak is the roof. One code byte per weight plus one E8M0 byte per 32: 8.25 bits.
@@ -92,10 +93,13 @@ const WeightKind kKinds[] = {
     {"mx4", QJ_BDR_MX4, QJ_F32, QJ_F32, true, QJ_GRAN_GROUP, 16, 4.5, false, PeerKind::kF32},
 };
 
-// Bits per weight that a GEMV streams: the type's row, except MXFP6 E2M3, dense (6 bits a code)
-// only in the panels of the VNNI tier (src/ops/int_weights.h).
+// Bits per weight that a GEMV streams: the type's row, except the 6-bit types MXFP6 E2M3 / E3M2
+// and BDR MX6, dense (6 bits a code) only in the panels of the VNNI tier (src/ops/int_weights.h).
 double weight_bits(const WeightKind& kind) {
-  if (kind.w == QJ_MXFP6_E2M3 && qj_max_isa() >= QJ_ISA_AVX512_VNNI) return 6.25;
+  if (qj_max_isa() >= QJ_ISA_AVX512_VNNI) {
+    if (kind.w == QJ_MXFP6_E2M3 || kind.w == QJ_MXFP6_E3M2) return 6.25;
+    if (kind.w == QJ_BDR_MX6) return 6.5;
+  }
   return kind.bits;
 }
 

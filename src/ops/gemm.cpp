@@ -596,15 +596,16 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       p->kernels.push_back(std::move(ref));
       keys.push_back(key);
     }
-    // Dense 6-bit panels (E2M3, E3M2, MX6): the same kernels for byte panels
-    // (GemmPlan::kernels_b8), all or none.
-    for (size_t r = 0; decoded && w->fp6_dense() && has_vbmi() && r < p->kernels.size(); ++r) {
+    // Dense E2M3: the same kernels for byte panels (GemmPlan::kernels_b8), all or none. (Not for
+    // the 6-bit int16 types E3M2 / MX6: their dense kernels, one byte permute and one shift per
+    // 32 codes, measured as fast as byte-panel kernels plus the unpack at M = 32..256, 4096 x
+    // 4096: E3M2 188-192 against 180-191 GOPS, MX6 170-175 against 164-175.)
+    for (size_t r = 0; decoded && w->fp6_dense() && !w->is_mx16() && has_vbmi() && r < p->kernels.size(); ++r) {
       KernelKey kb = keys[r];
       kb.param[4] = 1;
       KernelRef rb;
       if (acquire_kernel(kb, gemm_int_family(), &rb) != QJ_OK) {
-        QJ_LOG(1, "gemm: JIT declined the %s byte-panel kernels (%s); every block unpacks in the kernel",
-               qj_dtype_name(w->dtype),
+        QJ_LOG(1, "gemm: JIT declined the E2M3 byte-panel kernels (%s); every block unpacks in the kernel",
                last_error());
         p->kernels_b8.clear();
         break;
@@ -747,7 +748,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     // (measured: 64x512xK, K = 1024: 67% of the FMA peak direct, 92% packed).
     key.flags = float_direct_a(desc, *w) ? 1 : 0;
     if (mx_blocks && fp8_block_accumulators(p->isa, 14)) key.flags |= 2;
-    // E2M3 decoded by vpermb; dense E3M2 / MX6 unpacked by vpermb + vpmultishiftqb
+    // E2M3 decoded by vpermb; dense E3M2 / MX6 unpacked by vpermb (else vpermd + vpshufb)
     if ((w->dtype == QJ_MXFP6_E2M3 || w->fp6_dense()) && has_vbmi()) key.flags |= 4;
     const int mr = std::max(1, gemm_float_max_mr(key, 14));
     p->blk = float_blocking(*w, mr);
@@ -758,8 +759,11 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     float* bi = p->col_bias.data<float>();
     // Float weights have no scale: y = fma(acc, 1, bias) = acc + bias. MXFP8 E4M3 is decoded as
     // value * 2^-8, MXFP6 E3M2 as value * 2^-12 (codegen/gemm_float.cpp): the exact 2^8 / 2^12
-    // is applied here.
-    const float mult = w->dtype == QJ_MXFP8_E4M3 ? 256.0f : w->dtype == QJ_MXFP6_E3M2 ? 4096.0f : 1.0f;
+    // is applied here. (Dense E3M2 panels, VNNI tier, are decoded to 16 v, the 2^-4 folded into
+    // the block scales as the other integer forms'.)
+    const float mult = w->dtype == QJ_MXFP8_E4M3                         ? 256.0f
+                       : w->dtype == QJ_MXFP6_E3M2 && !w->fp6_dense() ? 4096.0f
+                                                                       : 1.0f;
     for (int64_t c = 0; c < n; ++c) {
       ml[c] = mult;
       bi[c] = desc.bias ? p->bias[c] : 0.0f;
@@ -1073,8 +1077,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of K-block sums", acc_tile_bytes * mc_tiles);
   const size_t b8_bytes = b8_any ? static_cast<size_t>(std::min(b.nc_panels, np.end - np.begin)) * w.mx_panel_bytes(8) : 0;
   if (b8_any && s.b8.size() < b8_bytes && !s.b8.allocate(b8_bytes, false))
-    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to unpack %s weights", b8_bytes,
-                qj_dtype_name(w.dtype));
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to unpack E2M3 weights", b8_bytes);
   s.row_sum.resize(static_cast<size_t>(mc_tiles) * groups * mr);
   const int64_t scale_slots = group_a ? groups * mr : mr;  // A scales per tile
   s.inv.resize(static_cast<size_t>(mc_tiles) * scale_slots);

@@ -194,26 +194,20 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* src, int64_
 
 namespace {
 
-// One vector: 48 bytes of 64 LSB-first 6-bit codes at src -> 64 code bytes at dst (sign: the
-// 6-bit two's complement sign-extended, BDR MX6's int8 q).
-void fp6_vector_scalar(const uint8_t* src, uint8_t* dst, bool sign) {
-  for (int i = 0; i < 64; ++i) {
-    const uint8_t c = fp6_get(src, i);
-    dst[i] = sign ? static_cast<uint8_t>((c ^ 32) - 32) : c;
-  }
+// One vector: 48 bytes of 64 LSB-first 6-bit codes at src -> 64 code bytes at dst.
+void fp6_vector_scalar(const uint8_t* src, uint8_t* dst) {
+  for (int i = 0; i < 64; ++i) dst[i] = fp6_get(src, i);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp6_vectors_vbmi(const uint8_t* src, uint8_t* dst,
-                                                                              int64_t n, bool sign) {
+                                                                              int64_t n) {
   alignas(64) uint8_t idx[64], ctl[64];
   cg::fp6_unpack_tables(true, idx, ctl);  // the kernels' vpermb + vpmultishiftqb form
   const __m512i vi = _mm512_load_si512(idx), vc = _mm512_load_si512(ctl), m = _mm512_set1_epi8(63);
-  const __m512i b5 = _mm512_set1_epi8(32);
   for (int64_t v = 0; v < n; ++v) {
     const __m512i x = _mm512_maskz_loadu_epi8(0x0000FFFFFFFFFFFFull, src + 48 * v);
-    __m512i y = _mm512_and_si512(_mm512_multishift_epi64_epi8(vc, _mm512_permutexvar_epi8(vi, x)), m);
-    if (sign) y = _mm512_sub_epi8(_mm512_xor_si512(y, b5), b5);
-    _mm512_storeu_si512(dst + 64 * v, y);
+    const __m512i y = _mm512_multishift_epi64_epi8(vc, _mm512_permutexvar_epi8(vi, x));
+    _mm512_storeu_si512(dst + 64 * v, _mm512_and_si512(y, m));
   }
 }
 
@@ -222,7 +216,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void fp6_vectors_vbmi(con
 void fp6_panels_to_bytes(const PackedWeights& w, int64_t p0, int64_t p1, uint8_t* dst, bool vbmi) {
   const int64_t groups = w.groups(), lg = w.mx_line_groups();
   const size_t gb6 = w.mx_group_bytes(), gb8 = w.mx_group_bytes(8), pb8 = w.mx_panel_bytes(8);
-  const bool sign = w.dtype == QJ_BDR_MX6;  // the byte panels hold its int8 q
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* src = w.packed.data<uint8_t>() + p * w.panel_bytes();
     uint8_t* out = dst + (p - p0) * pb8;
@@ -234,9 +227,9 @@ void fp6_panels_to_bytes(const PackedWeights& w, int64_t p0, int64_t p1, uint8_t
       std::memcpy(d, s, 64);
       const int64_t vectors = ng * static_cast<int64_t>(gb6) / 48;
       if (vbmi) {
-        fp6_vectors_vbmi(s + 64, d + 64, vectors, sign);
+        fp6_vectors_vbmi(s + 64, d + 64, vectors);
       } else {
-        for (int64_t v = 0; v < vectors; ++v) fp6_vector_scalar(s + 64 + 48 * v, d + 64 + 64 * v, sign);
+        for (int64_t v = 0; v < vectors; ++v) fp6_vector_scalar(s + 64 + 48 * v, d + 64 + 64 * v);
       }
       used = static_cast<size_t>(d + 64 + ng * gb8 - out);
     }

@@ -44,9 +44,9 @@ qj_status quantize_mx_weights(const qj_weights_desc& d, const float* w, int64_t 
                               std::shared_ptr<PackedWeights>* out);
 qj_status repack_mx_weights(const PackedWeights& src, qj_isa isa, std::shared_ptr<PackedWeights>* out);
 
-// Dense 6-bit panels (w.fp6_dense(): MXFP6 E2M3, and E3M2 / BDR MX6 in kMx16, whose step codes
-// are in the byte layout's order) [p0, p1) with one byte per code instead (MX6: its int8 q), as
-// the AVX-512 tier packs them (w.mx_panel_bytes(8) bytes per panel, contiguous at dst; the same scale lines):
+// Dense MXFP6 E2M3 panels (w.fp6_dense()) [p0, p1) with one byte per code instead, as the AVX-512
+// tier packs them (also E3M2's kMx16 panels, whose step codes are in the byte layout's order; the
+// GEMM driver does this for E2M3 only) (w.mx_panel_bytes(8) bytes per panel, contiguous at dst; the same scale lines):
 // the GEMM driver's per-block scratch for many rows, whose kernels then skip the unpack (see
 // gemm_run in src/ops/gemm.cpp). vbmi: vpermb + vpmultishiftqb per 64 codes, else scalar.
 void fp6_panels_to_bytes(const PackedWeights& w, int64_t p0, int64_t p1, uint8_t* dst, bool vbmi);
