@@ -372,10 +372,10 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
     const int col_bytes = (p.bdr == QJ_BDR_MX9 ? 9 : p.fp6_dense ? 6 : 8) * s.lanes32;
     const Vec q = s.v(p.dq + j);
     if (r == 0) {  // the pair row's 2 * lanes codes to s16 (a dword per column), once
-      if (p.fp6_dense) {  // 6 bits: MX6's words sign-extended, E3M2's codes to q = 16 v
+      if (p.fp6_dense) {  // 6 bits: MX6's codes at the words' tops, E3M2's codes to q = 16 v
         const bool e3m2 = p.src == MxSrc::kE3m2Pair;
-        cg::emit_fp6_words(a, p.vbmi, !e3m2, q, ptr(rdx, st + j * col_bytes), o, s.v(p.fp6), s.v(p.fp6 + 2),
-                           s.v(p.fp6 + 1));
+        cg::emit_fp6_words(a, p.vbmi, e3m2 ? cg::Fp6Words::kCode : cg::Fp6Words::kTop, q,
+                           ptr(rdx, st + j * col_bytes), o, s.v(p.fp6), s.v(p.fp6 + 2), s.v(p.fp6 + 1));
         if (e3m2) a.vpermi2w(q, s.v(p.tbl), s.v(p.tbl + 1));
       } else {
         a.vpmovsxbw(q, ptr(rdx, st + j * col_bytes + o * 2 * s.lanes32, s.bytes / 2));
@@ -402,10 +402,15 @@ void emit_mx_int_decode(Assembler& a, const Plan& p, int u, int j, const Vec& v)
           a.vpaddw(q, q, t);
         }
       }
+    }
+    // The word of this k sign-extended to its dword (dense MX6: from the word's top 6 bits, one
+    // shift fewer than sign-extending the words first; shifts share a pipe with vcvtdq2ps)
+    const int top = p.fp6_dense && p.src == MxSrc::kBdrPair ? 26 : 16;
+    if (r == 0) {
       a.vpslld(v, q, 16);
-      a.vpsrad(v, v, 16);
+      a.vpsrad(v, v, top);
     } else {
-      a.vpsrad(v, q, 16);
+      a.vpsrad(v, q, top);
     }
     a.vcvtdq2ps(v, v);
     return;
@@ -700,7 +705,8 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       }
     }
     if (p.fp6_dense && p.src != MxSrc::kE2m3Quad)
-      cg::emit_fp6_words_setup(a, p.vbmi, p.src == MxSrc::kBdrPair, s.v(p.fp6), s.v(p.fp6 + 2), s.v(p.fp6 + 1), rax);
+      cg::emit_fp6_words_setup(a, p.vbmi, p.src == MxSrc::kBdrPair ? cg::Fp6Words::kTop : cg::Fp6Words::kCode,
+                               s.v(p.fp6), s.v(p.fp6 + 2), s.v(p.fp6 + 1), rax);
     if (p.src == MxSrc::kE3m2Pair && p.fp6_dense) {
       const int16_t* q = mx::e3m2_int_table();  // q = 16 v; vpermi2w: index bit 5 picks tbl + 1
       for (int h = 0; h < 2; ++h) {

@@ -237,7 +237,8 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
           a.vmovdqu32(s.v(r.consts + h), zmmword_ptr(rsp, kRedZoneTable));
         }
         if (r.fp6_dense)
-          emit_fp6_words_setup(a, r.vbmi, false, s.v(r.consts + 2), s.v(r.consts + 4), s.v(r.consts + 3), tmp);
+          emit_fp6_words_setup(a, r.vbmi, Fp6Words::kCode, s.v(r.consts + 2), s.v(r.consts + 4), s.v(r.consts + 3),
+                               tmp);
       } else {
         // idx = code >> 2 & 15 = sign:e. pow[idx] = +-2^max(e-1, 0) (signed byte), hid[idx] = 4
         // for e >= 1 (hidden bit); value = vpmaddubsw(m | hid, pow) (see emit_decode16).
@@ -259,7 +260,8 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       broadcast_dword(a, s, r.consts, 0x000f000fu, tmp);
       break;
     case QJ_BDR_MX6:
-      if (r.fp6_dense) emit_fp6_words_setup(a, r.vbmi, true, s.v(r.consts), s.v(r.consts + 2), s.v(r.consts + 1), tmp);
+      if (r.fp6_dense)
+        emit_fp6_words_setup(a, r.vbmi, Fp6Words::kSigned, s.v(r.consts), s.v(r.consts + 2), s.v(r.consts + 1), tmp);
       break;
     case QJ_BDR_MX9:
       if (!s.zmm) {  // words 1 << w: the bit of word w of a 16-bit mask
@@ -328,13 +330,13 @@ void emit_fp6_unpack(Assembler& a, bool multishift, const Vec& out, const Mem& s
   a.k(k7).vmovdqu8(out, tmp);  // odd bytes: the word's second code
 }
 
-void fp6_words_tables(bool vbmi, bool sign, uint8_t idx[64], uint8_t shuf[64], uint8_t cnt[64]) {
+void fp6_words_tables(bool vbmi, Fp6Words form, uint8_t idx[64], uint8_t shuf[64], uint8_t cnt[64]) {
   uint8_t src[64];  // byte i of the result: byte src[i] of the pair row
   for (int w = 0; w < 32; ++w) {
     const int b = 6 * w / 8, sh = 6 * w % 8;  // the code's first byte and bit
     // (b + 1 is byte 24 for w = 31: a byte of the next pair row, above the code)
     src[2 * w] = static_cast<uint8_t>(b), src[2 * w + 1] = static_cast<uint8_t>(b + 1);
-    const uint16_t c = static_cast<uint16_t>(sign ? 10 - sh : sh);
+    const uint16_t c = static_cast<uint16_t>(form == Fp6Words::kCode ? sh : 10 - sh);
     std::memcpy(cnt + 2 * w, &c, 2);
   }
   std::memset(shuf, 0, 64);
@@ -354,10 +356,10 @@ void fp6_words_tables(bool vbmi, bool sign, uint8_t idx[64], uint8_t shuf[64], u
   }
 }
 
-void emit_fp6_words_setup(Assembler& a, bool vbmi, bool sign, const Vec& idx, const Vec& shuf, const Vec& cnt,
+void emit_fp6_words_setup(Assembler& a, bool vbmi, Fp6Words form, const Vec& idx, const Vec& shuf, const Vec& cnt,
                           const Gp& tmp) {
   uint8_t t[3][64];
-  fp6_words_tables(vbmi, sign, t[0], t[1], t[2]);
+  fp6_words_tables(vbmi, form, t[0], t[1], t[2]);
   const Vec regs[3] = {idx, shuf, cnt};
   for (int i = 0; i < 3; ++i) {
     if (i == 1 && vbmi) continue;
@@ -366,7 +368,7 @@ void emit_fp6_words_setup(Assembler& a, bool vbmi, bool sign, const Vec& idx, co
   }
 }
 
-void emit_fp6_words(Assembler& a, bool vbmi, bool sign, const Vec& out, const Mem& src, int o, const Vec& idx,
+void emit_fp6_words(Assembler& a, bool vbmi, Fp6Words form, const Vec& out, const Mem& src, int o, const Vec& idx,
                     const Vec& shuf, const Vec& cnt) {
   Mem m = src;
   m.setSize(64);
@@ -377,12 +379,12 @@ void emit_fp6_words(Assembler& a, bool vbmi, bool sign, const Vec& out, const Me
     a.vpermd(out, idx, m);
     a.vpshufb(out, out, shuf);
   }
-  if (sign) {  // the code to bits 10..15, then back sign-extended
-    a.vpsllvw(out, out, cnt);
-    a.vpsraw(out, out, 10);
-  } else {
+  if (form == Fp6Words::kCode) {
     a.vpsrlvw(out, out, cnt);
+    return;
   }
+  a.vpsllvw(out, out, cnt);  // the code to bits 10..15
+  if (form == Fp6Words::kSigned) a.vpsraw(out, out, 10);
 }
 
 void emit_e2m3_bytes_zmm(Assembler& a, const Vec& out, const Vec& c, const Vec& tlo, const Vec& thi,
@@ -421,7 +423,8 @@ void emit_decode16(Assembler& a, const Simd& s, int b_type, const Mem& src, int 
   if (r.fp6_dense && s.zmm && (b_type == QJ_MXFP6_E3M2 || b_type == QJ_BDR_MX6)) {
     const bool e3m2 = b_type == QJ_MXFP6_E3M2;
     const int c0 = r.consts + (e3m2 ? 2 : 0);  // the unpack's idx, cnt (and shuf)
-    emit_fp6_words(a, r.vbmi, !e3m2, v, src, o, s.v(c0), s.v(c0 + 2), s.v(c0 + 1));
+    emit_fp6_words(a, r.vbmi, e3m2 ? Fp6Words::kCode : Fp6Words::kSigned, v, src, o, s.v(c0), s.v(c0 + 2),
+                   s.v(c0 + 1));
     if (e3m2) a.vpermi2w(v, s.v(r.consts), s.v(r.consts + 1));
     return;
   }

@@ -145,20 +145,24 @@ constexpr int kFp6VectorBytes = 48;
 // Dense FP6 pair rows (kMx16 E3M2 / MX6 panels of the VNNI tier, PackedWeights::fp6_dense): pair
 // row o of a column vector's step is 32 codes in bytes [24o, 24o + 24) of its 96 (code i of the
 // row at bits [6i, 6i + 6)). emit_fp6_words puts code i in word i of out (dword lane c: codes 2c,
-// 2c + 1, as vpmovzxbw of the byte layout), bits 6..15 undefined (vpermi2w reads bits 0..5 only),
-// or, `sign`, its 6-bit two's complement value sign-extended (MX6's q). A byte permute puts the
-// two bytes holding code i in word i (vbmi: vpermb; else vpermd of the 128-bit lanes' dwords and
-// vpshufb), then a per-word shift moves it to bits 0..5 (vpsrlvw), or, `sign`, to bits 10..15
-// (vpsllvw) and back (vpsraw 10): 2-4 ops, no temporary. (vpmultishiftqb in place of the shift,
+// 2c + 1, as vpmovzxbw of the byte layout) in one of the forms of Fp6Words below (vpermi2w reads
+// bits 0..5 only; MX6's q is the signed form). A byte permute puts the two bytes holding code i in
+// word i (vbmi: vpermb; else vpermd of the 128-bit lanes' dwords and vpshufb), then a per-word
+// shift moves it to bits 0..5 (vpsrlvw) or 10..15 (vpsllvw; signed: and back, vpsraw 10): 2-4
+// ops, no temporary. (vpmultishiftqb in place of the shift,
 // on Zen 4, 4096 x 4096 E3M2: M = 1 70 against 74 GOPS, M = 4 153 against 176, M = 16 160
 // against 187: it takes a multiply-pipe slot from vpdpwssd.)
 // fp6_words_tables gives the constants: idx (vpermb bytes or vpermd dwords), shuf (vpshufb, without
 // VBMI), cnt (the word shift counts); emit_fp6_words_setup loads them (shuf only without VBMI).
-void fp6_words_tables(bool vbmi, bool sign, uint8_t idx[64], uint8_t shuf[64], uint8_t cnt[64]);
-void emit_fp6_words_setup(asmjit::x86::Assembler& a, bool vbmi, bool sign, const asmjit::x86::Vec& idx,
+// What emit_fp6_words leaves in word i: kCode the code at bits 0..5 (bits 6..15 undefined),
+// kSigned its 6-bit two's complement sign-extended, kTop the code at bits 10..15 (bits 0..9
+// undefined: an arithmetic shift of the word, or of its dword, by 10 / 26 then sign-extends it).
+enum class Fp6Words { kCode, kSigned, kTop };
+void fp6_words_tables(bool vbmi, Fp6Words form, uint8_t idx[64], uint8_t shuf[64], uint8_t cnt[64]);
+void emit_fp6_words_setup(asmjit::x86::Assembler& a, bool vbmi, Fp6Words form, const asmjit::x86::Vec& idx,
                           const asmjit::x86::Vec& shuf, const asmjit::x86::Vec& cnt, const asmjit::x86::Gp& tmp);
 // src: the column vector's step (its first byte); reads 64 bytes from src + 24o.
-void emit_fp6_words(asmjit::x86::Assembler& a, bool vbmi, bool sign, const asmjit::x86::Vec& out,
+void emit_fp6_words(asmjit::x86::Assembler& a, bool vbmi, Fp6Words form, const asmjit::x86::Vec& out,
                     const asmjit::x86::Mem& src, int o, const asmjit::x86::Vec& idx, const asmjit::x86::Vec& shuf,
                     const asmjit::x86::Vec& cnt);
 // Bytes of one dense pair row (32 codes).
