@@ -6,20 +6,23 @@
 //
 // Blocks along K are the scale groups: 32 (E3M2, one E8M0 byte each) or 16 (BDR, the block's
 // shared exponent E, decoded exactly like an E8M0 byte: value = q * 2^(E - 127) * 2^-m, m the
-// magnitude bits, so int_shift = m). The panels keep one BYTE per element, not int16 values:
+// magnitude bits, so int_shift = m). The panels keep the elements' codes, never int16 values:
 //  - E3M2: the 6-bit code (decoded by a 64-entry word table: vpermi2w / two vpshufb);
-//  - MX6: the int8 integer form q = +-M << (1 - mu) (|q| <= 30; decode = vpmovsxbw);
+//  - MX6: the integer form q = +-M << (1 - mu) (|q| <= 30) as a 6-bit two's complement;
+//    E3M2 and MX6 take 6 bits each on the AVX512-VNNI tier (PackedWeights::fp6_dense: one LSB-first
+//    6-bit stream per step and column vector, unpacked per 32 codes by a byte permute and a
+//    per-word shift, codegen/weight_decode.h emit_fp6_words), one byte each below it (MX6: int8 q,
+//    decode = vpmovsxbw): the AVX-512 tier's CPUs lack VBMI, and its unpack (vpermd + vpshufb +
+//    shift, measured there on this machine with --isa avx512) ran 15-25% slower warm and no faster
+//    from DRAM; AVX2 has no per-word shift;
 //  - MX4: the same q (|q| <= 6) as a nibble q + 8 (decode = vpmovzxbw and a mask or a shift; the
 //    offset 8 is removed with A's row sums per block), 4.5 bits per value with the exponent;
 //  - MX9: int8 +-M' plus one "double" bit per element (q = 2 M' when set; a pair shares it), so
 //    9 bits per value + the 8-bit exponent per 16, i.e. the format's own size plus 1/2 bit.
-// Dense 6-bit packing (E3M2 / MX6 codes) would add a permute, a shift and a mask per decoded
-// vector to a loop that issues only mr multiplies per vector (the nibbles of MX4 cost one op).
-// (E2M3 in the int8 kernels is dense on the VNNI tier: there two ops per 64 codes cost ~10% at
-// M >= 16 and gave 1.3-1.4x from DRAM at M = 1; see codegen/weight_decode.h, emit_fp6_unpack.
-// E3M2 GEMV, 2026-11-30: 47 GOPS from DRAM, 0.91-0.93 of the roof of its 8.25 bits, and 62 with
-// the weights in L3, so 6 bits would gain at most ~15% from DRAM if the unpack kept the kernel
-// above that; not done.)
+// Dense E3M2 / MX6 against one byte per value (2026-12-01, 4096 x 4096 unless given, fp32 A, GOPS):
+// GEMV from DRAM E3M2 64-66 against 50-52, MX6 61-62 against 52-56 (1 x 11008 x 4096 likewise);
+// GEMV from L3 E3M2 75-76 against 65-84, MX6 71-72 against 75-86 (2 ops more per 32 codes where
+// the kernel is bound by its decode); M = 4-256 within -6%..+3%. 24% less memory.
 #pragma once
 #include <quantjit/quantjit.h>
 
