@@ -511,11 +511,7 @@ TEST(GemmMx16, DenseSixBitPanels) {
     std::vector<float> wf(static_cast<size_t>(k * n));
     for (size_t i = 0; i < wf.size(); ++i)
       wf[i] = std::sin(0.37f * static_cast<float>(i)) * static_cast<float>(1 + i % 7) * (i % 11 == 0 ? 64.0f : 1.0f);
-    qj_weights_desc d{};
-    d.dtype = wt;
-    d.k = k;
-    d.n = n;
-    d.layout = QJ_LAYOUT_NK;
+    const qj_weights_desc d = qjt::nk_desc(wt, k, n);
     std::shared_ptr<qj::PackedWeights> dense, bytes;
     ASSERT_EQ(qj::quantize_mx16_weights(d, wf.data(), k, QJ_ISA_AVX512_VNNI, &dense), QJ_OK) << qj_last_error();
     ASSERT_EQ(qj::quantize_mx16_weights(d, wf.data(), k, QJ_ISA_AVX512, &bytes), QJ_OK) << qj_last_error();

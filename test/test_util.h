@@ -46,6 +46,16 @@ std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 
 std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 
+// Weights K x N stored N x K (one column's K values contiguous), the other fields zero.
+inline qj_weights_desc nk_desc(qj_dtype t, int64_t k, int64_t n) {
+  qj_weights_desc d{};
+  d.dtype = t;
+  d.k = k;
+  d.n = n;
+  d.layout = QJ_LAYOUT_NK;
+  return d;
+}
+
 // Seeded random-combination tests: how many cases to draw and the seed to start from. CI uses the
 // defaults; QJ_TEST_ITERATIONS=N multiplies the count by N and QJ_TEST_SEED=S offsets the seed,
 // so a long local run (a fuzzing session) draws new cases with the same checks.
