@@ -21,7 +21,7 @@
 //    9 bits per value + the 8-bit exponent per 16, i.e. the format's own size plus 1/2 bit.
 // Dense E3M2 / MX6 against one byte per value (2026-12-01, 4096 x 4096 unless given, fp32 A, GOPS):
 // GEMV from DRAM E3M2 64-66 against 50-52, MX6 61-62 against 52-56 (1 x 11008 x 4096 likewise);
-// GEMV from L3 E3M2 75-76 against 65-84, MX6 71-72 against 75-86 (2 ops more per 32 codes where
+// GEMV from L3 E3M2 75-76 against 65-84, MX6 71-72 against 75-92 (2 ops more per 32 codes where
 // the kernel is bound by its decode); M = 4-256 within -6%..+3%. 24% less memory.
 #pragma once
 #include <quantjit/quantjit.h>
