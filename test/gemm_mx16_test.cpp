@@ -551,7 +551,7 @@ TEST(GemmMx16, DenseSixBitPanels) {
       if (vbmi && !qj::cpu_features().avx512vbmi) continue;
       std::vector<uint8_t> out(all, 0xAB);
       qj::fp6_panels_to_bytes(*dense, 0, dense->n_panels, out.data(), vbmi);
-      EXPECT_EQ(0, std::memcmp(out.data(), bytes->packed.data<uint8_t>(), all)) << qj_dtype_name(wt) << " vbmi " << vbmi;
+      EXPECT_EQ(0, std::memcmp(out.data(), bytes->packed.data<uint8_t>(), all)) << "vbmi " << vbmi;
       std::vector<uint8_t> one(bytes->panel_bytes(), 0xCD);
       qj::fp6_panels_to_bytes(*dense, 1, 2, one.data(), vbmi);
       EXPECT_EQ(0, std::memcmp(one.data(), bytes->packed.data<uint8_t>() + bytes->panel_bytes(), one.size()));

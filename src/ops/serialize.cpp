@@ -121,7 +121,8 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   // Fields must describe a well-formed object (the checksum does not prove that the writer was us).
   const qj_dtype dt = static_cast<qj_dtype>(h.dtype);
   const bool mx_type = mx_weights_type(dt);  // scales are E8M0 bytes inside the panels
-  const uint32_t layout_version = dt == QJ_MXFP6_E3M2 || dt == QJ_BDR_MX6 ? 4 : dt == QJ_MXFP6_E2M3 ? 3 : 2;  // their panels' last change
+  // their panels' last change
+  const uint32_t layout_version = dt == QJ_MXFP6_E3M2 || dt == QJ_BDR_MX6 ? 4 : dt == QJ_MXFP6_E2M3 ? 3 : 2;
   if (mx_type && h.version < layout_version)
     return fail(QJ_ERR_VERSION_MISMATCH, "serialized %s weights of version %u: their panel layout "
                 "changed in version %u; pack them again", qj_dtype_name(dt), h.version, layout_version);
