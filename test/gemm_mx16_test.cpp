@@ -35,6 +35,7 @@
 #include "src/ops/mx_weights.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
+#include "test/fp6_panels_check.h"
 #include "test/test_util.h"
 
 namespace {
@@ -545,17 +546,7 @@ TEST(GemmMx16, DenseSixBitPanels) {
         else
           ASSERT_EQ(qj::mx::e3m2_int_table()[code], q) << kk << " " << c;
       }
-    if (wt != QJ_MXFP6_E3M2) continue;  // (MX6's bytes hold int8 q, not q & 63)
-    const size_t all = static_cast<size_t>(bytes->n_panels) * bytes->panel_bytes();
-    for (bool vbmi : {false, true}) {
-      if (vbmi && !qj::cpu_features().avx512vbmi) continue;
-      std::vector<uint8_t> out(all, 0xAB);
-      qj::fp6_panels_to_bytes(*dense, 0, dense->n_panels, out.data(), vbmi);
-      EXPECT_EQ(0, std::memcmp(out.data(), bytes->packed.data<uint8_t>(), all)) << "vbmi " << vbmi;
-      std::vector<uint8_t> one(bytes->panel_bytes(), 0xCD);
-      qj::fp6_panels_to_bytes(*dense, 1, 2, one.data(), vbmi);
-      EXPECT_EQ(0, std::memcmp(one.data(), bytes->packed.data<uint8_t>() + bytes->panel_bytes(), one.size()));
-    }
+    if (wt == QJ_MXFP6_E3M2) qjt::expect_dense_panels_to_bytes(*dense, *bytes);  // (MX6's bytes: int8 q)
   }
 }
 

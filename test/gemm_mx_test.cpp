@@ -32,6 +32,7 @@
 #include "src/ops/mx_weights.h"
 #include "src/ref/gemm_mx_ref.h"
 #include "src/ref/mx_ref.h"
+#include "test/fp6_panels_check.h"
 #include "test/test_util.h"
 
 namespace {
@@ -496,22 +497,7 @@ TEST(GemmMx, DensePanelsToBytes) {
   std::shared_ptr<qj::PackedWeights> dense, bytes;
   ASSERT_EQ(qj::quantize_mx_weights(d, wf.data(), k, QJ_ISA_AVX512_VNNI, &dense), QJ_OK) << qj_last_error();
   ASSERT_EQ(qj::quantize_mx_weights(d, wf.data(), k, QJ_ISA_AVX512, &bytes), QJ_OK) << qj_last_error();
-  ASSERT_TRUE(dense->fp6_dense());
-  ASSERT_FALSE(bytes->fp6_dense());
-  ASSERT_EQ(dense->nr, bytes->nr);
-  ASSERT_EQ(dense->mx_panel_bytes(8), bytes->panel_bytes());
-  ASSERT_LT(dense->panel_bytes(), bytes->panel_bytes());
-  const size_t all = static_cast<size_t>(bytes->n_panels) * bytes->panel_bytes();
-  for (bool vbmi : {false, true}) {
-    if (vbmi && !qj::cpu_features().avx512vbmi) continue;
-    std::vector<uint8_t> out(all, 0xAB);
-    qj::fp6_panels_to_bytes(*dense, 0, dense->n_panels, out.data(), vbmi);
-    EXPECT_EQ(0, std::memcmp(out.data(), bytes->packed.data<uint8_t>(), all)) << "vbmi " << vbmi;
-    // a range of panels lands at the start of dst
-    std::vector<uint8_t> one(bytes->panel_bytes(), 0xCD);
-    qj::fp6_panels_to_bytes(*dense, 1, 2, one.data(), vbmi);
-    EXPECT_EQ(0, std::memcmp(one.data(), bytes->packed.data<uint8_t>() + bytes->panel_bytes(), one.size()));
-  }
+  qjt::expect_dense_panels_to_bytes(*dense, *bytes);
 }
 
 TEST(GemmMx, Misuse) {
