@@ -10,9 +10,9 @@
 # then prints bench/peers/compare.py's table. Results stay in $OUT (default build/fbgemm-compare/).
 #   scripts/bench-fbgemm.sh [fp16] [int8] [emb] [emb-fresh] [adagrad]   (default: all but emb-fresh)
 # Environment: DIMS (default 32,64,128,256,512,1024), EMB_ROWS (emb / emb-fresh row formats, default
-# fused8,fused4; also fused2, f32, f16), REPS (quantjit-bench/peer sample counts),
-# ROUNDS (emb / adagrad: alternating rounds per dim, default 1; compare.py keeps each side's best
-# median of the rounds).
+# fused8,fused4; also fused2, f32, f16), ADAGRAD_MODES (default warm,cold,fresh; fresh: new random
+# indices before every call), REPS (quantjit-bench/peer sample counts), ROUNDS (emb / adagrad:
+# alternating rounds per dim, default 1; compare.py keeps each side's best median of the rounds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
@@ -98,10 +98,11 @@ for w in "${what[@]}"; do
       # (one dim at a time, as emb)
       : > "$out/qj-adagrad.jsonl"; : > "$out/fb-adagrad-direct.jsonl"
       for dim in ${dims//,/ }; do for _ in $(seq "$rounds"); do
-        $pin "$qb" embedding --adagrad --rows f32,f16 --dims "$dim" --index 32,64 --mode warm,cold \
-          --update "${ADAGRAD_UPDATE:-coalesced}" --format json "${reps[@]}" 2>/dev/null >> "$out/qj-adagrad.jsonl"
-        $pin "$direct" adagrad --rows f32,f16 --dims "$dim" --index 32,64 --mode warm,cold \
-          "${reps[@]}" >> "$out/fb-adagrad-direct.jsonl"
+        $pin "$qb" embedding --adagrad --rows f32,f16 --dims "$dim" --index 32,64 \
+          --mode "${ADAGRAD_MODES:-warm,cold,fresh}" --update "${ADAGRAD_UPDATE:-coalesced}" --format json \
+          "${reps[@]}" 2>/dev/null >> "$out/qj-adagrad.jsonl"
+        $pin "$direct" adagrad --rows f32,f16 --dims "$dim" --index 32,64 \
+          --mode "${ADAGRAD_MODES:-warm,cold,fresh}" "${reps[@]}" >> "$out/fb-adagrad-direct.jsonl"
       done; done ;;
     *) echo "bench-fbgemm: unknown set '$w' (fp16 int8 emb emb-fresh adagrad)" >&2; exit 2 ;;
   esac

@@ -667,7 +667,19 @@ int run_adagrad(const Options& o, const std::vector<Shape>& shapes, Report& rep)
                                    g.data(), 1, o.threads);
         };
         for (const std::string& mode : o.modes) {
-          const double sec = time_mode(mode, [&] { run(0); }, [&](int) { flush_rows(tb.p, sh.dim * eb, lk.idx[0]); }, o.reps);
+          // cold: the rows flushed before each call (FBGEMM's benchmark); fresh: new random
+          // indices before each call (rows from DRAM as in training over a large table).
+          std::vector<int64_t> cur = lk.idx[0];
+          auto prep = [&](int) {
+            if (mode == "fresh") {
+              fresh_indices(cur, rows);
+              idx = narrow(cur, ib);
+            } else {
+              flush_rows(tb.p, sh.dim * eb, lk.idx[0]);
+            }
+          };
+          const double sec = time_mode(mode, [&] { run(0); }, prep, o.reps);
+          if (mode == "fresh") idx = narrow(lk.idx[0], ib);
           Record& r = rep.add();
           r.set("op", "adagrad")
               .set("rows_fmt", fmt_name(t))

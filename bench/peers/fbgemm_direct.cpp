@@ -15,7 +15,7 @@
 //
 //   fbgemm_direct emb --rows fused8,fused4,fused2,f32,f16 --dims 32,64 --index 32,64 --weighted 0,1
 //                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N]
-//   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold [--max-rows N]
+//   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold,fresh [--max-rows N]
 //   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold     (FP16 GEMM, cblas_gemm_compute)
 #include <immintrin.h>
 #include <sys/mman.h>
@@ -408,7 +408,15 @@ void run_adagrad_case(const Options& o, const std::string& fmt, int64_t dim, int
     }
   }
   for (const std::string& mode : o.modes) {
-    const double sec = time_mode(mode, run, [&](int) { flush_rows(table, dim * eb, lk.idx); }, o.reps);
+    // cold: rows flushed before each call; fresh: new random indices before each call.
+    auto prep = [&](int) {
+      if (mode == "fresh")
+        for (auto& v : idx) v = static_cast<Idx>(xorshift(g_fresh) % static_cast<uint64_t>(rows));
+      else
+        flush_rows(table, dim * eb, lk.idx);
+    };
+    const double sec = time_mode(mode, run, prep, o.reps);
+    if (mode == "fresh") std::copy(lk.idx.begin(), lk.idx.end(), idx.begin());
     std::printf(
         "{\"op\": \"adagrad\", \"rows_fmt\": \"%s\", \"dim\": %lld, \"rows\": %lld, \"bags\": %lld, \"lookups\": %lld, "
         "\"index_bits\": %d, \"mode\": \"%s\", \"pages\": \"thp\", \"seconds\": %.9g, \"us_per_call\": %.3f, "
