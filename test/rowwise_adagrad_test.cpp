@@ -578,6 +578,50 @@ TEST(RowwiseAdagrad, RepeatedCallsReuseTheGroupingScratch) {
   }
 }
 
+// Rows whose hashes collide in the grouping's table (rowwise_adagrad_row_hash: the same top 16
+// bits, so the same first slot at every table size a call of this length gets), repeated in an
+// interleaved order within and across bags: each occurrence probes past the other rows' slots to
+// find its own. Compact and 16-byte slots (a declared row count above 2^32), every tier.
+TEST(RowwiseAdagrad, CollidingRowsAreCoalesced) {
+  const int64_t rows = 1 << 20, dim = 3;
+  const uint64_t top = qj::rowwise_adagrad_row_hash(12345) >> 48;
+  std::vector<int64_t> coll;
+  for (int64_t r = 0; r < rows && coll.size() < 8; ++r)
+    if (qj::rowwise_adagrad_row_hash(static_cast<uint64_t>(r)) >> 48 == top) coll.push_back(r);
+  ASSERT_EQ(coll.size(), 8u);
+  std::vector<int64_t> idx;
+  std::mt19937 gen(3);
+  for (int k = 0; k < 48; ++k) idx.push_back(coll[gen() % coll.size()]);
+  const int64_t n = static_cast<int64_t>(idx.size()), off[4] = {0, 17, 30, n};
+  qj_rowwise_adagrad_desc d;
+  std::memset(&d, 0, sizeof d);
+  d.table_type = QJ_F32;
+  d.dim = dim;
+  d.index_bits = 64;
+  d.offset_bits = 64;
+  d.pooling = QJ_POOL_SUM;
+  d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+  d.mode = QJ_UPDATE_COALESCED;
+  d.learning_rate = 0.01f;
+  d.epsilon = 1e-6f;
+  const std::vector<float> t0 = qjt::random_floats(static_cast<size_t>(rows * dim), -1, 1, 8), h0(rows, 0.25f);
+  const std::vector<float> g = qjt::random_floats(static_cast<size_t>(3 * dim), -1, 1, 9);
+  std::vector<float> want = t0, hw = h0;
+  ASSERT_TRUE(qj::ref::rowwise_adagrad_fused(d, want.data(), hw.data(), rows, 3, idx.data(), n, off, nullptr, g.data(), 0));
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (int64_t declared : {rows, int64_t{1} << 33}) {
+      SCOPED_TRACE(std::string(qj_isa_name(isa)) + " declared rows " + std::to_string(declared));
+      std::vector<float> t = t0, h = h0;
+      ASSERT_EQ(qj_rowwise_adagrad_fused(&d, t.data(), h.data(), declared, 3, idx.data(), n, off, nullptr, g.data(), 0, 1),
+                QJ_OK)
+          << qj_last_error();
+      ASSERT_EQ(0, std::memcmp(t.data(), want.data(), t.size() * 4));
+      ASSERT_EQ(0, std::memcmp(h.data(), hw.data(), h.size() * 4));
+    }
+  }
+}
+
 // After a call much larger than the next one, the thread's grouping scratch is released and
 // rebuilt (rowwise_adagrad.cpp): the small call after a large one still matches the reference.
 TEST(RowwiseAdagrad, ScratchReleasedAfterALargeCall) {

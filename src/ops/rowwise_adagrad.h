@@ -40,4 +40,9 @@ qj_status rowwise_adagrad_fused(const qj_rowwise_adagrad_desc& d, const AdagradC
 // L1 (prefetchw), 1 into L2 (prefetcht1). The results are the same either way.
 void rowwise_adagrad_force_prefetch_l2(int mode);
 
+// The grouping's hash of a row (Fibonacci hashing); a table of 2^b slots takes its top b bits, so
+// rows whose hashes share the top 16 bits start at the same slot in every table of up to 2^16
+// slots (tests use it to build colliding rows).
+inline uint64_t rowwise_adagrad_row_hash(uint64_t row) { return row * 0x9E3779B97F4A7C15ull; }
+
 }  // namespace qj
