@@ -467,30 +467,36 @@ TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
   }
 }
 
-// Tables larger than the last-level cache prefetch rows into L2 (prefetcht1) instead of L1: a
-// separate instantiation of every update path, forced here on small tables (results identical),
-// coalesced and per-occurrence, at every tier.
+// Tables larger than the last-level cache prefetch rows into L2 (prefetcht1) instead of L1 (a
+// separate instantiation of every update path), or for rows under 512 bytes into L1 and also
+// farther ahead into L2: both forced here on small tables (results identical), coalesced and
+// per-occurrence, at every tier.
 TEST(RowwiseAdagrad, L2PrefetchPathsMatchReference) {
   struct Force {
-    Force() { qj::rowwise_adagrad_force_prefetch_l2(1); }
+    explicit Force(int mode) { qj::rowwise_adagrad_force_prefetch_l2(mode); }
     ~Force() { qj::rowwise_adagrad_force_prefetch_l2(-1); }
-  } force;
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    SCOPED_TRACE(qj_isa_name(isa));
-    uint32_t n = 0;
-    for (int64_t dim : {7, 32, 128, 272, 1024}) {
-      for (int variant = 0; variant < 3; ++variant) {
-        ++n;
-        const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;
-        const bool sr = variant == 2;
-        const bool weighted = n % 3 == 1;
-        BigCase c = make_big(tt, dim, weighted, n % 2 ? QJ_POOL_SUM : QJ_POOL_MEAN, sr, n % 2 ? 32 : 64, 7000 + n);
-        SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim) +
-                     (weighted ? " weighted" : ""));
-        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 23, {1, 3}));
-        c.d.mode = QJ_UPDATE_PER_OCCURRENCE_RACY;  // one thread: the reference's order
-        ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 23, {1}));
+  };
+  // 1: prefetcht1 only; 2: prefetchw plus the farther prefetcht1 (by default: rows under 512 bytes
+  // of tables larger than the L3)
+  for (int mode : {1, 2}) {
+    Force force(mode);
+    for (qj_isa isa : qjt::supported_isas()) {
+      qjt::IsaCap cap(isa);
+      SCOPED_TRACE(std::string(qj_isa_name(isa)) + " prefetch mode " + std::to_string(mode));
+      uint32_t n = 0;
+      for (int64_t dim : {7, 32, 128, 272, 1024}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          ++n;
+          const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;
+          const bool sr = variant == 2;
+          const bool weighted = n % 3 == 1;
+          BigCase c = make_big(tt, dim, weighted, n % 2 ? QJ_POOL_SUM : QJ_POOL_MEAN, sr, n % 2 ? 32 : 64, 7000 + n);
+          SCOPED_TRACE(std::string(qj_dtype_name(tt)) + (sr ? " sr" : "") + " dim " + std::to_string(dim) +
+                       (weighted ? " weighted" : ""));
+          ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 23, {1, 3}));
+          c.d.mode = QJ_UPDATE_PER_OCCURRENCE_RACY;  // one thread: the reference's order
+          ASSERT_NO_FATAL_FAILURE(expect_big_matches_reference(c, weighted, 23, {1}));
+        }
       }
     }
   }

@@ -624,8 +624,9 @@ typedef struct qj_rowwise_adagrad_desc {
  *  installed pool (qj_set_parallel_for) share the work (QJ_ERR_OUT_OF_MEMORY, nothing written, if
  *  the built-in pool cannot start them). Rows a few places ahead are prefetched:
  *  with prefetchw, or, for rows of 512 bytes or more in tables larger than the last-level cache,
- *  into L2 (prefetcht1, which keeps more rows in flight from DRAM); the results do not depend on
- *  it. Large tables belong on huge pages (qj_embedding_table_alloc). */
+ *  into L2 (prefetcht1, which keeps more rows in flight from DRAM); smaller rows of such tables
+ *  are also prefetched into L2 twice as far ahead. The results do not depend on it. Large tables
+ *  belong on huge pages (qj_embedding_table_alloc). */
 QJ_API qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* desc, void* table,
                                           float* momentum, int64_t num_rows, int64_t num_bags,
                                           const void* indices, int64_t num_indices,

@@ -68,8 +68,9 @@ inline void prefetch_w(const void* p) { asm volatile("prefetchw %0" : : "m"(*sta
 // the line arrives, which caps the rows in flight; L2 tracks many more misses. Measured on Zen 4
 // (1M-row tables on 2 MiB pages, rows flushed before each call, ~1000 lookups, us per call,
 // prefetchw -> prefetcht1): fp32 dim 128 51 -> 27, dim 1024 385 -> 210; fp16 dim 256 66 -> 25,
-// dim 1024 275 -> 142; with the rows already cached within a few percent. Smaller rows are left
-// to prefetchw: there prefetcht1 was bimodal (fp16 dim 64: 14 or 53 against 24), slow whenever
+// dim 1024 275 -> 142; with the rows already cached within a few percent. Smaller rows keep
+// prefetchw (plus a farther prefetcht1, Job::far_dist): prefetcht1 alone was bimodal on them
+// (fp16 dim 64: 14 or 53 against 24; again 2026-12-01, 12-16 or 51-52), slow whenever
 // the table sat on 4 KiB pages (measured with --pages 4k: a prefetcht1 that misses the TLB seems
 // to be dropped, prefetchw walks the page table). The flag is a constant in each instantiation
 // of the driver, so the branch folds away.
@@ -525,6 +526,7 @@ struct Job {
   const Scratch* s;
   int64_t gstride, multi;  // multi: Scratch::n_multi
   int64_t pf_dist;    // rows ahead to prefetch
+  int64_t far_dist;   // rows ahead to prefetch into L2 as well (0: none; see run_tier)
   bool pf_l2;         // prefetch into L2 (prefetcht1), not L1 (see prefetch_ahead)
   int64_t row_bytes;  // table row bytes
   uint32_t seed_key;  // sr_seed_key(seed)
@@ -749,9 +751,19 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   const int64_t lines = (job.row_bytes + 63) / 64 + 1;
   job.pf_dist = std::clamp<int64_t>(96 / lines, 2, 16);
   const int force = g_force_prefetch_l2.load(std::memory_order_relaxed);
-  job.pf_l2 = force >= 0 ? force == 1
-                         : job.row_bytes >= 512 &&
-                               static_cast<uint64_t>(c.num_rows) * static_cast<uint64_t>(job.row_bytes) > l3_cache_bytes();
+  const bool big_table = static_cast<uint64_t>(c.num_rows) * static_cast<uint64_t>(job.row_bytes) > l3_cache_bytes();
+  job.pf_l2 = force >= 0 ? force == 1 : job.row_bytes >= 512 && big_table;
+  // Rows under 512 bytes of a table larger than the L3 are also prefetched into L2 (prefetcht1)
+  // twice as far ahead: prefetchw alone keeps few rows in flight, prefetcht1 alone is bimodal on
+  // them (see prefetch_ahead). Measured 2026-12-01 (1M-row tables on 2 MiB pages, ~1000 lookups,
+  // us per call, without -> with, two runs each): new random rows every call ("fresh") fp32 dim 32
+  // 25.5-25.9 -> 18.4-19.2, dim 64 40-42 -> 30-31, fp16 dim 32 22-23 -> 15-16, dim 64 32-33 -> 23,
+  // dim 128 54-58 -> 45-48; rows flushed before each call fp16 dim 32 13.3-13.6 -> 9.1-9.4, the
+  // others the same or faster in one of the two runs (fp16 dim 64 24.4 -> 11.3 / 24.6), fp32 dim 32
+  // 19 -> 20; the same rows every call (cached) 3-17% slower: fp32 dim 32 5.4 -> 6.2, dim 64 6.9
+  // -> 8.0, fp16 dim 32 7.5 -> 8.4, dim 128 14.1 -> 14.5. For rows of 512 bytes and more (already
+  // prefetcht1) a second, farther prefetch made cached rows 1.4-1.5x slower (fp32 dim 512 / 1024).
+  job.far_dist = (force >= 0 ? force == 2 : job.row_bytes < 512 && big_table) ? 2 * job.pf_dist : 0;
   const int64_t n = c.num_indices;
   const size_t nb = static_cast<size_t>(c.num_bags);
   s.bstart.resize(nb + 1);

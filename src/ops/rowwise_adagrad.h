@@ -36,8 +36,9 @@ struct AdagradCall {
 // desc has passed the API's checks.
 qj_status rowwise_adagrad_fused(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32_t num_threads);
 
-// Tests only: how rows ahead are prefetched in calls from now on: -1 by table size (default), 0 into
-// L1 (prefetchw), 1 into L2 (prefetcht1). The results are the same either way.
+// Tests only: how rows ahead are prefetched in calls from now on: -1 by table and row size
+// (default), 0 into L1 (prefetchw), 1 into L2 (prefetcht1), 2 into L1 and also twice as far ahead
+// into L2. The results are the same either way.
 void rowwise_adagrad_force_prefetch_l2(int mode);
 
 // The grouping's hash of a row (Fibonacci hashing); a table of 2^b slots takes its top b bits, so
