@@ -760,9 +760,12 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   // 25.5-25.9 -> 18.4-19.2, dim 64 40-42 -> 30-31, fp16 dim 32 22-23 -> 15-16, dim 64 32-33 -> 23,
   // dim 128 54-58 -> 45-48; rows flushed before each call fp16 dim 32 13.3-13.6 -> 9.1-9.4, the
   // others the same or faster in one of the two runs (fp16 dim 64 24.4 -> 11.3 / 24.6), fp32 dim 32
-  // 19 -> 20; the same rows every call (cached) 3-17% slower: fp32 dim 32 5.4 -> 6.2, dim 64 6.9
-  // -> 8.0, fp16 dim 32 7.5 -> 8.4, dim 128 14.1 -> 14.5. For rows of 512 bytes and more (already
-  // prefetcht1) a second, farther prefetch made cached rows 1.4-1.5x slower (fp32 dim 512 / 1024).
+  // 19 -> 20; the same rows every call (cached) 5-23% slower: fp32 dim 32 4.9 -> 5.8, dim 64 6.1-6.2
+  // -> 7.5, fp16 dim 32 7.2 -> 8.4, dim 64 9.3 -> 10.4, dim 128 13.9 -> 14.6. Against FBGEMM
+  // (scripts/bench-fbgemm.sh adagrad, 4 runs alternating with the build before): 50-54 -> 61-65 of
+  // its 72 configurations at >= 1.0 (warm / cold / fresh, fp32 / fp16, dims 32-1024, i32 / i64).
+  // For rows of 512 bytes and more (already prefetcht1) a second, farther prefetch made cached
+  // rows 1.4-1.5x slower (fp32 dim 512 / 1024).
   job.far_dist = (force >= 0 ? force == 2 : job.row_bytes < 512 && big_table) ? 2 * job.pf_dist : 0;
   const int64_t n = c.num_indices;
   const size_t nb = static_cast<size_t>(c.num_bags);
