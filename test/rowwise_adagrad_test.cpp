@@ -545,6 +545,22 @@ TEST(RowwiseAdagrad, NonFiniteValuesFollowTheReference) {
   }
 }
 
+// An fp32 sum-pooled row-wise AdaGrad descriptor (coalesced: the memset's 0), lr 0.01, eps 1e-6.
+qj_rowwise_adagrad_desc adagrad_f32_desc(int64_t dim, int index_bits) {
+  qj_rowwise_adagrad_desc d;
+  std::memset(&d, 0, sizeof d);
+  d.table_type = QJ_F32;
+  d.dim = dim;
+  d.index_bits = index_bits;
+  d.offset_bits = 64;
+  d.pooling = QJ_POOL_SUM;
+  d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+  d.mode = QJ_UPDATE_COALESCED;
+  d.learning_rate = 0.01f;
+  d.epsilon = 1e-6f;
+  return d;
+}
+
 // The grouping's scratch is reused across calls (slots tagged with a call generation, never
 // cleared; the compact slots' 8-bit generation wraps every 255 calls) and its 16-byte slots are
 // used when num_rows does not fit 32 bits: a long sequence of calls with changing index sets and
@@ -552,17 +568,7 @@ TEST(RowwiseAdagrad, NonFiniteValuesFollowTheReference) {
 TEST(RowwiseAdagrad, RepeatedCallsReuseTheGroupingScratch) {
   for (int64_t num_rows_declared : {int64_t{0}, int64_t{1} << 33}) {
     const int64_t rows = 600, dim = 5;
-    qj_rowwise_adagrad_desc d;
-    std::memset(&d, 0, sizeof d);
-    d.table_type = QJ_F32;
-    d.dim = dim;
-    d.index_bits = 64;
-    d.offset_bits = 64;
-    d.pooling = QJ_POOL_SUM;
-    d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
-    d.mode = QJ_UPDATE_COALESCED;
-    d.learning_rate = 0.01f;
-    d.epsilon = 1e-6f;
+    const qj_rowwise_adagrad_desc d = adagrad_f32_desc(dim, 64);
     std::vector<float> t = qjt::random_floats(static_cast<size_t>(rows * dim), -1, 1, 5), tref = t;
     std::vector<float> h(rows, 0.25f), href = h;
     std::mt19937 gen(17);
@@ -599,17 +605,7 @@ TEST(RowwiseAdagrad, CollidingRowsAreCoalesced) {
   std::mt19937 gen(3);
   for (int k = 0; k < 48; ++k) idx.push_back(coll[gen() % coll.size()]);
   const int64_t n = static_cast<int64_t>(idx.size()), off[4] = {0, 17, 30, n};
-  qj_rowwise_adagrad_desc d;
-  std::memset(&d, 0, sizeof d);
-  d.table_type = QJ_F32;
-  d.dim = dim;
-  d.index_bits = 64;
-  d.offset_bits = 64;
-  d.pooling = QJ_POOL_SUM;
-  d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
-  d.mode = QJ_UPDATE_COALESCED;
-  d.learning_rate = 0.01f;
-  d.epsilon = 1e-6f;
+  const qj_rowwise_adagrad_desc d = adagrad_f32_desc(dim, 64);
   const std::vector<float> t0 = qjt::random_floats(static_cast<size_t>(rows * dim), -1, 1, 8), h0(rows, 0.25f);
   const std::vector<float> g = qjt::random_floats(static_cast<size_t>(3 * dim), -1, 1, 9);
   std::vector<float> want = t0, hw = h0;
@@ -631,16 +627,7 @@ TEST(RowwiseAdagrad, CollidingRowsAreCoalesced) {
 // After a call much larger than the next one, the thread's grouping scratch is released and
 // rebuilt (rowwise_adagrad.cpp): the small call after a large one still matches the reference.
 TEST(RowwiseAdagrad, ScratchReleasedAfterALargeCall) {
-  qj_rowwise_adagrad_desc d;
-  std::memset(&d, 0, sizeof d);
-  d.table_type = QJ_F32;
-  d.dim = 1;
-  d.index_bits = 32;
-  d.offset_bits = 64;
-  d.pooling = QJ_POOL_SUM;
-  d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
-  d.learning_rate = 0.01f;
-  d.epsilon = 1e-6f;
+  const qj_rowwise_adagrad_desc d = adagrad_f32_desc(1, 32);
   const int64_t rows = 1000;
   std::vector<float> t = qjt::random_floats(rows, -1, 1, 3), tref = t, h(rows, 0.5f), href = h;
   std::mt19937 gen(5);
