@@ -13,7 +13,8 @@
 //    unweighted pooling (e = 1 or 1 / len for the whole bag) G and its sum of squares are the
 //    bag's, computed once per bag (as FBGEMM computes its per-bag square sum once); a row then
 //    costs one fused load-fma-store pass, like FBGEMM's per-occurrence kernel.
-//  - the rows (and momentum entries) of the rows a few places ahead are prefetched.
+//  - the rows (and momentum entries) of the rows a few places ahead are prefetched (small rows
+//    of tables larger than the L3 also farther ahead into L2, see run_tier).
 //  - indices are range-checked while they are grouped (per-occurrence mode: one branch-free pass
 //    first); the exact error message is then produced by the shared scalar validator. Either way
 //    this happens before anything is written.
@@ -608,8 +609,8 @@ TierFns tier_fns<Avx512Ops>() {
 // slot belongs to this call if it carries this call's generation; it holds the row's first
 // position. Compact slots (one uint64: row << 32 | generation << 24 | first position) when rows
 // and positions fit (~1000 lookups: a 128 KiB table, 16 slots per lookup, see group_rows);
-// otherwise 16-byte slots (row, generation << 40 | first position). Rows that occur once cost the probe and one
-// byte (they are updated straight from the index array, see occurrence_range).
+// otherwise 16-byte slots (row, generation << 40 | first position). Rows that occur once cost the
+// probe and one byte (they are updated straight from the index array, see occurrence_range).
 template <class Idx, bool kCompact>
 bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint64_t limit) {
   const size_t mask = (size_t{1} << logcap) - 1;
