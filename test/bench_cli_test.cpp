@@ -365,6 +365,24 @@ TEST_F(BenchCli, MxQuantizeJsonLines) {
   }
 }
 
+TEST_F(BenchCli, PeakMixJsonLines) {
+  const BenchRun r = bench("peak --only mix --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  if (r.records.empty()) GTEST_SKIP() << "no AVX512-VNNI here: the mix section is not measured";
+  std::map<std::string, int> seen;
+  for (const Json& j : r.records) {
+    const std::string at = j.s("instr") + " " + j.s("operands");
+    EXPECT_EQ(j.s("kind"), "mix") << at;
+    ++seen[at];
+    for (const char* f : {"alone_cycles", "mixed_cycles", "vnni_alone_cycles"}) EXPECT_GT(j.n(f), 0) << at << " " << f;
+    // (printed with 2 decimals each)
+    EXPECT_NEAR(j.n("vnni_slots"), (j.n("mixed_cycles") - j.n("vnni_alone_cycles")) / 8, 0.01) << at;
+  }
+  for (const char* want : {"vpdpbusd zmm", "vfmadd231ps zmm", "vcvtdq2ps zmm", "vpshufb zmm", "vmovdqu32 m512, zmm"})
+    EXPECT_EQ(seen[want], 1) << want;
+  for (const auto& [instr, count] : seen) EXPECT_EQ(count, 1) << instr << " listed more than once";
+}
+
 TEST_F(BenchCli, BadArgumentsAreNamed) {
   const struct {
     const char* args;

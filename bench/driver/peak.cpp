@@ -6,6 +6,9 @@
 // accumulators measure latency instead of throughput). Bandwidth: a loop of zmm loads (vpaddd
 // with a memory operand into 8 accumulators) read over a working set, repeatedly. Gather: random
 // rows summed with AVX-512 loads and software prefetch, the way an embedding-bag kernel reads.
+// Mix: what the other instructions of the kernels (decode, output stage, stores) cost beside
+// vpdpbusd, the figure behind the ceilings README's Status gives for kernels whose multiplies
+// already fill their pipes.
 // Every figure is the best of several ~2 ms samples: these are limits, not typical times.
 #include "driver/peak.h"
 
@@ -178,6 +181,72 @@ ComputePeak measure_compute(Op op, int width, double ghz) {
     }
   }
   return best;
+}
+
+// ---- mix ----
+// One instruction of the kernels, emitted as instance i (0..7) of 8 independent ones: results in
+// zmm8 + i, sources in zmm24 (1.0f), zmm25..27 (0x01 bytes), memory at rsi (a 4 KiB buffer).
+struct MixOp {
+  const char* instr;
+  const char* operands;
+  bool vbmi;  // needs AVX512-VBMI
+  void (*emit)(x86::Assembler& a, int i);
+};
+
+using MixFn = void (*)(uint64_t iters, void* buf);
+
+// A loop of `iters` iterations of 8 instances of op (op == nullptr: none), each after one of 8
+// independent zmm vpdpbusd when with_vnni.
+MixFn make_mix_loop(const MixOp* op, bool with_vnni) {
+  CodeHolder code;
+  code.init(runtime().environment());
+  x86::Assembler a(&code);
+  a.mov(x86::eax, 0x01010101);
+  for (int r : {25, 26, 27, 30, 31}) a.vpbroadcastd(x86::zmm(r), x86::eax);
+  a.mov(x86::eax, 0x3f800000);
+  a.vpbroadcastd(x86::zmm(24), x86::eax);
+  for (int r = 0; r < 16; ++r) a.vpxord(x86::zmm(r), x86::zmm(r), x86::zmm(r));
+  a.xor_(x86::eax, x86::eax);
+  a.align(AlignMode::kCode, 64);
+  Label loop = a.newLabel();
+  a.bind(loop);
+  for (int i = 0; i < 8; ++i) {
+    if (with_vnni) a.vpdpbusd(x86::zmm(i), x86::zmm(30), x86::zmm(31));
+    if (op) op->emit(a, i);
+  }
+  a.dec(x86::rdi);
+  a.jnz(loop);
+  a.vzeroupper();
+  a.ret();
+  return finish_code<MixFn>(code);
+}
+
+const std::vector<MixOp>& mix_ops() {
+  using namespace x86;
+  static const std::vector<MixOp> ops = {
+      {"vpdpbusd", "zmm", false, [](Assembler& a, int i) { a.vpdpbusd(zmm(8 + i), zmm(30), zmm(31)); }},
+      {"vfmadd231ps", "zmm", false, [](Assembler& a, int i) { a.vfmadd231ps(zmm(8 + i), zmm(24), zmm(24)); }},
+      {"vcvtdq2ps", "zmm", false, [](Assembler& a, int i) { a.vcvtdq2ps(zmm(8 + i), zmm(25)); }},
+      {"vcvtps2dq", "zmm", false, [](Assembler& a, int i) { a.vcvtps2dq(zmm(8 + i), zmm(24)); }},
+      {"vcvtph2ps", "zmm, ymm", false, [](Assembler& a, int i) { a.vcvtph2ps(zmm(8 + i), ymm(24)); }},
+      {"vpaddd", "zmm", false, [](Assembler& a, int i) { a.vpaddd(zmm(8 + i), zmm(8 + i), zmm(25)); }},
+      {"vpandd", "zmm", false, [](Assembler& a, int i) { a.vpandd(zmm(8 + i), zmm(25), zmm(26)); }},
+      {"vpmaxsd", "zmm", false, [](Assembler& a, int i) { a.vpmaxsd(zmm(8 + i), zmm(8 + i), zmm(25)); }},
+      {"vpackssdw", "zmm", false, [](Assembler& a, int i) { a.vpackssdw(zmm(8 + i), zmm(25), zmm(26)); }},
+      {"vpackuswb", "zmm", false, [](Assembler& a, int i) { a.vpackuswb(zmm(8 + i), zmm(25), zmm(26)); }},
+      {"vpsrlw", "zmm, imm", false, [](Assembler& a, int i) { a.vpsrlw(zmm(8 + i), zmm(26), 4); }},
+      {"vpshufb", "zmm", false, [](Assembler& a, int i) { a.vpshufb(zmm(8 + i), zmm(27), zmm(26)); }},
+      {"vpermb", "zmm", true, [](Assembler& a, int i) { a.vpermb(zmm(8 + i), zmm(26), zmm(27)); }},
+      {"vpermd", "zmm", false, [](Assembler& a, int i) { a.vpermd(zmm(8 + i), zmm(26), zmm(27)); }},
+      {"vpmovzxbd", "zmm, m128", false, [](Assembler& a, int i) { a.vpmovzxbd(zmm(8 + i), xmmword_ptr(rsi, 16 * i)); }},
+      {"vpbroadcastd", "zmm, m32", false, [](Assembler& a, int i) { a.vpbroadcastd(zmm(8 + i), dword_ptr(rsi, 4 * i)); }},
+      {"vpmovusdb", "xmm, zmm", false, [](Assembler& a, int i) { a.vpmovusdb(xmm(8 + i), zmm(25)); }},
+      {"vpmovusdb", "m128, zmm", false, [](Assembler& a, int i) { a.vpmovusdb(xmmword_ptr(rsi, 1024 + 16 * i), zmm(25)); }},
+      {"vmovdqu32", "m512, zmm", false, [](Assembler& a, int i) { a.vmovdqu32(zmmword_ptr(rsi, 2048 + 64 * i), zmm(25)); }},
+      {"vmovdqu32", "m128, xmm", false, [](Assembler& a, int i) { a.vmovdqu32(xmmword_ptr(rsi, 1024 + 16 * i), xmm(25)); }},
+      {"mov", "m64, r64", false, [](Assembler& a, int i) { a.mov(qword_ptr(rsi, 3072 + 8 * i), rax); }},
+  };
+  return ops;
 }
 
 // Share of [p, p+bytes) backed by transparent huge pages, from /proc/self/smaps.
@@ -465,10 +534,12 @@ void release_gather_tables() {
 
 static int peak_usage(int status = 2) {  // --help (status 0): on stdout
   std::fprintf(status ? stderr : stdout,
-               "usage: quantjit-bench peak [--format table|csv|json] [--only compute|bandwidth|gather]\n"
+               "usage: quantjit-bench peak [--format table|csv|json] [--only compute|mix|bandwidth|gather]\n"
                "                           [--table-mib N] [--sweep]\n"
                "  Measures one core (pin it: taskset -c 1):\n"
                "  compute    vpdpbusd zmm/ymm (GOPS) and vfmadd231ps zmm/ymm (GFLOPS), 12-24 accumulators\n"
+               "  mix        cycles of the kernels' other instructions alone and beside vpdpbusd zmm:\n"
+               "             vnni_slots = the vpdpbusd issue cycles one of them takes (8 of each mixed)\n"
                "  bandwidth  sequential zmm reads over L1 / L2 / L3 / DRAM working sets (GB/s);\n"
                "             --sweep adds working sets from 8 KiB to 1 GiB in steps of 2x\n"
                "  gather     random rows of 64..512 B summed, with software prefetch, from a table of\n"
@@ -499,8 +570,8 @@ int cmd_peak(int argc, char** argv) {
         if (!parse_format(v, &fmt)) return bad_value(cmd, a, v, "table, csv or json");
       } else if (a == "--only") {
         only = v ? v : "";
-        if (only != "compute" && only != "bandwidth" && only != "gather")
-          return bad_value(cmd, a, v, "compute, bandwidth or gather");
+        if (only != "compute" && only != "mix" && only != "bandwidth" && only != "gather")
+          return bad_value(cmd, a, v, "compute, mix, bandwidth or gather");
       } else {  // --table-mib
         if (!v || !parse_int(v, 64, int64_t{1} << 20, &x)) return bad_value(cmd, a, v, "a table size from 64 MiB up");
         table_mib = static_cast<size_t>(x);
@@ -531,6 +602,32 @@ int cmd_peak(int argc, char** argv) {
     }
     rep.note("clock (dependent integer adds): " + std::to_string(ghz).substr(0, 4) +
              " GHz; ops count a multiply-add as 2");
+    rep.finish();
+    if (table) std::printf("\n");
+  }
+  if ((only.empty() || only == "mix") && have_vnni()) {
+    Report rep(fmt);
+    const double ghz = measure_core_ghz();
+    alignas(64) static uint8_t buf[4096];
+    auto cycles = [&](MixFn fn) {  // per loop iteration
+      return fn ? best_seconds_per_unit([&](uint64_t n) { fn(n, buf); }) * ghz * 1e9 : 0.0;
+    };
+    const double base = cycles(make_mix_loop(nullptr, true));  // 8 vpdpbusd
+    for (const MixOp& op : mix_ops()) {
+      if (op.vbmi && !qj::cpu_features().avx512vbmi) continue;
+      const double alone = cycles(make_mix_loop(&op, false)), mixed = cycles(make_mix_loop(&op, true));
+      rep.add()
+          .set("kind", "mix")
+          .set("instr", op.instr)
+          .set("operands", op.operands)
+          .set("alone_cycles", alone / 8, 2)
+          .set("mixed_cycles", mixed, 2)
+          .set("vnni_alone_cycles", base, 2)
+          .set("vnni_slots", (mixed - base) / 8, 2);
+    }
+    rep.note("8 independent instances per loop, alone (alone_cycles: per instance) and each after one of 8 "
+             "independent zmm vpdpbusd (mixed_cycles: per loop; vnni_alone_cycles: the 8 vpdpbusd alone); "
+             "vnni_slots = (mixed - vnni_alone) / 8; cycles at the measured clock");
     rep.finish();
     if (table) std::printf("\n");
   }
