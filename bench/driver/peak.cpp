@@ -610,12 +610,18 @@ int cmd_peak(int argc, char** argv) {
     const double ghz = measure_core_ghz();
     alignas(64) static uint8_t buf[4096];
     auto cycles = [&](MixFn fn) {  // per loop iteration
-      return fn ? best_seconds_per_unit([&](uint64_t n) { fn(n, buf); }) * ghz * 1e9 : 0.0;
+      return best_seconds_per_unit([&](uint64_t n) { fn(n, buf); }) * ghz * 1e9;
     };
-    const double base = cycles(make_mix_loop(nullptr, true));  // 8 vpdpbusd
+    const MixFn vnni_only = make_mix_loop(nullptr, true);  // 8 vpdpbusd
+    const double base = vnni_only ? cycles(vnni_only) : 0;
     for (const MixOp& op : mix_ops()) {
       if (op.vbmi && !qj::cpu_features().avx512vbmi) continue;
-      const double alone = cycles(make_mix_loop(&op, false)), mixed = cycles(make_mix_loop(&op, true));
+      const MixFn fa = make_mix_loop(&op, false), fm = make_mix_loop(&op, true);
+      if (!vnni_only || !fa || !fm) {
+        std::fprintf(stderr, "quantjit-bench peak: could not generate the %s loops\n", op.instr);
+        continue;
+      }
+      const double alone = cycles(fa), mixed = cycles(fm);
       rep.add()
           .set("kind", "mix")
           .set("instr", op.instr)
