@@ -6,7 +6,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <thread>
 #include <string>
 #include <cstdint>
 #include <cstdio>
@@ -52,6 +55,12 @@ inline double thp_share(const void* p, size_t bytes) {
 // no page faults occur). Whatever warms up (below the guest kernel), a long-lived table is past
 // it, and without this the first configuration timed on each table measured the transient:
 // so every table gets this many untimed random row reads (prefetched, ~3 ms) before any timing.
+//
+// Then a pause (QJ_BENCH_SETTLE_MS, default 3000; 0 for none): on this guest something below it
+// also settles within ~2 s after these reads (2026-12-01: fused AdaGrad,
+// fp32 dim 32, 1M rows, rows flushed before each call, us per call, two runs per pause: 0 s 19.5 /
+// 20.4, 1 s 14.3 / 19.7, 2 s 11.4 / 11.3, 3 s 11.4 / 11.3, 5 s 11.4 / 10.9; the fp16 table of the
+// same process, cold / fresh, 25.0 / 22-32 -> 11.0 / 17.7-18.0 with 3 s).
 inline void settle_table(const uint8_t* t, int64_t rb, int64_t rows) {
   uint64_t x = 0x2545f4914f6cdd1dull;
   const int64_t n = 250000, pf = 32;
@@ -63,6 +72,9 @@ inline void settle_table(const uint8_t* t, int64_t rb, int64_t rows) {
     acc += *reinterpret_cast<const volatile uint8_t*>(t + r[i] * rb);
   }
   __asm__ volatile("" : : "r"(acc));
+  const char* e = std::getenv("QJ_BENCH_SETTLE_MS");
+  const long ms = e && *e ? std::strtol(e, nullptr, 10) : 3000;
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 // clflushopt over [p, p + n), then a fence.
