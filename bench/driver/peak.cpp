@@ -185,7 +185,8 @@ ComputePeak measure_compute(Op op, int width, double ghz) {
 
 // ---- mix ----
 // One instruction of the kernels, emitted as instance i (0..7) of 8 independent ones: results in
-// zmm8 + i, sources in zmm24 (1.0f), zmm25..27 (0x01 bytes), memory at rsi (a 4 KiB buffer).
+// zmm8 + i, sources in zmm24 (1.0f), zmm25..27 and zmm30..31 (0x01 bytes), memory at rsi (a 4 KiB
+// buffer). The loop's own vpdpbusd accumulate into zmm0..7.
 struct MixOp {
   const char* instr;
   const char* operands;
