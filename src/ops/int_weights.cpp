@@ -242,11 +242,11 @@ int32_t PackedWeights::zp(int64_t g, int64_t col) const {
 }
 
 bool weights_match_isa(const PackedWeights& w, qj_isa isa) {
-  // (MXFP6 E2M3: the VNNI tier's panels are dense, the AVX-512 tier's of the same geometry not.)
-  const bool dense_tier = isa >= QJ_ISA_AVX512_VNNI;
-  return w.layout == weights_layout(isa, w.dtype) && w.kg == weights_kg(isa, w.dtype) &&
-         w.nr == weights_nr(isa, w.n, w.dtype) &&
-         (w.dtype != QJ_MXFP6_E2M3 || (w.isa >= QJ_ISA_AVX512_VNNI) == dense_tier);
+  // (The 6-bit MX types, E2M3, E3M2 and BDR MX6: the VNNI tier's panels are dense, the AVX-512
+  // tier's of the same geometry not.)
+  const PackLayout layout = weights_layout(isa, w.dtype);
+  return w.layout == layout && w.kg == weights_kg(isa, w.dtype) && w.nr == weights_nr(isa, w.n, w.dtype) &&
+         w.fp6_dense() == PackedWeights::fp6_dense_for(isa, layout, w.dtype);
 }
 
 namespace {

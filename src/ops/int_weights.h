@@ -105,11 +105,12 @@ struct PackedWeights {
   // The same on the VNNI tier for the 6-bit int16-pair types of kMx16: MXFP6 E3M2 codes and BDR
   // MX6's q (|q| <= 30) as a 6-bit two's complement, each step's codes in the order of the byte
   // layout (src/ops/mx16_weights.h).
-  bool fp6_dense() const {
+  static bool fp6_dense_for(qj_isa isa, PackLayout layout, qj_dtype dtype) {
     if (isa < QJ_ISA_AVX512_VNNI) return false;
     if (layout == PackLayout::kMxByte) return dtype == QJ_MXFP6_E2M3;
     return layout == PackLayout::kMx16 && (dtype == QJ_MXFP6_E3M2 || dtype == QJ_BDR_MX6);
   }
+  bool fp6_dense() const { return fp6_dense_for(isa, layout, dtype); }
   // MX: packed bytes per column per 8-K step (FP4 / MX4 4; dense E2M3 / E3M2 / MX6 6; else E2M3 /
   // INT8 / E3M2 / MX6 8; MX9 9; kMxFp8: 8, one byte per code).
   int32_t mx_col_step() const {
