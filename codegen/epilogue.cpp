@@ -269,7 +269,21 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
       }
       return;
     }
-    // bf16: round to nearest even on the bits: (x + 0x7fff + ((x >> 16) & 1)) >> 16.
+    // bf16: round to nearest even on the bits: (x + 0x7fff + ((x >> 16) & 1)) >> 16; a NaN is
+    // first quietened and its low half cleared (the add then cannot carry into the sign), giving
+    // src/formats/half.h's (x >> 16) | 0x40.
+    if (s.zmm) {
+      a.vcmpps(k7, A, A, 3);  // unordered: NaN
+      a.k(k7).vpord(A, A, dword_ptr(r.consts, offsetof(EpilogueConsts, bf16_quiet))._1to16());
+      a.k(k7).vpandd(A, A, dword_ptr(r.consts, offsetof(EpilogueConsts, hi16))._1to16());
+    } else {
+      a.vcmpps(T0, A, A, 3);  // all ones in NaN lanes
+      a.vpsrld(T1, T0, 16);
+      a.vpandn(A, T1, A);     // low half cleared
+      a.vpsrld(T0, T0, 31);
+      a.vpslld(T0, T0, 22);
+      a.vpor(A, A, T0);       // quiet bit
+    }
     a.vpsrld(T0, A, 16);
     a.vpslld(T0, T0, 31);
     a.vpsrld(T0, T0, 31);

@@ -41,7 +41,9 @@ struct EpilogueConsts {
   int32_t c_zp_w;      // c_zp in both 16-bit halves (the packed u8 / s8 row store)
   int32_t tail_mask[16];  // AVX2: -1 for the live lanes of a partial vector (set per kernel call)
   int32_t q_lo_w;      // q_lo in both 16-bit halves (the packed u8 / s8 row store, ReLU)
-  int32_t pad[3];
+  int32_t bf16_quiet = 0x00400000;  // a NaN's quiet bit (the bf16 store, zmm)
+  int32_t hi16 = -65536;            // 0xffff0000 (the bf16 store, zmm)
+  int32_t pad[1];
 };
 static_assert(sizeof(EpilogueConsts) == 112);
 

@@ -97,12 +97,13 @@ Data make_data(const FloatCase& c) {
   for (int64_t kk = 0; kk < k; ++kk)
     for (int64_t j = 0; j < n; ++j) {
       float v;
+      int r = -1;
       if (c.values == kExactInts) {
         v = static_cast<float>(std::uniform_int_distribution<int>(-8, 8)(g));
       } else {
         v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(g);
         if (c.values == kSpecials) {
-          const int r = std::uniform_int_distribution<int>(0, 19)(g);
+          r = std::uniform_int_distribution<int>(0, 19)(g);
           // The largest finite f16; for bf16 (whose max is near FLT_MAX, so any product with
           // |a| > 1 overflows fp32 and the double reference would not) a large exact value.
           const float fmax = f16 ? 65504.0f : 0x1p120f;
@@ -116,6 +117,10 @@ Data make_data(const FloatCase& c) {
         }
       }
       uint16_t h = to_code(c.w_type, v);
+      // NaNs whose payload fills the mantissa: a bf16 rounding that does not test for NaN carries
+      // them into the sign (0x7fff... + 0x7fff -> +-0).
+      if (r == 7) h = 0x7fff;
+      if (r == 8) h = 0xffff;
       size_t idx = c.layout == QJ_LAYOUT_KN ? kk * d.wld + j : j * d.wld + kk;
       d.codes[idx] = h;
       d.w32[idx] = from_code(c.w_type, h);  // representable: conversion at pack is exact
@@ -126,6 +131,8 @@ Data make_data(const FloatCase& c) {
   for (int64_t i = 0; i < m * d.lda; ++i) {
     float v = c.values == kExactInts ? static_cast<float>(std::uniform_int_distribution<int>(-8, 8)(g))
                                      : std::uniform_real_distribution<float>(-2.0f, 2.0f)(g);
+    // specials: now and then an A NaN with every mantissa bit set (memset 0xff)
+    if (c.values == kSpecials && std::uniform_int_distribution<int>(0, 199)(g) == 0) v = qj::bits_f32(0xffffffffu);
     if (c.a_type == QJ_F32) {
       std::memcpy(&d.a[i * 4], &v, 4);
     } else {
@@ -403,16 +410,18 @@ TEST(GemmF16, OutputStages) {
   }
 }
 
-// fp16 / bf16 specials in the weights: inf, -inf, nan, the largest finite value, subnormals.
+// fp16 / bf16 specials in the weights: inf, -inf, nan (also with a full payload, and in A), the
+// largest finite value, subnormals; fp32 and bf16 output.
 TEST(GemmF16, SpecialWeights) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
     uint32_t seed = 70;
     for (qj_dtype wt : kWTypes)
-      for (int64_t m : {1, 3, 14}) {
+      for (int64_t m : {1, 3, 14}) for (qj_dtype ct : {QJ_F32, QJ_BF16}) {
         FloatCase c;
         c.values = kSpecials;
         c.w_type = wt;
+        c.c_type = ct;
         c.m = m;
         c.n = 50;
         c.k = 20;
