@@ -564,9 +564,17 @@ TEST_F(Misuse, RunBadSizesAndStrides) {
     EXPECT_FAIL(qj_gemm_run_parallel(plan, m, a.data(), k, c.data(), ldc, 3), QJ_ERR_INVALID_ARGUMENT, "ldc", str(ldc));
   }
   EXPECT_TRUE(c_untouched());
-  // m = 0 is a valid no-op.
+  // m = 0 is a valid no-op (a and c may be NULL), but its other arguments are still checked.
   EXPECT_EQ(qj_gemm_run(plan, 0, a.data(), k, c.data(), n, nullptr), QJ_OK) << qj_last_error();
   EXPECT_EQ(qj_gemm_run_parallel(plan, 0, a.data(), k, c.data(), n, 4), QJ_OK) << qj_last_error();
+  EXPECT_EQ(qj_gemm_run(plan, 0, nullptr, k, nullptr, n, nullptr), QJ_OK) << qj_last_error();
+  EXPECT_FAIL(qj_gemm_run(plan, 0, a.data(), -1, c.data(), n, nullptr), QJ_ERR_INVALID_ARGUMENT, "lda", "-1");
+  EXPECT_FAIL(qj_gemm_run(plan, 0, a.data(), k, c.data(), -5, nullptr), QJ_ERR_INVALID_ARGUMENT, "ldc", "-5");
+  EXPECT_FAIL(qj_gemm_run_parallel(plan, 0, a.data(), k, c.data(), -5, 2), QJ_ERR_INVALID_ARGUMENT, "ldc", "-5");
+  EXPECT_FAIL(qj_gemm_run_parallel(plan, 0, a.data(), k, c.data(), n, 0), QJ_ERR_INVALID_ARGUMENT, "num_threads", "0");
+  for (qj_partition part : {qj_partition{0, 0}, qj_partition{5, 2}}) {
+    EXPECT_FAIL(qj_gemm_run(plan, 0, a.data(), k, c.data(), n, &part), QJ_ERR_INVALID_ARGUMENT, "part", "");
+  }
   EXPECT_TRUE(c_untouched());
 }
 

@@ -15,6 +15,7 @@
 #include <quantjit/quantjit.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -427,6 +428,29 @@ TEST(WeightsSerialize, Version2ImagesOfMxfp6E2m3Refused) {
 
 // A correctly sealed image whose fields do not describe a well-formed object (a buggy or hostile
 // writer): rejected as corrupt, never trusted.
+// Any scale qj_weights_pack accepts (finite, > 0) comes back from the image: the largest finite
+// float and the smallest subnormal too.
+TEST(WeightsSerialize, ExtremeScalesRoundTrip) {
+  const int64_t k = 8, n = 3;
+  std::vector<int8_t> b(k * n, 1);
+  for (float s : {std::numeric_limits<float>::max(), 3.4e38f, std::numeric_limits<float>::denorm_min()}) {
+    qj_weights_desc d{};
+    d.dtype = QJ_S8;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_KN;
+    d.granularity = QJ_GRAN_TENSOR;
+    d.scales = &s;
+    qj_weights w = nullptr;
+    ASSERT_EQ(qj_weights_pack(&d, b.data(), n, &w), QJ_OK) << qj_last_error();
+    std::vector<uint8_t> img = serialize(w);
+    qj_weights_destroy(w);
+    qj_weights w2 = nullptr;
+    EXPECT_EQ(qj_weights_deserialize(img.data(), img.size(), &w2), QJ_OK) << s << ": " << qj_last_error();
+    qj_weights_destroy(w2);
+  }
+}
+
 TEST(WeightsSerialize, InconsistentFieldsWithValidChecksum) {
   Raw r = make_raw(kConfigs[2], 50);
   qj_weights w = pack(r);

@@ -150,17 +150,18 @@ static qj_status check_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda
   if (!p) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "p is NULL");
   if (m < 0) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "m=%lld is negative", (long long)m);
   if (m > (int64_t(1) << 40)) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "m=%lld is too large", (long long)m);
-  if (m == 0) return QJ_OK;
   const qj::PackedWeights& w = *p->p->w;
-  if (!a) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "a is NULL");
-  if (!c) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "c is NULL");
   const qj_dtype at = p->p->desc.a_type;
-  if (qj::mx_act_type(at)) {  // a is a qj_mx_matrix, lda in bytes
-    QJ_TRY(qj::check_mx_a_run(at, w.k, m, a, lda));
-  } else if (lda < w.k)
+  // (m = 0: a no-op, but the leading dimensions are still checked, as BLAS does; a and c may be
+  // NULL.)
+  if (!qj::mx_act_type(at) && lda < w.k)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld is smaller than k=%lld", (long long)lda, (long long)w.k);
   if (ldc < w.n)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ldc=%lld is smaller than n=%lld", (long long)ldc, (long long)w.n);
+  if (m == 0) return QJ_OK;
+  if (!a) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "a is NULL");
+  if (!c) return qj::fail(QJ_ERR_INVALID_ARGUMENT, "c is NULL");
+  if (qj::mx_act_type(at)) QJ_TRY(qj::check_mx_a_run(at, w.k, m, a, lda));  // a is a qj_mx_matrix
   if (!extent_fits(m, lda))
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld with m=%lld exceeds the address space",
                     (long long)lda, (long long)m);
@@ -174,7 +175,6 @@ qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, voi
                       const qj_partition* part) {
   return guarded([&] {
     QJ_TRY(check_run(p, m, a, lda, c, ldc));
-    if (m == 0) return QJ_OK;
     int32_t tid = 0, nth = 1;
     if (part) {
       if (part->num_threads < 1 || part->thread_id < 0 || part->thread_id >= part->num_threads)
@@ -183,6 +183,7 @@ qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, voi
       tid = part->thread_id;
       nth = part->num_threads;
     }
+    if (m == 0) return QJ_OK;
     return qj::gemm_run(*p->p, m, a, lda, c, ldc, tid, nth);
   });
 }

@@ -9,6 +9,7 @@
 // Every weight type shares the format: the packed layout is implied by (dtype, isa) and checked
 // against set_weights_geometry; float weights have no scales, zero points or column sums, and
 // keep their pack-time clamp count in `clamped` (the former reserved2, 0 in older images).
+#include <cmath>
 #include <cstring>
 
 #include "src/core/status.h"
@@ -180,7 +181,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
   w->colsum.resize(h.n_colsum);
   if (h.n_colsum) std::memcpy(w->colsum.data(), q, h.n_colsum * 4);
   for (float s : w->scales)
-    if (!(s > 0.0f) || s != s || s > 3.4e38f)
+    if (!std::isfinite(s) || !(s > 0.0f))  // as qj_weights_pack requires
       return fail(QJ_ERR_CORRUPT_DATA, "the weights image holds a scale that is not finite and > 0");
   for (int32_t z : w->zero_points) {
     const int lo = w->dtype == QJ_S8 ? -128 : (w->dtype == QJ_S4 ? -8 : 0);
