@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <quantjit/quantjit.h>
 
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -28,6 +29,18 @@ TEST(Core, IsaCapBelowCpuWorksAboveIsRejected) {
   EXPECT_EQ(qj_set_max_isa(static_cast<qj_isa>(-1)), QJ_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qj_last_error()).find("isa=-1"), std::string::npos);
   EXPECT_EQ(qj_max_isa(), cpu);
+}
+
+// The cache bound from QJ_CACHE_MAX_BYTES: a decimal byte count, or 64 MiB when unset or not one
+// ("-1", an overflowing count, "12x"; ctest runs this binary with such values, see
+// test/CMakeLists.txt, and checks the stderr line that reports them).
+TEST(Core, CacheBoundFromEnvironment) {
+  const char* e = std::getenv("QJ_CACHE_MAX_BYTES");
+  uint64_t want = uint64_t{64} << 20;
+  if (e && std::string(e) == "12345") want = 12345;
+  qj_cache_stats_t s{};
+  qj_cache_stats(&s);
+  EXPECT_EQ(s.max_bytes, want) << "QJ_CACHE_MAX_BYTES=" << (e ? e : "(unset)");
 }
 
 TEST(Core, LastErrorIsThreadLocal) {

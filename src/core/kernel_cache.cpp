@@ -78,9 +78,15 @@ uint64_t max_bytes() {
   static const uint64_t v = [] {
     const char* e = std::getenv("QJ_CACHE_MAX_BYTES");
     if (e && *e) {
-      char* end = nullptr;
-      unsigned long long x = std::strtoull(e, &end, 10);
-      if (end && *end == '\0') return static_cast<uint64_t>(x);
+      // Decimal digits only, and no wrap-around (strtoull would take "-1" as 2^64 - 1).
+      uint64_t x = 0;
+      const char* c = e;
+      for (; *c >= '0' && *c <= '9'; ++c) {
+        const uint64_t d = static_cast<uint64_t>(*c - '0');
+        if (x > (UINT64_MAX - d) / 10) break;
+        x = x * 10 + d;
+      }
+      if (*c == '\0') return x;
       log_line("QJ_CACHE_MAX_BYTES=%s is not a byte count; using 64 MiB", e);
     }
     return static_cast<uint64_t>(64) << 20;
