@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "src/core/fp_env.h"
+
 namespace qj {
 
 // Records the message for this thread and returns `code`, so callers can `return fail(...)`.
@@ -29,9 +31,11 @@ inline int32_t raw_enum(const E& e) {
 }
 
 // Runs f (returning qj_status) so that no C++ exception leaves the C API: allocation failure
-// becomes QJ_ERR_OUT_OF_MEMORY, anything else QJ_ERR_INTERNAL.
+// becomes QJ_ERR_OUT_OF_MEMORY, anything else QJ_ERR_INTERNAL; and in the default floating-point
+// environment (src/core/fp_env.h).
 template <class F>
 qj_status guarded(F&& f) {
+  DefaultFpEnv fp_env;
   try {
     return f();
   } catch (const std::bad_alloc&) {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/core/fp_env.h"
 #include "src/core/log.h"
 #include "src/core/status.h"
 
@@ -174,6 +175,7 @@ class Pool {
   }
 
   void worker(int id) {
+    DefaultFpEnv fp_env;  // the library's threads compute in the default environment (fp_env.h)
     uint64_t seen = 0;
     bool polls = false;  // had a slice in the last call, which was allowed to poll
     for (;;) {
@@ -257,7 +259,18 @@ qj_status parallel_for(qj_task_fn fn, void* ctx, int32_t n, int64_t work_ns) {
     return QJ_OK;
   }
   if (g_fn) {
-    g_fn(g_pool, fn, ctx, n);
+    // The caller's pool runs the slices on its own threads: each in the default floating-point
+    // environment (fp_env.h), whatever those threads have set.
+    struct InEnv {
+      qj_task_fn fn;
+      void* ctx;
+      static void run(void* p, int32_t t, int32_t nt) {
+        const InEnv* e = static_cast<const InEnv*>(p);
+        DefaultFpEnv fp_env;
+        e->fn(e->ctx, t, nt);
+      }
+    } in_env{fn, ctx};
+    g_fn(g_pool, &InEnv::run, &in_env, n);
     return QJ_OK;
   }
   return pool().run(fn, ctx, n, work_ns);
