@@ -11,9 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -676,8 +679,28 @@ TEST(EmbeddingBag, HugePageTableAllocation) {
   EXPECT_EQ(b[0], 0);
   EXPECT_EQ(b[bytes - 1], 0);
   b[bytes - 1] = 1;
+  // Advised as huge pages: the mapping's VmFlags carry "hg" (where the kernel has THP at all).
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) {
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line, flags;
+    bool in_mapping = false;
+    while (std::getline(smaps, line)) {
+      uintptr_t lo, hi;
+      if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+        in_mapping = lo <= reinterpret_cast<uintptr_t>(t) && reinterpret_cast<uintptr_t>(t) < hi;
+      } else if (in_mapping && line.rfind("VmFlags:", 0) == 0) {
+        flags = line;
+      }
+    }
+    EXPECT_NE((flags + " ").find(" hg "), std::string::npos) << "the table's mapping: " << flags;
+  }
   qj_embedding_table_free(t, bytes);
   EXPECT_EQ(qj_embedding_table_alloc(0), nullptr);
+  // Sizes no address space holds: NULL (the rounding to 2 MiB must not wrap to a small mapping).
+  for (size_t huge : {SIZE_MAX, SIZE_MAX - (size_t{2} << 20) + 2, size_t{1} << 62}) {
+    EXPECT_EQ(qj_embedding_table_alloc(huge), nullptr) << huge;
+    EXPECT_NE(std::string(qj_last_error()).find("qj_embedding_table_alloc"), std::string::npos) << qj_last_error();
+  }
 }
 
 }  // namespace

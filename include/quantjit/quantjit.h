@@ -513,7 +513,8 @@ QJ_API void qj_embedding_bag_plan_destroy(qj_embedding_bag_plan p);
 
 /** Allocate bytes for a large table: 2 MiB-aligned anonymous memory advised as transparent huge
  *  pages (madvise(MADV_HUGEPAGE)); falls back to normal pages where THP is unavailable. Contents
- *  are zero. Returns NULL on failure. Free with qj_embedding_table_free(ptr, bytes). */
+ *  are zero. Returns NULL on failure (bytes = 0, or more than can be mapped; qj_last_error says
+ *  which). Free with qj_embedding_table_free(ptr, bytes). */
 QJ_API void* qj_embedding_table_alloc(size_t bytes);
 QJ_API void qj_embedding_table_free(void* ptr, size_t bytes);
 

@@ -345,12 +345,22 @@ qj_status qj_rowwise_adagrad_fused(const qj_rowwise_adagrad_desc* d, void* table
 }
 
 void* qj_embedding_table_alloc(size_t bytes) {
-  if (bytes == 0) return nullptr;
+  if (bytes == 0) {
+    fail(QJ_ERR_INVALID_ARGUMENT, "qj_embedding_table_alloc: bytes=0");
+    return nullptr;
+  }
   const size_t huge = size_t{2} << 20;
+  if (bytes > SIZE_MAX - 2 * huge) {  // (the rounding up and the extra huge page would wrap)
+    fail(QJ_ERR_OUT_OF_MEMORY, "qj_embedding_table_alloc: bytes=%zu is more than an address space holds", bytes);
+    return nullptr;
+  }
   const size_t len = (bytes + huge - 1) / huge * huge;
   // Over-map by one huge page to align the start, then trim.
   void* raw = mmap(nullptr, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
+  if (raw == MAP_FAILED) {
+    fail(QJ_ERR_OUT_OF_MEMORY, "qj_embedding_table_alloc: cannot map %zu bytes", len + huge);
+    return nullptr;
+  }
   uintptr_t a = reinterpret_cast<uintptr_t>(raw);
   uintptr_t aligned = (a + huge - 1) / huge * huge;
   if (aligned > a) munmap(raw, aligned - a);
@@ -364,8 +374,8 @@ void* qj_embedding_table_alloc(size_t bytes) {
 }
 
 void qj_embedding_table_free(void* ptr, size_t bytes) {
-  if (!ptr || bytes == 0) return;
   const size_t huge = size_t{2} << 20;
+  if (!ptr || bytes == 0 || bytes > SIZE_MAX - 2 * huge) return;  // (no such allocation)
   munmap(ptr, (bytes + huge - 1) / huge * huge);
 }
 
