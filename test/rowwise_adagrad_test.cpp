@@ -545,6 +545,61 @@ TEST(RowwiseAdagrad, NonFiniteValuesFollowTheReference) {
   }
 }
 
+// Stochastic rounding of results beyond fp16's range: finite ones round toward zero to +-65504
+// (the random bits must not carry a value near FLT_MAX into the exponent: that made NaN), inf
+// stays inf and NaN NaN, whatever the payload. Checked against these values, not the reference.
+TEST(RowwiseAdagrad, StochasticRoundingOfHugeResults) {
+  EXPECT_EQ(qj::f32_to_f16_stochastic(3.4028235e38f, 0x1fff), 0x7bff);
+  EXPECT_EQ(qj::f32_to_f16_stochastic(-3.4028235e38f, 0x1fff), 0xfbff);
+  const int64_t dim = 40;  // vectors and a tail
+  // per column of the one bag's gradient g (SGD, lr 1: w = 1 - g); what w must become
+  struct Col {
+    float g;
+    uint16_t want;  // 0: any NaN
+  };
+  const Col cols[] = {{-3.4028235e38f, 0x7bff}, {3.4028235e38f, 0xfbff}, {-3.3e38f, 0x7bff}, {-1e30f, 0x7bff},
+                      {-65600.0f, 0x7bff},      {-INFINITY, 0x7c00},     {INFINITY, 0xfc00}};
+  std::vector<float> g(dim, 0.0f);
+  for (int64_t j = 0; j < dim; ++j) {
+    const int c = static_cast<int>(j % 8);
+    g[j] = c < 7 ? cols[c].g : qj::bits_f32(j % 16 == 7 ? 0xffffffffu : 0x7fffffffu);  // NaN, full payload
+  }
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_update_mode mode : {QJ_UPDATE_COALESCED, QJ_UPDATE_PER_OCCURRENCE_RACY}) {
+      qj_rowwise_adagrad_desc d;
+      std::memset(&d, 0, sizeof d);
+      d.table_type = QJ_F16;
+      d.dim = dim;
+      d.index_bits = 32;
+      d.offset_bits = 32;
+      d.pooling = QJ_POOL_SUM;
+      d.optimizer = QJ_OPT_SGD;
+      d.mode = mode;
+      d.learning_rate = 1.0f;
+      d.stochastic_rounding = 1;
+      std::vector<uint16_t> table(2 * dim, 0x3c00);  // 1.0
+      const int32_t idx[] = {1};
+      const int32_t off[] = {0, 1};
+      for (uint64_t seed : {1u, 2u, 3u}) {
+        ASSERT_EQ(qj_rowwise_adagrad_fused(&d, table.data(), nullptr, 2, 1, idx, 1, off, nullptr, g.data(), seed, 1),
+                  QJ_OK)
+            << qj_last_error();
+        for (int64_t j = 0; j < dim; ++j) {
+          const int c = static_cast<int>(j % 8);
+          const uint16_t h = table[dim + j];
+          if (c == 7)
+            EXPECT_TRUE((h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) << std::hex << h << " col " << j << " " << qj_isa_name(isa);
+          else
+            EXPECT_EQ(h, cols[c].want) << "col " << j << " g " << g[j] << " " << qj_isa_name(isa);
+          table[dim + j] = 0x3c00;
+        }
+        for (int64_t j = 0; j < dim; ++j) EXPECT_EQ(table[j], 0x3c00) << "row 0 was written";
+      }
+    }
+  }
+}
+
 // An fp32 sum-pooled row-wise AdaGrad descriptor (coalesced: the memset's 0), lr 0.01, eps 1e-6.
 qj_rowwise_adagrad_desc adagrad_f32_desc(int64_t dim, int index_bits) {
   qj_rowwise_adagrad_desc d;

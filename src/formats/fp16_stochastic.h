@@ -4,7 +4,8 @@
 // Stochastic rounding of a finite fp32 value v to fp16:  f32_to_f16_rz(bits(v) + r), where r is a
 // uniform 13-bit integer (the 13 fp32 mantissa bits below fp16's last one) added to the fp32 bit
 // pattern: for fp16 normal results this rounds |v| up with probability (dropped bits) / 2^13, as
-// FBGEMM's fused AdaGrad does with its 8 random bits. Non-finite v is converted as is.
+// FBGEMM's fused AdaGrad does with its 8 random bits. Non-finite v is converted as is, and
+// |v| >= 65536 rounds toward zero to +-65504 (no bits added).
 //
 // The random bits are a pure function of (seed, row, column), so a run is reproducible and does
 // not depend on thread count or order:
@@ -71,9 +72,11 @@ inline uint16_t f32_to_f16_rz(float f) {
   return static_cast<uint16_t>(sign | ((a - 0x38000000u) >> 13));
 }
 
+// (|v| >= 65536, inf and NaN take no random bits: the first round toward zero to +-65504 anyway,
+// and near FLT_MAX the add would carry into the exponent and make a NaN.)
 inline uint16_t f32_to_f16_stochastic(float v, uint32_t r13) {
   uint32_t u = f32_bits(v);
-  if ((u & 0x7f800000u) != 0x7f800000u) u += r13;
+  if ((u & 0x7fffffffu) < 0x47800000u) u += r13;
   return f32_to_f16_rz(bits_f32(u));
 }
 
