@@ -473,12 +473,15 @@ TEST(EmbeddingBag, BadInputsNameBagAndIndexAndWriteNothing) {
           run(i6, {1, 2, 3, 6}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"bag 0", "offsets[0] = 1"});
           run(i6, {0, 3, 2, 6}, 3, &p0, QJ_ERR_INVALID_ARGUMENT, {"bag 1", "offsets[2] = 2", "less than"});
           run(i6, {0, 2, 7, 6}, 3, &p2, QJ_ERR_INVALID_ARGUMENT, {"bag 1", "offsets[2] = 7", "overruns"});
-          run(i6, {0, 2, 3, 5}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"offsets[num_bags = 3] = 5", "num_indices = 6"});
+          run(i6, {0, 2, 3, 5}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT,
+              {"bag 2", "offsets[num_bags = 3] = 5", "num_indices = 6"});
+          run(i6, {0}, 0, nullptr, QJ_ERR_INVALID_ARGUMENT, {"num_bags = 0", "num_indices = 6"});
         } else {
           std::vector<int64_t> i6{1, 2, 3, 4, 1, 5};
           run(i6, {2, -1, 5}, 3, &p0, QJ_ERR_INVALID_ARGUMENT, {"bag 1", "lengths[1] = -1", "negative"});
           run(i6, {2, 1, 5}, 3, &p2, QJ_ERR_INVALID_ARGUMENT, {"bag 2", "lengths[2] = 5", "overruns"});
-          run(i6, {2, 1, 2}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"sum to 5", "num_indices = 6"});
+          run(i6, {2, 1, 2}, 3, nullptr, QJ_ERR_INVALID_ARGUMENT, {"bag 2", "sum to 5", "num_indices = 6"});
+          run(i6, {7}, 0, nullptr, QJ_ERR_INVALID_ARGUMENT, {"num_bags = 0", "num_indices = 6"});  // (lengths unread)
         }
         qj_embedding_bag_plan_destroy(p);
       }

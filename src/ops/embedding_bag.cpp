@@ -195,10 +195,14 @@ qj_status validate_bags(const char* fn, int ob, bool use_lengths, const void* o,
       sum += len;
     }
     if (bag_begin >= num_bags) *prefix = sum;
-    if (sum != num_indices)
+    if (sum != num_indices) {
+      if (num_bags == 0)
+        return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_bags = 0 but num_indices = %" PRId64 " (no bag holds them)", fn,
+                    num_indices);
       return fail(QJ_ERR_INVALID_ARGUMENT,
-                  "%s: the lengths sum to %" PRId64 ", not num_indices = %" PRId64 " (the last bag, %" PRId64 ", ends early)",
-                  fn, sum, num_indices, num_bags - 1);
+                  "%s: bag %" PRId64 ": the lengths sum to %" PRId64 ", not num_indices = %" PRId64 " (the last bag, %" PRId64 ", ends early)",
+                  fn, num_bags - 1, sum, num_indices, num_bags - 1);
+    }
     return QJ_OK;
   }
   const int64_t first = load_int(o, ob, 0);
@@ -216,9 +220,15 @@ qj_status validate_bags(const char* fn, int ob, bool use_lengths, const void* o,
                   fn, b, b + 1, next, num_indices);
     prev = next;
   }
-  if (prev != num_indices)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "%s: offsets[num_bags = %" PRId64 "] = %" PRId64 " must equal num_indices = %" PRId64,
-                fn, num_bags, prev, num_indices);
+  if (prev != num_indices) {
+    if (num_bags == 0)
+      return fail(QJ_ERR_INVALID_ARGUMENT, "%s: num_bags = 0 but num_indices = %" PRId64 " (no bag holds them)", fn,
+                  num_indices);
+    return fail(QJ_ERR_INVALID_ARGUMENT,
+                "%s: bag %" PRId64 ": offsets[num_bags = %" PRId64 "] = %" PRId64 " must equal num_indices = %" PRId64
+                " (the last bag ends early)",
+                fn, num_bags - 1, num_bags, prev, num_indices);
+  }
   return QJ_OK;
 }
 
