@@ -441,6 +441,29 @@ TEST_F(Misuse, PlanBadScales) {
       EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "c_scale", std::string("c_scale=") + v);
     }
   }
+  // Finite scales whose product (over c_scale) overflows fp32: the multiplier would make NaN of a
+  // zero sum.
+  {
+    qj_gemm_desc d = gd;
+    d.a_scale = 1e30f;
+    d.c_type = QJ_U8;
+    d.c_scale = 1e-30f;
+    EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "multiplier", "column 0");
+    d.c_scale = 1e-45f;  // a subnormal c_scale alone
+    d.a_scale = 1.0f;
+    EXPECT_FAIL(plan_with(d), QJ_ERR_INVALID_ARGUMENT, "multiplier", "c_scale=1.4013e-45");
+    d.c_type = QJ_F32;  // (c_scale unused) a_scale times a weight scale of 1e30
+    d.a_scale = 1e30f;
+    qj_weights_desc big = wd;
+    std::vector<float> big_scales(n, 1e30f);
+    big.scales = big_scales.data();
+    qj_weights wb = nullptr;
+    ASSERT_EQ(qj_weights_pack(&big, wq.data(), wd.layout == QJ_LAYOUT_KN ? n : k, &wb), QJ_OK) << qj_last_error();
+    EXPECT_FAIL(plan_with(d, wb), QJ_ERR_INVALID_ARGUMENT, "multiplier", "a_scale=1e+30");
+    d.a_scale = 1e-10f;
+    EXPECT_EQ(plan_with(d, wb), QJ_OK) << qj_last_error();
+    qj_weights_destroy(wb);
+  }
   // A scale that is not used is not checked: dynamic A ignores a_scale, float output c_scale.
   qj_gemm_desc d = gd;
   d.a_type = QJ_F32;

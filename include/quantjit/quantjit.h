@@ -365,7 +365,9 @@ typedef struct qj_gemm_desc {
 } qj_gemm_desc;
 
 /** Create a plan for desc and weights b (the plan keeps its own reference to b: destroying b
- *  afterwards is allowed). Generates (or fetches from the cache) every kernel the plan needs. */
+ *  afterwards is allowed). Generates (or fetches from the cache) every kernel the plan needs.
+ *  Scales are finite and > 0; a column's output multiplier a_scale * weight scale (/ c_scale for
+ *  u8 / s8 C) that overflows fp32 is QJ_ERR_INVALID_ARGUMENT. */
 QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_gemm_plan* out);
 /** Run the plan on M rows. lda, ldc in elements (lda in bytes, and a a const qj_mx_matrix*, for
  *  MX A). part = NULL runs the whole problem on the calling thread. A plan may be run

@@ -495,7 +495,20 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     // MX: the kernel folds 2^(b - 127) per block; the element type's 2^-int_shift is applied here.
     const double grp_mult = w->is_mx() ? std::ldexp(1.0, -mx_int_shift(w->dtype)) : 1.0;
     for (int64_t c = 0; c < n; ++c) {
-      ml[c] = ref::out_multiplier(desc, a_scale, w->gran == QJ_GRAN_GROUP ? grp_mult : wsc[c]);
+      const double b_scale = w->gran == QJ_GRAN_GROUP ? grp_mult : wsc[c];
+      ml[c] = ref::out_multiplier(desc, a_scale, b_scale);
+      // Each scale is finite, but their product (over c_scale) may not be: a sum of 0 would then
+      // give NaN. (Per-group weights and dynamic A apply their scales in the kernel, in fp32.)
+      if (!std::isfinite(ml[c])) {
+        if (desc.c_type == QJ_U8 || desc.c_type == QJ_S8)
+          return fail(QJ_ERR_INVALID_ARGUMENT,
+                      "the output multiplier of column %lld overflows fp32: desc->a_scale=%g times the weight scale "
+                      "%g over desc->c_scale=%g",
+                      static_cast<long long>(c), a_scale, b_scale, static_cast<double>(desc.c_scale));
+        return fail(QJ_ERR_INVALID_ARGUMENT,
+                    "the output multiplier of column %lld overflows fp32: desc->a_scale=%g times the weight scale %g",
+                    static_cast<long long>(c), a_scale, b_scale);
+      }
       bi[c] = ref::out_bias(desc, c);
     }
     cg::EpilogueConsts& k = p->consts;
