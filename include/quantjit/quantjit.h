@@ -221,7 +221,8 @@ QJ_API void qj_weights_destroy(qj_weights w);
  *  also be quantized per row AND per weight group (a_granularity = QJ_GRAN_GROUP: scale = amax of
  *  the group's K / 127, so an outlier only coarsens its own group); each group's int32 sum is
  *  then multiplied by that scale before the fold: facc = fma(float(sum) * a_scale(i, g),
- *  w_scale(g, n), facc).
+ *  w_scale(g, n), facc). With weights of one group along K (per tensor, per channel, or grouped
+ *  with group_size = K, which is stored per channel) QJ_GRAN_GROUP is QJ_GRAN_ROW.
  * F16 / BF16: qj_weights_pack takes uint16_t codes (ld in elements); desc->scales and
  *  desc->zero_points must be NULL, granularity and group_size are ignored. Every code is kept,
  *  including inf, nan and subnormals. qj_weights_quantize_pack converts fp32 by round-to-nearest-

@@ -405,6 +405,13 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
   QJ_TRY(check_desc(desc));
   const bool dynamic = desc.a_type == QJ_F32 || desc.a_type == QJ_BF16;
+  if (dynamic && desc.a_granularity == QJ_GRAN_GROUP && w->gran != QJ_GRAN_GROUP) {
+    // Weights of one group along K (per tensor, per channel, or grouped with G = K, which packing
+    // keeps as per channel): A per (row, weight group) is A per row (src/ref does the same).
+    qj_gemm_desc per_row = desc;
+    per_row.a_granularity = QJ_GRAN_ROW;
+    return gemm_plan_create(per_row, std::move(w), out);
+  }
   const bool decoded = w->dtype != QJ_S8;
   if (desc.c_type == QJ_S32 && w->gran == QJ_GRAN_GROUP)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 needs per-tensor or per-channel weights "
@@ -415,9 +422,6 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     return fail(QJ_ERR_UNSUPPORTED, "k=%lld: int32 accumulation is exact only for k <= %lld",
                 (long long)w->k, (long long)max_k);
   const bool group_a = (dynamic && desc.a_granularity == QJ_GRAN_GROUP) || mx_a;
-  if (group_a && w->gran != QJ_GRAN_GROUP)
-    return fail(QJ_ERR_INVALID_ARGUMENT, "desc->a_granularity=QJ_GRAN_GROUP needs weights quantized "
-                "per group (these are per %s)", w->gran == QJ_GRAN_TENSOR ? "tensor" : "channel");
   if (group_a && !decoded)
     return fail(QJ_ERR_UNSUPPORTED, "desc->a_granularity=QJ_GRAN_GROUP is implemented for S4 / U4 "
                 "weights, not %s", qj_dtype_name(w->dtype));
