@@ -212,6 +212,44 @@ TEST_P(MxConvert, DecodeRandomBytesMatchesReference) {
   }
 }
 
+// Every code (blocks of all the type's codes, under scales 127, 0, 0xf0 and the NaN scale),
+// dequantized to fp32 and bf16: the same bits at every tier, NaN payloads and signs included.
+TEST_P(MxConvert, EveryCodeSameBitsAtEveryTier) {
+  const qj_dtype t = GetParam();
+  const qj::mx::ElemFormat& f = *qj::mx::format(t);
+  const int64_t n = 256 * 4;
+  std::vector<uint8_t> codes(n);
+  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(i & ((1 << f.bits) - 1));
+  mxt::Mx m;
+  m.elems.assign(qj::mx::split_elem_bytes(f, n), 0);
+  for (int64_t b = 0; b < n / 32; ++b) qj::mx::pack_block(f, codes.data() + 32 * b, m.elems.data() + b * f.block_bytes);
+  m.scales.resize(qj::mx::num_blocks(n));
+  const uint8_t round_scale[4] = {127, 0, 0xf0, 0xff};  // each round of the 256 codes under one scale
+  for (size_t b = 0; b < m.scales.size(); ++b) m.scales[b] = round_scale[(b * 32 / 256) % 4];
+  std::vector<uint32_t> want32;
+  std::vector<uint16_t> want16;
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    std::vector<float> d(n);
+    std::vector<uint16_t> h(n);
+    ASSERT_EQ(qj_mx_dequantize(t, m.elems.data(), m.scales.data(), n, d.data()), QJ_OK) << qj_last_error();
+    ASSERT_EQ(qj_mx_dequantize_ex(t, m.elems.data(), m.scales.data(), n, QJ_BF16, h.data()), QJ_OK) << qj_last_error();
+    std::vector<uint32_t> u(n);
+    for (int64_t i = 0; i < n; ++i) u[i] = qj::f32_bits(d[i]);
+    if (want32.empty()) {
+      want32 = u;
+      want16 = h;
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(u[i], want32[i]) << f.name << " code 0x" << std::hex << int{codes[i]} << " scale 0x"
+                                 << int{m.scales[i / 32]} << " at " << qj_isa_name(isa);
+      ASSERT_EQ(h[i], want16[i]) << f.name << " bf16, code 0x" << std::hex << int{codes[i]} << " at "
+                                 << qj_isa_name(isa);
+    }
+  }
+}
+
 // Tail blocks: the padding codes are 0 and the padding does not change the scale.
 TEST_P(MxConvert, TailPaddedWithZeros) {
   const qj_dtype t = GetParam();

@@ -87,7 +87,9 @@ float decode_elem(const ElemFormat& f, uint8_t code) {
   if (f.type == QJ_MXFP8_E4M3 && e == 15 && m == 7) {
     v = bits_f32(kF32QuietNaN);
   } else if (f.type == QJ_MXFP8_E5M2 && e == 31) {
-    v = m == 0 ? bits_f32(kF32Inf) : bits_f32(kF32QuietNaN);
+    // (NaN: E5M2 is the top byte of an fp16, converted as vcvtph2ps converts it: the mantissa
+    // kept as payload, quietened, so that every tier gives the same bits)
+    v = m == 0 ? bits_f32(kF32Inf) : bits_f32(kF32QuietNaN | (m << 21));
   } else if (e == 0) {
     v = std::ldexp(static_cast<float>(m), 1 - f.bias - f.mbits);
   } else {

@@ -123,7 +123,8 @@ inline uint8_t scale_from_amax(const ElemFormat& f, uint32_t amax_bits, qj_round
 // MXINT8: RNE(y * 64) clamped to [-127, 127]. Integer-exact, independent of MXCSR.
 uint8_t encode_elem(const ElemFormat& f, float y);
 // Exact value of a code (bits above f.bits ignored): the value rule of MX.md section 1.2;
-// E4M3 S.1111.111 -> NaN; E5M2 exponent 31 -> +-Inf (mantissa 0) or NaN; INT8 accepts -128.
+// E4M3 S.1111.111 -> NaN (0x7fc00000 with the sign); E5M2 exponent 31 -> +-Inf (mantissa 0) or
+// NaN (as an fp16's: the sign, 0x7fc00000 | m << 21); INT8 accepts -128.
 float decode_elem(const ElemFormat& f, uint8_t code);
 
 // Per-code tables, built once (thread-safe static init), indexed by the code (2^bits entries).
