@@ -171,6 +171,8 @@ typedef enum qj_granularity {
  *    QJ_LAYOUT_NK, i.e. packed along K; for QJ_LAYOUT_KN element (k, n) is nibble k%2 of byte
  *    (k/2)*ld + n). Zero points in the nibble's range.
  *  scales: 1 (tensor), N (channel) or (K/group_size)*N (group, [g][n]) floats, finite and > 0.
+ *  group_size divides K and is a multiple of 4 for S8 (of 8 for S4 / U4), or equals K (stored
+ *  per channel); another multiple is QJ_ERR_UNSUPPORTED, a non-divisor QJ_ERR_INVALID_ARGUMENT.
  *  zero_points: same count as scales, or NULL for all zero.
  *  For qj_weights_quantize_pack, scales and zero_points must be NULL: they are computed
  *  (symmetric, amax/qmax per channel or per group). */
