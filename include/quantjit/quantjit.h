@@ -374,7 +374,8 @@ typedef struct qj_gemm_desc {
 QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_gemm_plan* out);
 /** Run the plan on M rows. lda, ldc in elements (lda in bytes, and a a const qj_mx_matrix*, for
  *  MX A). part = NULL runs the whole problem on the calling thread. A plan may be run
- *  concurrently from many threads. */
+ *  concurrently from many threads. m = 0 writes nothing (a and c may be NULL) but lda, ldc and
+ *  part are still checked. */
 QJ_API qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
                              int64_t ldc, const qj_partition* part);
 /** Convenience: run over num_threads in [1, 1024] threads with the installed pool
