@@ -12,7 +12,11 @@ import argparse
 import json
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot.py: %s has no matplotlib (Debian: apt-get install python3-matplotlib; "
+             "QJ_PYTHON names another interpreter)" % sys.executable)
 
 matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
@@ -97,7 +101,10 @@ def main():
     ax.legend(loc="upper left", fontsize=8, ncol=2)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    try:
+        fig.savefig(args.out, dpi=110)
+    except (OSError, ValueError) as e:  # a missing directory, an unknown file type
+        sys.exit("plot.py: cannot write %s: %s" % (args.out, e))
     return 0
 
 

@@ -331,6 +331,10 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
   }
   if (o->types.empty()) o->types = o->adagrad ? std::vector<qj_dtype>{QJ_F32, QJ_F16}
                                               : std::vector<qj_dtype>{QJ_FUSED_8BIT, QJ_FUSED_4BIT};
+  if (o->adagrad)
+    for (qj_dtype t : o->types)
+      if (t != QJ_F32 && t != QJ_F16)
+        return arg_error(cmd, "--adagrad updates f32 and f16 tables only, not --rows %s", fmt_name(t));
   return true;
 }
 
@@ -717,7 +721,7 @@ int cmd_embedding(int argc, char** argv) {
   if (!resolve_shapes(o.shapes,
                       {{"fbgemm", {"embedding-fbgemm.csv"}}, {"dlrm", {"embedding-dlrm-dcnv2.csv"}}},
                       {"batch", "rows", "dim", "avg_len"}, &csv, &err)) {
-    std::fprintf(stderr, "embedding: %s\n", err.c_str());
+    std::fprintf(stderr, "quantjit-bench embedding: %s\n", err.c_str());
     return 2;
   }
   const int cb = csv.column("batch"), cr = csv.column("rows"), cd = csv.column("dim"), ca = csv.column("avg_len"),
@@ -728,10 +732,22 @@ int cmd_embedding(int argc, char** argv) {
       s = {512, row[cr], row[cd], row[cp], true};
     } else {
       if (cb < 0 || cr < 0 || cd < 0 || ca < 0) {
-        std::fprintf(stderr, "embedding: the shape file needs batch,rows,dim,avg_len or table,rows,dim,pooling\n");
+        std::fprintf(stderr,
+                     "quantjit-bench embedding: the shape file needs batch,rows,dim,avg_len or table,rows,dim,pooling\n");
         return 2;
       }
       s = {row[cb], row[cr], row[cd], row[ca], false};
+    }
+    // batch, rows, dim >= 1; the average bag length (or pooling) >= 0 (DLRM: >= 1)
+    if (s.bags < 1 || s.rows < 1 || s.dim < 1 || s.dim > (int64_t{1} << 24) || s.avg_len < (cp >= 0 ? 1 : 0) ||
+        s.avg_len > (int64_t{1} << 20)) {
+      std::fprintf(stderr,
+                   "quantjit-bench embedding: a shape of '%s' has batch %lld, rows %lld, dim %lld, %s %lld: batch, "
+                   "rows and dim must be >= 1 (dim <= 2^24), and %s\n",
+                   o.shapes.c_str(), static_cast<long long>(s.bags),
+                   static_cast<long long>(s.rows), static_cast<long long>(s.dim), cp >= 0 ? "pooling" : "avg_len",
+                   static_cast<long long>(s.avg_len), cp >= 0 ? "1 <= pooling <= 2^20" : "0 <= avg_len <= 2^20");
+      return 2;
     }
     shapes.push_back(s);
   }
@@ -744,6 +760,11 @@ int cmd_embedding(int argc, char** argv) {
                "limit_fraction", "layout_limit_ns", "layout_fraction", "fbgemm_ns_per_row", "vs_fbgemm", "kernel"});
   rep.hide(Format::kTable, {"seconds", "rows", "kernel", "pages", "bags", "rows_per_s", "gbps"});
   int rc = o.adagrad ? run_adagrad(oo, shapes, rep) : run_grid(oo, shapes, rep);
+  if (rep.records().empty()) {  // (e.g. --dims that no shape has, or an empty shape file)
+    std::fprintf(stderr, "quantjit-bench embedding: nothing to measure: no shape of '%s' matches the selection\n",
+                 o.shapes.c_str());
+    return 2;
+  }
   if (!o.adagrad && dlrm) {
     // One model pass = every table once: per row format and mode, the sum of the per-table times.
     for (qj_dtype t : o.types) {

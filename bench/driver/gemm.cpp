@@ -255,11 +255,17 @@ template <class T>
 struct AlignedVec {
   T* p = nullptr;
   size_t n = 0;
-  void resize(size_t count) {
+  // False (and empty) when count elements cannot be allocated.
+  [[nodiscard]] bool resize(size_t count) {
     std::free(p);
-    n = count;
+    p = nullptr;
+    n = 0;
+    if (count > (SIZE_MAX - 128) / sizeof(T)) return false;
     p = static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64 + 64));
+    if (!p) return false;
+    n = count;
     std::memset(static_cast<void*>(p), 0, count * sizeof(T));
+    return true;
   }
   T& operator[](size_t i) { return p[i]; }
   const T& operator[](size_t i) const { return p[i]; }
@@ -287,23 +293,27 @@ struct CaseData {
   AlignedVec<float> c_f32, peer_f32;
 };
 
-void make_data(const WeightKind& kind, CaseData* d) {
+// False when the buffers cannot be allocated (*bytes: what was asked).
+bool make_data(const WeightKind& kind, CaseData* d, double* bytes) {
   const int64_t m = d->m, n = d->n, k = d->k;
+  const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
+  *bytes = 4 * (dm * dk + dk * dn + 2 * dm * dn);
+  if (*bytes > 1e15) return false;  // (no product below can overflow 64 bits after this)
   Rng r(static_cast<uint64_t>(m * 1000003 + n * 1009 + k));
   if (kind.a == QJ_U8) {
-    d->a_u8.resize(m * k);
+    if (!d->a_u8.resize(m * k)) return false;
     for (int64_t i = 0; i < m * k; ++i) d->a_u8[i] = static_cast<uint8_t>(r.next() >> 56);
     d->a_scale = 0.02f;
     d->a_zp = 3;
   } else {
-    d->a_f32.resize(m * k);
+    if (!d->a_f32.resize(m * k)) return false;
     for (int64_t i = 0; i < m * k; ++i) d->a_f32[i] = r.uniform(-1, 1);
   }
   if (kind.quantize_pack) {
-    d->b_f32.resize(k * n);
+    if (!d->b_f32.resize(k * n)) return false;
     for (int64_t i = 0; i < k * n; ++i) d->b_f32[i] = r.uniform(-1, 1);
   } else {
-    d->b_s8.resize(k * n);
+    if (!d->b_s8.resize(k * n)) return false;
     for (int64_t i = 0; i < k * n; ++i) d->b_s8[i] = static_cast<int8_t>(r.next() >> 56);
     d->b_scale.resize(n);
     for (auto& s : d->b_scale) s = r.uniform(0.004f, 0.012f);
@@ -317,11 +327,12 @@ void make_data(const WeightKind& kind, CaseData* d) {
     d->c_scale = static_cast<float>(d->a_scale * 0.008 * spread / 40.0);
     d->c_zp = 5;
     for (auto& b : d->bias) b = d->c_scale * r.uniform(80, 120);
-    d->c_u8.resize(m * n);
+    if (!d->c_u8.resize(m * n)) return false;
   } else {
     for (auto& b : d->bias) b = r.uniform(-1, 1);
-    d->c_f32.resize(m * n);
+    if (!d->c_f32.resize(m * n)) return false;
   }
+  return true;
 }
 
 // Exact output of the s8 setting for row i, column j (double precision, ties to even).
@@ -490,7 +501,10 @@ std::unique_ptr<GemmPeer> prepare_peer(const WeightKind& kind, CaseData& d,
       out_scale[j] = static_cast<float>(ab / d.c_scale);
       bias_acc[j] = static_cast<float>(d.bias[j] / ab);
     }
-    d.peer_u8.resize(m * n);
+    if (!d.peer_u8.resize(m * n)) {
+      *err = "cannot allocate the peer's C";
+      return nullptr;
+    }
     PeerInt8Problem p;
     p.m = m, p.n = n, p.k = k;
     p.a = d.a_u8.data(), p.a_zp = d.a_zp, p.b = d.b_s8.data();
@@ -500,7 +514,10 @@ std::unique_ptr<GemmPeer> prepare_peer(const WeightKind& kind, CaseData& d,
   }
   if (kind.peer == PeerKind::kF32) {
     *keep = peer_weights(kind, d);
-    d.peer_f32.resize(m * n);
+    if (!d.peer_f32.resize(m * n)) {
+      *err = "cannot allocate the peer's C";
+      return nullptr;
+    }
     PeerF32Problem p;
     p.m = m, p.n = n, p.k = k;
     p.a = d.a_f32.data(), p.b = keep->data(), p.bias = d.bias.data(), p.c = d.peer_f32.data();
@@ -526,7 +543,14 @@ CaseResult run_case(const Options& o, const WeightKind& kind, int64_t m, int64_t
   rec.set("mode", o.cold ? "cold" : "warm");
   const double peak = kind_peak(kind) * o.threads;
   rec.set("peak_gops", peak, 1);
-  make_data(kind, &d);
+  if (kind.w == QJ_S4 || kind.w == QJ_U4) rec.set("group", o.group > 0 ? o.group : kind.group);
+  double bytes = 0;
+  if (!make_data(kind, &d, &bytes)) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "cannot allocate the shape's buffers (%.3g bytes)", bytes);
+    rec.set("error", msg);
+    return res;  // (res.ok is false)
+  }
 
   // ---- quantjit: plan (gen_us), one checked run ----
   Ours q;
@@ -690,7 +714,7 @@ bool draw_plot(const Report& rep, const std::string& png) {
   std::string py = "python3";
   if (const char* e = std::getenv("QJ_PYTHON")) py = e;
   else if (access("/usr/bin/python3", X_OK) == 0) py = "/usr/bin/python3";
-  std::string cmd = py + " '" + bench_dir() + "/plot.py' '" + tmp + "' '" + png + "'";
+  std::string cmd = py + " '" + plot_script() + "' '" + tmp + "' '" + png + "'";
   int rc = std::system(cmd.c_str());
   unlink(tmp);
   return rc == 0;
@@ -703,6 +727,18 @@ int cmd_gemm(int argc, char** argv) {
   bool help = false;
   if (!parse_options(argc, argv, &o, &help)) return 2;
   if (help) return usage(0);
+  if (o.a_mx != QJ_DT_UNDEFINED)
+    for (const WeightKind* kd : o.kinds)
+      if (kd->a == QJ_U8) {
+        arg_error("gemm", "--a-type: %s weights take u8 A; MX activations go with mxfp4 .. mx4, f16, bf16, s4 or u4",
+                  kd->name);
+        return 2;
+      }
+  if (o.group > 0 &&
+      std::none_of(o.kinds.begin(), o.kinds.end(), [](const WeightKind* kd) { return kd->w == QJ_S4 || kd->w == QJ_U4; })) {
+    arg_error("gemm", "--group: only the s4 / u4 weight types take a group size (MX blocks are 32)");
+    return 2;
+  }
   CsvTable shapes;
   std::string err;
   if (!resolve_shapes(o.shapes, gemm_lists(), {"M", "N", "K"}, &shapes, &err)) {
@@ -725,7 +761,7 @@ int cmd_gemm(int argc, char** argv) {
   const bool several = o.kinds.size() > 1;
 
   Report rep(o.fmt);
-  rep.declare({"m", "n", "k", "a_type", "w_type", "c_type", "isa", "threads", "mode", "seconds",
+  rep.declare({"m", "n", "k", "a_type", "w_type", "group", "c_type", "isa", "threads", "mode", "seconds",
                "time_us", "gops", "peak_gops", "peak_fraction", "level", "weight_gbs", "roof_gbs",
                "roof_fraction", "gen_us", "kernels", "plan_us", "pack_ms", "fallbacks", "reps",
                "ref_max_diff", "peer", "peer_impl", "peer_seconds", "peer_us", "peer_gops",
@@ -736,7 +772,7 @@ int cmd_gemm(int argc, char** argv) {
   std::vector<std::string> table_hidden = {"c_type", "isa", "threads", "mode", "seconds",
                                            "peer_seconds", "peak_gops", "pack_ms", "reps", "peer_impl",
                                            "weight_gbs", "roof_gbs", "peer_create_us", "plan_us"};
-  if (!several) table_hidden.insert(table_hidden.begin(), {"a_type", "w_type"});
+  if (!several) table_hidden.insert(table_hidden.begin(), {"a_type", "w_type", "group"});
   rep.hide(Format::kTable, table_hidden);
   rep.hide(Format::kCsv, {"time_us", "peer_us"});
   rep.hide(Format::kJson, {"time_us", "peer_us"});
@@ -747,13 +783,19 @@ int cmd_gemm(int argc, char** argv) {
   };
   std::vector<Summary> sums(o.kinds.size());
   int failed = 0, mismatched = 0;
+  if (shapes.rows.empty()) {
+    std::fprintf(stderr, "quantjit-bench gemm: nothing to measure: '%s' holds no shape\n", o.shapes.c_str());
+    return 2;
+  }
+  for (const auto& row : shapes.rows)
+    if (row[cm] <= 0 || row[cn] <= 0 || row[ck] <= 0) {
+      std::fprintf(stderr, "quantjit-bench gemm: shape %lld,%lld,%lld (%s): M, N and K must be positive\n",
+                   static_cast<long long>(row[cm]), static_cast<long long>(row[cn]), static_cast<long long>(row[ck]),
+                   o.shapes.c_str());
+      return 2;
+    }
   for (const auto& row : shapes.rows) {
     const int64_t m = row[cm], n = row[cn], k = row[ck];
-    if (m <= 0 || n <= 0 || k <= 0) {
-      std::fprintf(stderr, "quantjit-bench gemm: skipping non-positive shape %lld,%lld,%lld\n",
-                   static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
-      continue;
-    }
     for (size_t i = 0; i < o.kinds.size(); ++i) {
       CaseResult r = run_case(o, *o.kinds[i], m, n, k, rep);
       Summary& sm = sums[i];
@@ -795,9 +837,14 @@ int cmd_gemm(int argc, char** argv) {
   if (failed) rep.note("FAILED cases: " + std::to_string(failed) + " (see the error column)");
   if (mismatched) rep.note("MISMATCHED cases: " + std::to_string(mismatched));
   rep.finish();
+  bool plot_failed = false;
   if (!o.plot.empty()) {
-    if (draw_plot(rep, o.plot)) std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
-    else std::fprintf(stderr, "quantjit-bench gemm: plotting %s failed\n", o.plot.c_str());
+    if (draw_plot(rep, o.plot)) {
+      std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
+    } else {
+      std::fprintf(stderr, "quantjit-bench gemm: plotting %s failed (above)\n", o.plot.c_str());
+      plot_failed = true;
+    }
   }
-  return failed || mismatched ? 1 : 0;
+  return failed || mismatched || plot_failed ? 1 : 0;
 }

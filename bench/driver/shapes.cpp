@@ -2,6 +2,7 @@
 #include "driver/shapes.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,9 @@
 
 #ifndef QJ_SHAPES_DIR
 #define QJ_SHAPES_DIR "bench/shapes"
+#endif
+#ifndef QJ_PLOT_SCRIPT
+#define QJ_PLOT_SCRIPT "bench/plot.py"
 #endif
 
 namespace bench {
@@ -41,8 +45,9 @@ bool parse_row(const std::vector<std::string>& cells, std::vector<int64_t>* row)
   for (const std::string& c : cells) {
     if (c.empty()) return false;
     char* end = nullptr;
+    errno = 0;
     long long v = std::strtoll(c.c_str(), &end, 10);
-    if (!end || *end != '\0') return false;
+    if (errno || !end || *end != '\0') return false;  // (errno: beyond 64 bits)
     row->push_back(v);
   }
   return true;
@@ -106,7 +111,7 @@ bool read_csv(const std::string& path, CsvTable* out, std::string* err) {
     std::vector<int64_t> row;
     if (cells.size() != out->columns.size() || !parse_row(cells, &row)) {
       *err = path + ":" + std::to_string(lineno) + ": expected " +
-             std::to_string(out->columns.size()) + " integers, got '" + t + "'";
+             std::to_string(out->columns.size()) + " 64-bit integers, got '" + t + "'";
       return false;
     }
     out->rows.push_back(row);
@@ -136,14 +141,14 @@ bool resolve_shapes(const std::string& spec, const std::vector<NamedShapeList>& 
     return read_csv(spec, &t, err) && append(out, t, spec, err);
   }
   // Inline: "64,800,320;1,4096,4096".
-  if (!spec.empty() && (std::isdigit(static_cast<unsigned char>(spec[0])))) {
+  if (!spec.empty() && (std::isdigit(static_cast<unsigned char>(spec[0])) || spec[0] == '-')) {
     CsvTable t;
     t.columns = inline_columns;
     for (const std::string& r : split(spec, ';')) {
       std::vector<int64_t> row;
       if (!parse_row(split(r, ','), &row) || row.size() != inline_columns.size()) {
-        *err = "inline shape '" + r + "' does not have " + std::to_string(inline_columns.size()) +
-               " integers";
+        *err = "inline shape '" + r + "' is not " + std::to_string(inline_columns.size()) +
+               " integers (64-bit)";
         return false;
       }
       t.rows.push_back(row);
@@ -153,8 +158,10 @@ bool resolve_shapes(const std::string& spec, const std::vector<NamedShapeList>& 
   }
   std::string names;
   for (const NamedShapeList& n : named) names += std::string(names.empty() ? "" : ", ") + n.name;
-  *err = "--shapes '" + spec + "' is not a named list (" + names +
-         "), an existing file, or inline M,N,K rows";
+  std::string cols;
+  for (const std::string& c : inline_columns) cols += std::string(cols.empty() ? "" : ",") + c;
+  *err = "--shapes '" + spec + "' is not a named list (" + names + "), an existing file, or inline " + cols +
+         " rows";
   return false;
 }
 
@@ -163,11 +170,6 @@ std::string shapes_dir() {
   return QJ_SHAPES_DIR;
 }
 
-std::string bench_dir() {
-  std::string d = shapes_dir();
-  while (!d.empty() && d.back() == '/') d.pop_back();
-  size_t s = d.find_last_of('/');
-  return s == std::string::npos ? "." : d.substr(0, s);
-}
+std::string plot_script() { return QJ_PLOT_SCRIPT; }
 
 }  // namespace bench

@@ -37,8 +37,10 @@ bool resolve_shapes(const std::string& spec, const std::vector<NamedShapeList>& 
                     const std::vector<std::string>& inline_columns, CsvTable* out,
                     std::string* err);
 
-// Directory holding the shape files (QJ_SHAPES_DIR), and the bench/ directory above it.
+// Directory holding the shape files (QJ_SHAPES_DIR: the environment variable, else bench/shapes/
+// of the source tree).
 std::string shapes_dir();
-std::string bench_dir();
+// bench/plot.py of the source tree (--plot).
+std::string plot_script();
 
 }  // namespace bench
