@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/formats/fp16_stochastic.h"
@@ -598,6 +600,62 @@ TEST(RowwiseAdagrad, StochasticRoundingOfHugeResults) {
       }
     }
   }
+}
+
+// A caller's pool that, like a work-stealing pool, runs queued work on the waiting caller: here
+// another row-wise AdaGrad call (a different table, larger) while the outer call's slices run.
+// The outer call's result must be that of the same call without the nested one (the slices read
+// the calling thread's grouping scratch, which the nested call must not reuse).
+std::function<void()> g_queued;
+void stealing_pool(void*, qj_task_fn fn, void* ctx, int32_t n) {
+  std::vector<std::thread> ts;
+  for (int32_t t = 1; t < n; ++t) ts.emplace_back(fn, ctx, t, n);
+  if (g_queued) {
+    std::function<void()> f = std::move(g_queued);
+    g_queued = nullptr;
+    f();
+  }
+  fn(ctx, 0, n);
+  for (auto& t : ts) t.join();
+}
+
+TEST(RowwiseAdagrad, NestedCallOnAWaitingCallerThread) {
+  struct Call {
+    qj_rowwise_adagrad_desc d;
+    int64_t rows, bags;
+    std::vector<float> table, mom, grad;
+    std::vector<int32_t> idx, off;
+    Call(int64_t dim, int64_t rows_, int64_t bags_, int per_bag, uint32_t seed) : rows(rows_), bags(bags_) {
+      std::memset(&d, 0, sizeof d);
+      d.table_type = QJ_F32;
+      d.dim = dim;
+      d.index_bits = 32;
+      d.offset_bits = 32;
+      d.pooling = QJ_POOL_SUM;
+      d.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+      d.learning_rate = 0.1f;
+      d.epsilon = 1e-5f;
+      table = qjt::random_floats(rows * dim, -1.0f, 1.0f, seed);
+      mom.assign(rows, 0.0f);
+      grad = qjt::random_floats(bags * dim, -1.0f, 1.0f, seed + 1);
+      idx = qjt::random_ints<int32_t>(bags * per_bag, 0, static_cast<int>(rows - 1), seed + 2);
+      for (int64_t b = 0; b <= bags; ++b) off.push_back(static_cast<int32_t>(b * per_bag));
+    }
+    qj_status run() {
+      return qj_rowwise_adagrad_fused(&d, table.data(), mom.data(), rows, bags, idx.data(),
+                                      static_cast<int64_t>(idx.size()), off.data(), nullptr, grad.data(), 7, 3);
+    }
+  };
+  Call want(32, 500, 40, 5, 1), outer(32, 500, 40, 5, 1), inner(256, 4000, 400, 20, 9);
+  ASSERT_EQ(want.run(), QJ_OK) << qj_last_error();
+  qj_set_parallel_for(stealing_pool, nullptr);
+  g_queued = [&] { EXPECT_EQ(inner.run(), QJ_OK) << qj_last_error(); };
+  const qj_status st = outer.run();
+  qj_set_parallel_for(nullptr, nullptr);
+  EXPECT_FALSE(g_queued) << "the pool did not run the queued call";
+  ASSERT_EQ(st, QJ_OK) << qj_last_error();
+  EXPECT_EQ(0, std::memcmp(outer.table.data(), want.table.data(), want.table.size() * 4));
+  EXPECT_EQ(0, std::memcmp(outer.mom.data(), want.mom.data(), want.mom.size() * 4));
 }
 
 // An fp32 sum-pooled row-wise AdaGrad descriptor (coalesced: the memset's 0), lr 0.01, eps 1e-6.

@@ -519,10 +519,30 @@ struct Scratch {
   std::unique_ptr<float, decltype(&std::free)> gbuf{nullptr, &std::free};
   size_t gbuf_floats = 0;
 };
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
+// The calling thread's scratch, which the call's slices on every thread read. A call made on a
+// thread whose scratch is in use by a call still running there (an installed pool that runs
+// other queued work on the waiting caller, as work-stealing pools do) gets its own for the call.
+class CallScratch {
+ public:
+  CallScratch() {
+    if (depth()++ > 0) own_ = std::make_unique<Scratch>();
+  }
+  ~CallScratch() { --depth(); }
+  CallScratch(const CallScratch&) = delete;
+  CallScratch& operator=(const CallScratch&) = delete;
+  Scratch& get() { return own_ ? *own_ : mine(); }
+
+ private:
+  static Scratch& mine() {
+    thread_local Scratch s;
+    return s;
+  }
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+  std::unique_ptr<Scratch> own_;
+};
 struct Job {
   const qj_rowwise_adagrad_desc* d;
   float* gbuf;   // worker t: G buffers at gbuf + 2 * t * gpad (see Scratch)
@@ -740,7 +760,8 @@ std::atomic<int> g_force_prefetch_l2{-1};
 
 template <class K>
 qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32_t num_threads) {
-  Scratch& s = scratch();
+  CallScratch call_scratch;
+  Scratch& s = call_scratch.get();
   // The scratch keeps its size between calls; after a much larger call it is given back (a
   // thread's one huge batch should not pin ~60 bytes per index for the thread's lifetime).
   if (s.next.capacity() > std::max<size_t>(8 * static_cast<size_t>(c.num_indices), size_t{1} << 20)) s = Scratch();
