@@ -10,16 +10,20 @@
 //   own partition of one shared C.
 // - qj_cache_clear and qj_cache_stats racing with plan creation: live plans keep working.
 // Problems are small so the TSan build stays fast.
+#include <asmjit/x86.h>
 #include <gtest/gtest.h>
 #include <quantjit/quantjit.h>
 
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "src/core/kernel_cache.h"
 #include "src/ref/gemm_ref.h"
 #include "test/gemm_case.h"
 #include "test/test_util.h"
@@ -261,6 +265,46 @@ TEST_P(CacheConcurrency, ClearAndStatsRacingWithPlans) {
   const qj_cache_stats_t s = stats();
   EXPECT_EQ(s.entries, 0u);
   EXPECT_EQ(s.code_bytes, 0u);
+}
+
+// A generator that throws (bad_alloc from the emitter's containers or the name) fails its own
+// generation with QJ_ERR_OUT_OF_MEMORY: the threads waiting for that generation get the failure
+// instead of waiting forever, the key is not left half-made in the cache, and a later lookup
+// generates it.
+std::atomic<int> g_name_calls{0};
+bool emit_ret(const qj::KernelKey&, asmjit::x86::Assembler& a, std::string*) {
+  a.ret();
+  return true;
+}
+std::string name_throws_first(const qj::KernelKey&) {
+  if (g_name_calls.fetch_add(1) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the others queue up
+    throw std::bad_alloc();
+  }
+  return "test_throwing_generator";
+}
+
+TEST(CacheGeneration, AGeneratorThatThrowsEndsItsGeneration) {
+  const qj::KernelFamily fam{emit_ret, name_throws_first};
+  qj::KernelKey key = qj::KernelKey::zeroed();
+  key.op = qj::KernelOp::kConvert;
+  key.param[5] = 0x5eed5eedu;
+  std::atomic<int> ok{0}, oom{0}, other{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      qj::KernelRef r;
+      const qj_status s = qj::acquire_kernel(key, fam, &r);
+      (s == QJ_OK ? ok : s == QJ_ERR_OUT_OF_MEMORY ? oom : other)++;
+      if (s == QJ_ERR_OUT_OF_MEMORY) EXPECT_NE(std::string(qj_last_error()).find("out of memory"), std::string::npos);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_GE(oom.load(), 1);  // the generation that threw, and the threads that waited for it
+  EXPECT_EQ(other.load(), 0);
+  qj::KernelRef r;
+  ASSERT_EQ(qj::acquire_kernel(key, fam, &r), QJ_OK) << qj_last_error();
+  EXPECT_NE(r.entry(), nullptr);
+  EXPECT_EQ(r.name(), "test_throwing_generator");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, CacheConcurrency, ::testing::ValuesIn(qjt::supported_isas()),

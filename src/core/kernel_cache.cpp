@@ -228,6 +228,14 @@ const std::string& KernelRef::name() const {
 size_t KernelRef::code_bytes() const { return k_ ? k_->block.bytes : 0; }
 double KernelRef::gen_us() const { return k_ && !hit_ ? k_->gen_us : 0.0; }
 
+// The error of a failed generation (also for the threads that waited for it).
+static qj_status generation_failed(const CachedKernel& k) {
+  return fail(k.status, "kernel %s: %s", k.name.c_str(),
+              !k.error.empty()                     ? k.error.c_str()
+              : k.status == QJ_ERR_OUT_OF_MEMORY ? "out of memory while generating"
+                                                 : "unexpected C++ exception while generating");
+}
+
 qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRef* out) {
   Stats& st = stats();
   Shard& sh = shards()[key.hash() % kShards];
@@ -248,7 +256,18 @@ qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRe
   k->last_use.store(st.tick.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
   if (mine) {
     st.misses++;
-    generate(k.get(), fam);
+    // An exception out of the generator (bad_alloc from the emitter's containers, the name) must
+    // still end the generation: it becomes the entry's failure, which wakes the waiters and
+    // removes the entry below (left in state 0, every later lookup of the key would wait forever).
+    try {
+      generate(k.get(), fam);
+    } catch (const std::bad_alloc&) {
+      k->status = QJ_ERR_OUT_OF_MEMORY;
+      k->error.clear();  // (no allocation: fail() below still names the status)
+    } catch (...) {
+      k->status = QJ_ERR_INTERNAL;
+      k->error.clear();
+    }
     {
       std::lock_guard<std::mutex> lock(k->m);
       k->state = k->status == QJ_OK ? 1 : 2;
@@ -258,7 +277,7 @@ qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRe
       std::lock_guard<std::mutex> lock(sh.m);
       auto it = sh.map.find(key);
       if (it != sh.map.end() && it->second == k) sh.map.erase(it);
-      return fail(k->status, "kernel %s: %s", k->name.c_str(), k->error.c_str());
+      return generation_failed(*k);
     }
     st.entries++;
     *out = KernelRef(std::move(k));
@@ -269,7 +288,7 @@ qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRe
     std::unique_lock<std::mutex> lock(k->m);
     k->cv.wait(lock, [&] { return k->state != 0; });
   }
-  if (k->state == 2) return fail(k->status, "kernel %s: %s", k->name.c_str(), k->error.c_str());
+  if (k->state == 2) return generation_failed(*k);
   st.hits++;
   *out = KernelRef(std::move(k));
   out->hit_ = true;
