@@ -1,6 +1,7 @@
 #include "src/core/kernel_cache.h"
 
 #include <asmjit/x86.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -65,8 +67,33 @@ struct Stats {
   std::atomic<uint64_t> tick{0};
 };
 
-Shard* shards() {
+// fork(): the shards' locks are taken around the fork, so that the child never starts with one
+// held by a thread it does not have; the child then drops the entries still being generated
+// (their generating threads stayed in the parent: a lookup would wait for them forever).
+Shard* shard_array();
+void lock_shards_for_fork() {
+  for (int i = 0; i < kShards; ++i) shard_array()[i].m.lock();
+}
+void unlock_shards_after_fork() {
+  for (int i = kShards - 1; i >= 0; --i) shard_array()[i].m.unlock();
+}
+void child_after_fork() {
+  unlock_shards_after_fork();
+  for (int i = 0; i < kShards; ++i) {
+    Shard& sh = shard_array()[i];
+    for (auto it = sh.map.begin(); it != sh.map.end();) it = it->second->state == 0 ? sh.map.erase(it) : std::next(it);
+  }
+}
+Shard* shard_array() {
   static Shard s[kShards];
+  return s;
+}
+Shard* shards() {
+  static Shard* s = [] {
+    Shard* a = shard_array();
+    pthread_atfork(lock_shards_for_fork, unlock_shards_after_fork, child_after_fork);
+    return a;
+  }();
   return s;
 }
 Stats& stats() {

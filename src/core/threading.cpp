@@ -1,5 +1,7 @@
 #include "src/core/threading.h"
 
+#include <pthread.h>
+
 #if defined(__linux__)
 #include <sched.h>
 #endif
@@ -241,9 +243,26 @@ class Pool {
   std::atomic<uint64_t> inline_calls_{0};  // calls run on the caller alone (tests)
 };
 
+// The process's pool. A child of fork() has none of the parent's workers, and the parent's
+// threads may have held the pool's locks at the fork: the child starts from a new pool, and the
+// parent's is left untouched there (never destroyed: joining its threads would crash the child
+// at exit; its memory is the parent's copy). The owner destroys the pool of its own process at
+// exit (joining the workers).
+Pool* g_pool_instance = nullptr;
+void new_pool_after_fork() { g_pool_instance = new Pool; }
+struct PoolOwner {
+  PoolOwner() {
+    g_pool_instance = new Pool;
+    pthread_atfork(nullptr, nullptr, new_pool_after_fork);
+  }
+  ~PoolOwner() {
+    delete g_pool_instance;
+    g_pool_instance = nullptr;
+  }
+};
 Pool& pool() {
-  static Pool p;
-  return p;
+  static PoolOwner owner;
+  return *g_pool_instance;
 }
 
 }  // namespace
