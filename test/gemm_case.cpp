@@ -202,21 +202,12 @@ std::string run_gemm_case(const GemmCase& c) {
   d.bias = c.bias ? bias.data() : nullptr;
   d.activation = c.relu ? QJ_ACT_RELU : QJ_ACT_NONE;
   d.beta = c.beta;
+  // At a JIT tier the plan must use generated kernels (qjt::create_jit_plan). (Concurrent callers
+  // run at the same tier, so no other thread's plan falls back meanwhile.)
   qj_gemm_plan plan = nullptr;
-  qj_cache_stats_t before{}, after{};
-  qj_cache_stats(&before);
-  if (qj_gemm_plan_create(&d, w, &plan) != QJ_OK) {
+  if (std::string e = qjt::create_jit_plan(d, w, &plan); !e.empty()) {
     qj_weights_destroy(w);
-    return std::string("plan: ") + qj_last_error();
-  }
-  qj_cache_stats(&after);
-  // At a JIT tier the plan must use generated kernels: a silent fallback to src/ref would make
-  // the comparison below trivially equal. (Concurrent callers run at the same tier, so no other
-  // thread's plan falls back meanwhile.)
-  if (qj_max_isa() >= QJ_ISA_AVX2 && after.fallbacks != before.fallbacks) {
-    qj_gemm_plan_destroy(plan);
-    qj_weights_destroy(w);
-    return std::string("plan fell back to the scalar reference at ") + qj_isa_name(qj_max_isa());
+    return e;
   }
   // The plan copies the bias (header: "copied at plan creation") and keeps its own reference to
   // the weights: scribble over the first and drop the second before running.

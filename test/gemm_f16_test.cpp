@@ -181,9 +181,9 @@ std::string run_api(const FloatCase& c, const Data& d, std::vector<uint8_t>* out
   if (st != QJ_OK) return std::string("pack: ") + qj_last_error();
   qj_gemm_desc g = make_desc(c, d);
   qj_gemm_plan p = nullptr;
-  if (qj_gemm_plan_create(&g, w, &p) != QJ_OK) {
+  if (std::string e = qjt::create_jit_plan(g, w, &p); !e.empty()) {
     qj_weights_destroy(w);
-    return std::string("plan: ") + qj_last_error();
+    return e;
   }
   *out = d.c0;
   std::string err;

@@ -156,9 +156,9 @@ std::string run_case(const Int4Case& c) {
   d.activation = c.relu ? QJ_ACT_RELU : QJ_ACT_NONE;
   d.beta = c.beta;
   qj_gemm_plan plan = nullptr;
-  if (qj_gemm_plan_create(&d, w, &plan) != QJ_OK) {
+  if (std::string e = qjt::create_jit_plan(d, w, &plan); !e.empty()) {
     qj_weights_destroy(w);
-    return std::string("plan: ") + qj_last_error();
+    return e;
   }
 
   const int64_t ldc = n + c.ldc_pad;

@@ -238,9 +238,9 @@ std::string run_case(const Case& t) {
       return std::string("deserialize: ") + qj_last_error();
   }
   qj_gemm_plan plan = nullptr;
-  st = qj_gemm_plan_create(&gd, w, &plan);
+  const std::string plan_err = qjt::create_jit_plan(gd, w, &plan);
   qj_weights_destroy(w);
-  if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
+  if (!plan_err.empty()) return plan_err;
   const int64_t ldc = t.n + t.ldc_pad;
   const bool req = t.c_type == QJ_U8 || t.c_type == QJ_S8;
   const int eb = req ? 1 : (t.c_type == QJ_BF16 ? 2 : 4);

@@ -182,9 +182,9 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   gd.activation = t.relu ? QJ_ACT_RELU : QJ_ACT_NONE;
   gd.beta = t.beta;
   qj_gemm_plan plan = nullptr;
-  qj_status st = qj_gemm_plan_create(&gd, w, &plan);
+  const std::string plan_err = qjt::create_jit_plan(gd, w, &plan);
   qj_weights_destroy(w);
-  if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
+  if (!plan_err.empty()) return plan_err;
   const int64_t ldc = t.n + t.ldc_pad;
   const int eb = t.c_type == QJ_BF16 ? 2 : 4;
   std::vector<uint8_t> cbuf(t.m * ldc * eb, 0xEE);
@@ -195,8 +195,7 @@ std::string run_and_check(const Case& t, MxA& A, const qj::ref::MxWeights& rw, c
   }
   for (int th = 0; th < t.threads; ++th) {
     qj_partition part{th, t.threads};
-    st = qj_gemm_run(plan, t.m, &A.mat, A.lda, cbuf.data(), ldc, &part);
-    if (st != QJ_OK) {
+    if (qj_gemm_run(plan, t.m, &A.mat, A.lda, cbuf.data(), ldc, &part) != QJ_OK) {
       qj_gemm_plan_destroy(plan);
       return std::string("run: ") + qj_last_error();
     }

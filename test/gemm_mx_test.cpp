@@ -159,17 +159,9 @@ std::string run_case(const MxCase& t) {
       return std::string("deserialize: ") + qj_last_error();
   }
   qj_gemm_plan plan = nullptr;
-  qj_cache_stats_t before{}, after{};
-  qj_cache_stats(&before);
-  st = qj_gemm_plan_create(&gd, w, &plan);
-  qj_cache_stats(&after);
+  const std::string plan_err = qjt::create_jit_plan(gd, w, &plan);  // (no fallback at a JIT tier)
   qj_weights_destroy(w);
-  if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
-  // Every MX weight type has a JIT kernel at every JIT tier: no plan may fall back to src/ref.
-  if (qj_max_isa() >= QJ_ISA_AVX2 && after.fallbacks != before.fallbacks) {
-    qj_gemm_plan_destroy(plan);
-    return std::string("plan fell back to the scalar reference at ") + qj_isa_name(qj_max_isa());
-  }
+  if (!plan_err.empty()) return plan_err;
   const int64_t ldc = t.n + t.ldc_pad;
   const int eb = t.c_type == QJ_BF16 ? 2 : 4;
   std::vector<uint8_t> cbuf(t.m * ldc * eb, 0xEE);

@@ -243,9 +243,9 @@ std::string run_api(const Fp8Case& t, const Weights& W, GemmRun* r) {
       return std::string("deserialize: ") + qj_last_error();
   }
   qj_gemm_plan plan = nullptr;
-  st = qj_gemm_plan_create(&r->gd, w, &plan);
+  const std::string plan_err = qjt::create_jit_plan(r->gd, w, &plan);
   qj_weights_destroy(w);
-  if (st != QJ_OK) return std::string("plan: ") + qj_last_error();
+  if (!plan_err.empty()) return plan_err;
   r->out = r->c0;
   for (int th = 0; th < t.threads; ++th) {
     qj_partition part{th, t.threads};

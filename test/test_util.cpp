@@ -40,4 +40,18 @@ std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
   return v;
 }
 
+std::string create_jit_plan(const qj_gemm_desc& d, qj_weights w, qj_gemm_plan* out) {
+  *out = nullptr;
+  qj_cache_stats_t before{}, after{};
+  qj_cache_stats(&before);
+  if (qj_gemm_plan_create(&d, w, out) != QJ_OK) return std::string("plan: ") + qj_last_error();
+  qj_cache_stats(&after);
+  if (qj_max_isa() >= QJ_ISA_AVX2 && after.fallbacks != before.fallbacks) {
+    qj_gemm_plan_destroy(*out);
+    *out = nullptr;
+    return std::string("plan fell back to the scalar reference at ") + qj_isa_name(qj_max_isa());
+  }
+  return "";
+}
+
 }  // namespace qjt

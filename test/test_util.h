@@ -46,6 +46,13 @@ std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 
 std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 
+// qj_gemm_plan_create for tests that compare with src/ref: at a JIT tier (avx2 and up) a plan
+// that falls back to the scalar reference is an error (every GEMM family has JIT kernels at every
+// JIT tier; a fallback would compare the reference with itself). Returns "" or the error; *out
+// is NULL on error. (Callers at one tier only: another thread's plan at the scalar tier would be
+// counted.)
+std::string create_jit_plan(const qj_gemm_desc& d, qj_weights w, qj_gemm_plan* out);
+
 // Weights K x N stored N x K (one column's K values contiguous), the other fields zero.
 inline qj_weights_desc nk_desc(qj_dtype t, int64_t k, int64_t n) {
   qj_weights_desc d{};
