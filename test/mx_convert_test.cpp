@@ -163,8 +163,12 @@ TEST_P(MxConvert, QuantizeMatchesReferenceAtEveryIsa) {
           qjt::IsaCap cap(isa);
           const std::string where = std::string(f.name) + " " + gen_name(gen) + " n=" + std::to_string(n) +
                                     " r=" + std::to_string(r) + " isa=" + qj_isa_name(isa);
-          // The tier asked for is the tier that runs (no silent scalar path).
-          EXPECT_EQ(qj::mx_convert_isa(t), isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa) << where;
+          // The tier asked for is the tier that runs (no silent scalar path), for quantize and
+          // dequantize, fp32 and bf16.
+          for (bool deq : {false, true})
+            for (bool bf16 : {false, true})
+              EXPECT_EQ(qj::mx_convert_isa(t, deq, bf16), isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa)
+                  << where << (deq ? " dequantize" : " quantize") << (bf16 ? " bf16" : " f32");
           mxt::Mx got = api_quantize(t, r, QJ_F32, v.data(), n);
           ASSERT_EQ(mxt::first_diff(got.scales, want.scales), -1) << where;
           const int64_t d = mxt::first_diff(got.elems, want.elems);
@@ -379,7 +383,10 @@ TEST_P(BdrConvert, MatchesReferenceAtEveryIsa) {
         qjt::IsaCap cap(isa);
         const std::string where = std::string(f.name) + " " + gen_name(gen) + " n=" + std::to_string(n) +
                                   " isa=" + qj_isa_name(isa);
-        EXPECT_EQ(qj::mx_convert_isa(t), isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa) << where;
+        for (bool deq : {false, true})
+          for (bool bf16 : {false, true})
+            EXPECT_EQ(qj::mx_convert_isa(t, deq, bf16), isa >= QJ_ISA_AVX512 ? QJ_ISA_AVX512 : isa)
+                << where << (deq ? " dequantize" : " quantize") << (bf16 ? " bf16" : " f32");
         for (int src16 = 0; src16 < 2; ++src16) {
           std::vector<uint8_t> got(bytes + 32, kGuard);
           ASSERT_EQ(qj_mx_quantize_ex(t, QJ_ROUND_FLOOR, src16 ? QJ_BF16 : QJ_F32,

@@ -229,13 +229,21 @@ void mx_import(qj_mx_layout layout, const uint8_t* src, int64_t n, uint8_t* elem
   }
 }
 
-qj_isa mx_convert_isa(qj_dtype t) {
+qj_isa mx_convert_isa(qj_dtype t, bool dequantize, bool bf16) {
   qj_isa chosen = QJ_ISA_SCALAR;
-  if (mx::is_ocp_type(t))
-    pick(t, false, &mxk::quantize_avx512, &mxk::quantize_avx2, &quantize_scalar_fn, "mx", &chosen);
-  else if (bdr::is_bdr_type(t))
-    pick<mxk::BdrQuantizeFn>(t, false, &mxk::bdr_quantize_avx512, &mxk::bdr_quantize_avx2,
-                             &bdr_quantize_scalar_fn, "bdr", &chosen);
+  if (mx::is_ocp_type(t)) {
+    if (dequantize)
+      pick(t, bf16, &mxk::dequantize_avx512, &mxk::dequantize_avx2, &dequantize_scalar_fn, "mx", &chosen);
+    else
+      pick(t, bf16, &mxk::quantize_avx512, &mxk::quantize_avx2, &quantize_scalar_fn, "mx", &chosen);
+  } else if (bdr::is_bdr_type(t)) {
+    if (dequantize)
+      pick<mxk::BdrDequantizeFn>(t, bf16, &mxk::bdr_dequantize_avx512, &mxk::bdr_dequantize_avx2,
+                                 &bdr_dequantize_scalar_fn, "bdr", &chosen);
+    else
+      pick<mxk::BdrQuantizeFn>(t, bf16, &mxk::bdr_quantize_avx512, &mxk::bdr_quantize_avx2,
+                               &bdr_quantize_scalar_fn, "bdr", &chosen);
+  }
   return chosen;
 }
 

@@ -30,8 +30,9 @@ void bdr_dequantize(qj_dtype bdr_type, const uint8_t* blocks, int64_t n, qj_dtyp
 void mx_export(qj_mx_layout layout, const uint8_t* elems, const uint8_t* scales, int64_t n, uint8_t* dst);
 void mx_import(qj_mx_layout layout, const uint8_t* src, int64_t n, uint8_t* elems, uint8_t* scales);
 
-// The path mx_quantize / mx_dequantize take for this type under the current cap (for tests and
-// the benchmark): QJ_ISA_SCALAR, QJ_ISA_AVX2 or QJ_ISA_AVX512.
-qj_isa mx_convert_isa(qj_dtype type);
+// The path mx_quantize (or, with dequantize, mx_dequantize; bf16: from / to bf16) takes for this
+// type under the current cap (for tests and the benchmark): QJ_ISA_SCALAR, QJ_ISA_AVX2 or
+// QJ_ISA_AVX512. BDR types: bdr_quantize / bdr_dequantize.
+qj_isa mx_convert_isa(qj_dtype type, bool dequantize = false, bool bf16 = false);
 
 }  // namespace qj
