@@ -965,6 +965,94 @@ struct ForceKBlock {
   ~ForceKBlock() { qj::gemm_force_k_block(-1); }
 };
 
+// The u8 / s8 output against the definition, not src/ref (whose multiplier and bias the plan
+// shares): q = clamp(rne(a_scale * w_scale[n] * sum / c_scale + bias[n] / c_scale) + c_zp),
+// computed here in double from the integer sum. The library folds the scales in fp32, so a y within
+// a relative 2^-20 of a rounding tie may land on either side; everywhere else q must be exact.
+// S8 weights per channel and S4 weights (nibbles, per channel), u8 and s8 A, with and without
+// ReLU (which clamps at the zero point).
+TEST_P(GemmInt8, RequantizationMatchesTheDefinition) {
+  const int64_t m = 23, n = 37, k = 70;
+  for (qj_dtype wt : {QJ_S8, QJ_S4})
+    for (qj_dtype at : {QJ_U8, QJ_S8})
+      for (qj_dtype ct : {QJ_U8, QJ_S8})
+        for (bool relu : {false, true}) {
+          const uint32_t seed = static_cast<uint32_t>(wt * 1000 + at * 100 + ct * 10 + relu);
+          const int qlo = wt == QJ_S8 ? -128 : -8, qhi = wt == QJ_S8 ? 127 : 7;
+          std::vector<int8_t> q = qjt::random_ints<int8_t>(k * n, qlo, qhi, seed);  // [k][n]
+          std::vector<float> ws = qjt::random_floats(n, 0.002f, 0.02f, seed + 1);
+          std::vector<float> bias = qjt::random_floats(n, -3.0f, 3.0f, seed + 2);
+          const int alo = at == QJ_U8 ? 0 : -128, ahi = at == QJ_U8 ? 255 : 127;
+          std::vector<int> av = qjt::random_ints<int>(m * k, alo, ahi, seed + 3);
+          std::vector<uint8_t> a(m * k);
+          for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<uint8_t>(av[i]);
+          // weights as the API takes them: KN bytes (S8) or KN nibbles, low nibble = even k (S4)
+          std::vector<uint8_t> packed;
+          int64_t ld = n;
+          if (wt == QJ_S8) {
+            packed.assign(reinterpret_cast<const uint8_t*>(q.data()), reinterpret_cast<const uint8_t*>(q.data()) + k * n);
+          } else {
+            packed.assign((k + 1) / 2 * n, 0);
+            for (int64_t kk = 0; kk < k; ++kk)
+              for (int64_t j = 0; j < n; ++j)
+                packed[(kk / 2) * n + j] |= static_cast<uint8_t>((q[kk * n + j] & 15) << (4 * (kk % 2)));
+          }
+          qj_weights_desc wd{};
+          wd.dtype = wt;
+          wd.k = k;
+          wd.n = n;
+          wd.layout = QJ_LAYOUT_KN;
+          wd.granularity = QJ_GRAN_CHANNEL;
+          wd.scales = ws.data();
+          qj_weights w = nullptr;
+          ASSERT_EQ(qj_weights_pack(&wd, packed.data(), ld, &w), QJ_OK) << qj_last_error();
+          const int za = at == QJ_U8 ? 7 : -3, zc = ct == QJ_U8 ? 90 : -10;
+          qj_gemm_desc gd{};
+          gd.a_type = at;
+          gd.a_scale = 0.03f;
+          gd.a_zero_point = za;
+          gd.c_type = ct;
+          gd.c_scale = wt == QJ_S8 ? 0.9f : 0.06f;  // (outputs spread over tens of units)
+          gd.c_zero_point = zc;
+          gd.bias = bias.data();
+          gd.activation = relu ? QJ_ACT_RELU : QJ_ACT_NONE;
+          qj_gemm_plan p = nullptr;
+          const std::string e = qjt::create_jit_plan(gd, w, &p);
+          qj_weights_destroy(w);
+          ASSERT_EQ(e, "");
+          std::vector<uint8_t> c(m * n, 0);
+          ASSERT_EQ(qj_gemm_run(p, m, a.data(), k, c.data(), n, nullptr), QJ_OK) << qj_last_error();
+          qj_gemm_plan_destroy(p);
+          const int lo = ct == QJ_U8 ? 0 : -128, hi = ct == QJ_U8 ? 255 : 127;
+          int exact = 0, inside = 0;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              int64_t sum = 0;
+              for (int64_t kk = 0; kk < k; ++kk) sum += static_cast<int64_t>(av[i * k + kk] - za) * q[kk * n + j];
+              const double y = static_cast<double>(gd.a_scale) * ws[j] * static_cast<double>(sum) / gd.c_scale +
+                               static_cast<double>(bias[j]) / gd.c_scale;
+              const double r = std::nearbyint(y);  // (ties to even: the default rounding mode)
+              auto clampq = [&](double v) {
+                const int qv = static_cast<int>(std::min(std::max(v + zc, -1e6), 1e6));
+                return std::min(std::max(qv, relu ? std::max(lo, zc) : lo), hi);
+              };
+              const int want = clampq(r);
+              const int got = ct == QJ_U8 ? c[i * n + j] : static_cast<int8_t>(c[i * n + j]);
+              const double to_tie = std::fabs(std::fabs(y - std::floor(y)) - 0.5);
+              inside += want > lo && want < hi;
+              if (to_tie > std::ldexp(std::fabs(y) + 1.0, -20)) {
+                ++exact;
+                ASSERT_EQ(got, want) << "row " << i << " col " << j << ": y = " << y << " " << qj_dtype_name(wt)
+                                     << " A " << qj_dtype_name(at) << " C " << qj_dtype_name(ct) << " relu " << relu;
+              } else {
+                ASSERT_TRUE(got == want || got == clampq(y < r ? r - 1 : r + 1)) << "near a tie: y = " << y;
+              }
+            }
+          EXPECT_GT(exact, m * n * 9 / 10);  // the exact comparison is the rule, not the exception
+          EXPECT_GT(inside, m * n / 2);      // and most outputs are not saturated
+        }
+}
+
 TEST_P(GemmInt8, KBlocks) {
   if (isa() == QJ_ISA_SCALAR) GTEST_SKIP() << "the scalar tier has no cache blocking";
   // 1 group per block: every block but the first and last is a middle stage; 5: odd blocks for
