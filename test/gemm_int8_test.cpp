@@ -839,13 +839,8 @@ TEST_P(GemmInt8, RunParallel) {
 
 // --- FBGEMM's own test shapes (M, N, K) --------------------------------------------------------------
 TEST_P(GemmInt8, FbgemmShapes) {
-  struct S {
-    int64_t m, n, k;
-  };
-  const S shapes[] = {{1, 128, 512}, {1, 2048, 513}, {6, 512, 512}, {6, 2048, 257},
-                      {102, 2323, 256}, {102, 512, 257}, {120, 4, 288}};
   uint32_t seed = 1100;
-  for (const S& s : shapes) {
+  for (const qjt::Shape& s : qjt::large_and_fbgemm_shapes()) {
     GemmCase c;
     c.m = s.m;
     c.n = s.n;

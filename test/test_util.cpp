@@ -40,6 +40,13 @@ std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
   return v;
 }
 
+std::vector<Shape> large_and_fbgemm_shapes(int64_t k_multiple) {
+  std::vector<Shape> v = {{97, 257, 513},    {256, 257, 513},  {1, 128, 512},    {1, 2048, 513},  {6, 512, 512},
+                          {6, 2048, 257},    {102, 2323, 256}, {102, 512, 257},  {120, 4, 288}};
+  for (Shape& s : v) s.k = (s.k + k_multiple - 1) / k_multiple * k_multiple;
+  return v;
+}
+
 std::string create_jit_plan(const qj_gemm_desc& d, qj_weights w, qj_gemm_plan* out) {
   *out = nullptr;
   qj_cache_stats_t before{}, after{};

@@ -46,6 +46,14 @@ std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 
 std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 
+// The fixed shapes every GEMM weight family's tests run besides their tail sweeps: the INT8
+// sweep's large sizes (M = 97 and 256, N = 257, K = 513) and FBGEMM's own GEMM test shapes.
+// k_multiple rounds K up (MX weights take whole blocks of 32).
+struct Shape {
+  int64_t m, n, k;
+};
+std::vector<Shape> large_and_fbgemm_shapes(int64_t k_multiple = 1);
+
 // qj_gemm_plan_create for tests that compare with src/ref: at a JIT tier (avx2 and up) a plan
 // that falls back to the scalar reference is an error (every GEMM family has JIT kernels at every
 // JIT tier; a fallback would compare the reference with itself). Returns "" or the error; *out
