@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "src/core/status.h"
@@ -59,10 +60,22 @@ qj_status run_slices(int32_t n, const Body& body, int64_t work_ns = -1) {
   const qj_status started = parallel_for(
       [](void* v, int32_t t, int32_t nt) {
         auto* x = static_cast<Ctx*>(v);
-        const qj_status s = (*x->body)(t, nt);
+        qj_status s;
+        try {  // (no exception may leave a slice: on a pool's thread it would end the process)
+          s = (*x->body)(t, nt);
+        } catch (const std::bad_alloc&) {
+          s = fail(QJ_ERR_OUT_OF_MEMORY, "out of memory in a slice of the call");
+        } catch (...) {
+          s = fail(QJ_ERR_INTERNAL, "unexpected C++ exception in a slice of the call");
+        }
         if (s == QJ_OK) return;
         std::lock_guard<std::mutex> lock(x->mu);
-        if (x->st == QJ_OK) x->st = s, x->msg = last_error();
+        if (x->st != QJ_OK) return;
+        x->st = s;
+        try {
+          x->msg = last_error();
+        } catch (...) {  // (the status alone, then)
+        }
       },
       &ctx, n, work_ns);
   if (started != QJ_OK) return started;
