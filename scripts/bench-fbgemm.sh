@@ -36,10 +36,8 @@ fi
 
 # ---- quantjit-bench (as scripts/bench.sh builds it) ----
 "$root/scripts/install-deps.sh"
-if [ ! -x "$build/bench/quantjit-bench" ]; then
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j2 --target quantjit-bench
-fi
+[ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j2 --target quantjit-bench >/dev/null  # (up to date with the sources)
 qb=$build/bench/quantjit-bench
 peer=$root/bench/peers/fbgemm_peer.py
 # fbgemm_direct: links the wheel's fbgemm.so (which needs torch's libc10 / libtorch_cpu loaded and

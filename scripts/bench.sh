@@ -11,5 +11,8 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2 --target quantjit-bench
 pin=""
 command -v taskset >/dev/null && [ "$(nproc)" -gt 1 ] && pin="taskset -c 1"
-$pin "$build/bench/quantjit-bench" peak
+# With --format json / csv the sweep's stdout is machine-readable: the peak table goes to stderr.
+peak_to=1
+for a in "$@"; do case $a in json|csv) peak_to=2 ;; esac; done
+$pin "$build/bench/quantjit-bench" peak >&$peak_to
 $pin "$build/bench/quantjit-bench" gemm --shapes fbgemm --vs onednn --format table "$@"

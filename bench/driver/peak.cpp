@@ -583,6 +583,10 @@ int cmd_peak(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (is_help(argv[i])) return peak_usage(0);
   if (!parse()) return 2;
+  if (fmt == Format::kCsv && only.empty()) {  // (the sections have different columns)
+    arg_error("peak", "--format csv prints one section: add --only compute|mix|bandwidth|gather");
+    return 2;
+  }
   const bool table = fmt == Format::kTable;
   if (only.empty() || only == "compute") {
     Report rep(fmt);
