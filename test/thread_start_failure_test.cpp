@@ -11,11 +11,19 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 namespace {
+
+// Every call must reach the pool's thread start, also when this binary runs outside ctest (which
+// sets QJ_POOL_INLINE_US=0 for every test): short calls would otherwise run on the caller alone.
+// Set before main, so before the library reads it.
+struct NoInlineCalls {
+  NoInlineCalls() { setenv("QJ_POOL_INLINE_US", "0", 1); }
+} g_no_inline_calls;
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
