@@ -16,6 +16,12 @@
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 constexpr int64_t kM = 64, kN = 48, kK = 96;
 
 struct Problem {
@@ -79,6 +85,9 @@ TEST(Fork, ChildUsesTheLibraryAfterThePoolStarted) {
 }
 
 TEST(Fork, ChildForkedWhileAnotherThreadRunsParallelCalls) {
+  // (Not under ASan / TSan: a child of a process whose threads are running reports their
+  // thread-local buffers as leaks at exit and can stop in the sanitizer's own locks.)
+  if (kSanitized) GTEST_SKIP() << "sanitizers and fork() with running threads";
   Problem p;
   std::atomic<bool> stop{false};
   std::atomic<int> calls{0}, wrong{0};

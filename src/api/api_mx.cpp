@@ -82,13 +82,11 @@ qj_status quantize_impl(const char* fn, qj_dtype t, qj_rounding r, qj_dtype src_
   if (n == 0) return QJ_OK;
   QJ_TRY(check_ptr(fn, src, "src"));
   QJ_TRY(check_ptr(fn, elems, "elems"));
-  return qj::guarded([&] {
-    if (qj::bdr::is_bdr_type(t))
-      qj::bdr_quantize(t, src_type, src, n, static_cast<uint8_t*>(elems));
-    else
-      qj::mx_quantize(t, r, src_type, src, n, static_cast<uint8_t*>(elems), scales);
-    return QJ_OK;
-  });
+  if (qj::bdr::is_bdr_type(t))
+    qj::bdr_quantize(t, src_type, src, n, static_cast<uint8_t*>(elems));
+  else
+    qj::mx_quantize(t, r, src_type, src, n, static_cast<uint8_t*>(elems), scales);
+  return QJ_OK;
 }
 
 qj_status dequantize_impl(const char* fn, qj_dtype t, const void* elems, const uint8_t* scales,
@@ -100,13 +98,11 @@ qj_status dequantize_impl(const char* fn, qj_dtype t, const void* elems, const u
   if (n == 0) return QJ_OK;
   QJ_TRY(check_ptr(fn, elems, "elems"));
   QJ_TRY(check_ptr(fn, dst, "dst"));
-  return qj::guarded([&] {
-    if (qj::bdr::is_bdr_type(t))
-      qj::bdr_dequantize(t, static_cast<const uint8_t*>(elems), n, dst_type, dst);
-    else
-      qj::mx_dequantize(t, static_cast<const uint8_t*>(elems), scales, n, dst_type, dst);
-    return QJ_OK;
-  });
+  if (qj::bdr::is_bdr_type(t))
+    qj::bdr_dequantize(t, static_cast<const uint8_t*>(elems), n, dst_type, dst);
+  else
+    qj::mx_dequantize(t, static_cast<const uint8_t*>(elems), scales, n, dst_type, dst);
+  return QJ_OK;
 }
 
 // Layout and type of a foreign-layout call.

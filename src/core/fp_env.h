@@ -5,8 +5,8 @@
 // nearbyint / lrint, the vector code converts with cvtps2dq, and the JIT kernels' float
 // arithmetic follows MXCSR. A caller may run with another rounding mode or with FTZ / DAZ set
 // (servers often set them); so each API call that computes runs in a DefaultFpEnv scope (see
-// guarded(), src/core/status.h), and so does every slice of a parallel call on the pool's or
-// the caller's threads (src/core/threading.cpp). The caller's MXCSR, exception flags included,
+// guarded(), src/core/status.h; the MX conversions in src/ops/mx_convert.cpp), and so does every
+// slice of a parallel call on the pool's or the caller's threads (src/core/threading.cpp). The caller's MXCSR, exception flags included,
 // is back when the call returns (when it was the default, the flags the call raised stay, as
 // with any arithmetic). In the default environment this costs one stmxcsr.
 #pragma once

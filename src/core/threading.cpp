@@ -241,6 +241,7 @@ class Pool {
 
  public:
   std::atomic<uint64_t> inline_calls_{0};  // calls run on the caller alone (tests)
+  Pool* forked_from = nullptr;              // in a fork() child: the parent's pool (see pool())
 };
 
 // The process's pool. A child of fork() has none of the parent's workers, and the parent's
@@ -249,7 +250,11 @@ class Pool {
 // at exit; its memory is the parent's copy). The owner destroys the pool of its own process at
 // exit (joining the workers).
 Pool* g_pool_instance = nullptr;
-void new_pool_after_fork() { g_pool_instance = new Pool; }
+void new_pool_after_fork() {
+  Pool* p = new Pool;
+  p->forked_from = g_pool_instance;  // (kept reachable, never used)
+  g_pool_instance = p;
+}
 struct PoolOwner {
   PoolOwner() {
     g_pool_instance = new Pool;

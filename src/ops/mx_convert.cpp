@@ -3,10 +3,9 @@
 // only whole blocks. The scalar path is the src/formats codec itself.
 #include "src/ops/mx_convert.h"
 
-#include <xmmintrin.h>
-
 #include <cstring>
 
+#include "src/core/fp_env.h"
 #include "src/core/isa.h"
 #include "src/core/log.h"
 #include "src/formats/half.h"
@@ -16,17 +15,6 @@
 
 namespace qj {
 namespace {
-
-// Default MXCSR (all exceptions masked, round to nearest, no FTZ/DAZ) for the duration of a call:
-// the vector kernels rely on RNE conversions and on fp32 subnormals.
-class MxcsrGuard {
- public:
-  MxcsrGuard() : saved_(_mm_getcsr()) { _mm_setcsr(0x1f80u); }
-  ~MxcsrGuard() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-};
 
 float load_value(const void* src, bool bf16, int64_t i) {
   return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(src)[i]) : static_cast<const float*>(src)[i];
@@ -141,7 +129,7 @@ void mx_quantize(qj_dtype t, qj_rounding r, qj_dtype src_type, const void* src, 
   const size_t esz = bf16 ? 2 : 4;
   const mxk::QuantizeFn fn = pick(t, bf16, &mxk::quantize_avx512, &mxk::quantize_avx2,
                                   &quantize_scalar_fn, "mx_quantize");
-  MxcsrGuard guard;
+  DefaultFpEnv fp_env;  // the kernels rely on RNE conversions and fp32 subnormals
   const int64_t full = n / mx::kBlock;
   if (full) fn(r, src, full, elems, scales);
   const int64_t rest = n - full * mx::kBlock;
@@ -159,7 +147,7 @@ void mx_dequantize(qj_dtype t, const uint8_t* elems, const uint8_t* scales, int6
   const size_t esz = bf16 ? 2 : 4;
   const mxk::DequantizeFn fn = pick(t, bf16, &mxk::dequantize_avx512, &mxk::dequantize_avx2,
                                     &dequantize_scalar_fn, "mx_dequantize");
-  MxcsrGuard guard;
+  DefaultFpEnv fp_env;  // the kernels rely on RNE conversions and fp32 subnormals
   const int64_t full = n / mx::kBlock;
   if (full) fn(elems, scales, full, dst);
   const int64_t rest = n - full * mx::kBlock;
@@ -176,7 +164,7 @@ void bdr_quantize(qj_dtype t, qj_dtype src_type, const void* src, int64_t n, uin
   const size_t esz = bf16 ? 2 : 4;
   const mxk::BdrQuantizeFn fn = pick<mxk::BdrQuantizeFn>(t, bf16, &mxk::bdr_quantize_avx512, &mxk::bdr_quantize_avx2,
                                                          &bdr_quantize_scalar_fn, "bdr_quantize");
-  MxcsrGuard guard;
+  DefaultFpEnv fp_env;  // the kernels rely on RNE conversions and fp32 subnormals
   const int64_t full = n / bdr::kBlock;
   if (full) fn(src, full, blocks);
   const int64_t rest = n - full * bdr::kBlock;
@@ -193,7 +181,7 @@ void bdr_dequantize(qj_dtype t, const uint8_t* blocks, int64_t n, qj_dtype dst_t
   const size_t esz = bf16 ? 2 : 4;
   const mxk::BdrDequantizeFn fn = pick<mxk::BdrDequantizeFn>(
       t, bf16, &mxk::bdr_dequantize_avx512, &mxk::bdr_dequantize_avx2, &bdr_dequantize_scalar_fn, "bdr_dequantize");
-  MxcsrGuard guard;
+  DefaultFpEnv fp_env;  // the kernels rely on RNE conversions and fp32 subnormals
   const int64_t full = n / bdr::kBlock;
   if (full) fn(blocks, full, dst);
   const int64_t rest = n - full * bdr::kBlock;
