@@ -1180,6 +1180,53 @@ TEST(GemmMxAct, FloatWeightsEveryMxType) {
 
 // ---- bad input: error code + message, nothing written ----
 
+// fp32 route with weights whose value times block scale is beyond fp32 (scale bytes 0xF8 / 0xFE)
+// and A so small (scale byte 0x00) that the result is an ordinary number: the weight still takes
+// part exactly (quantjit.h), at every tier and tile height (the AVX2 kernels of 3 and more rows
+// scaled each weight vector by its block scale, which overflowed to inf).
+TEST(GemmMxAct, WeightsBeyondFp32TakePartExactly) {
+  constexpr int64_t k = 32, n = 3;
+  struct Case {
+    qj_dtype at, wt;
+    uint8_t a_code, w_code, w_scale;
+    float want;  // 32 * a * w * 2^(w_scale - 127) * 2^-127, exact
+  };
+  const Case cases[] = {
+      {QJ_MXFP4_E2M1, QJ_MXFP8_E5M2, 0x2, 0x7b, 0xf8, 32.0f * 57344.0f * 0x1p-6f},  // FP4 1.0; E5M2 57344
+      {QJ_MXFP8_E4M3, QJ_MXFP4_E2M1, 0x38, 0x7, 0xfe, 32.0f * 6.0f},                 // E4M3 1.0; FP4 6.0
+      {QJ_MXFP8_E4M3, QJ_MXFP8_E4M3, 0x38, 0x7e, 0xfe, 32.0f * 448.0f}};
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (const Case& c : cases) {
+      const bool w4 = c.wt == QJ_MXFP4_E2M1, a4 = c.at == QJ_MXFP4_E2M1;
+      const int64_t wrow = w4 ? k / 2 : k, arow = a4 ? k / 2 : k;
+      std::vector<uint8_t> welems(wrow * n, w4 ? static_cast<uint8_t>(c.w_code | c.w_code << 4) : c.w_code);
+      std::vector<uint8_t> wsc(n, c.w_scale);
+      qj_mx_weights_data wd{welems.data(), wsc.data(), 1};
+      qj_weights_desc d = qjt::nk_desc(c.wt, k, n);
+      qj_weights w = nullptr;
+      ASSERT_EQ(qj_weights_pack(&d, &wd, wrow, &w), QJ_OK) << qj_last_error();
+      qj_gemm_desc gd{};
+      gd.a_type = c.at;
+      gd.c_type = QJ_F32;
+      qj_gemm_plan p = nullptr;
+      ASSERT_EQ(qjt::create_jit_plan(gd, w, &p), "");
+      qj_weights_destroy(w);
+      for (int64_t m : {1, 2, 3, 4, 7}) {
+        std::vector<uint8_t> ae(arow * m, a4 ? static_cast<uint8_t>(c.a_code | c.a_code << 4) : c.a_code);
+        std::vector<uint8_t> as(m, 0x00);  // 2^-127
+        const qj_mx_matrix am{ae.data(), as.data(), 1};
+        std::vector<float> out(m * n, -1.0f);
+        ASSERT_EQ(qj_gemm_run(p, m, &am, arow, out.data(), n, nullptr), QJ_OK) << qj_last_error();
+        for (float v : out)
+          EXPECT_EQ(v, c.want) << qj_dtype_name(c.at) << " A x " << qj_dtype_name(c.wt) << " m=" << m << " "
+                               << qj_isa_name(isa);
+      }
+      qj_gemm_plan_destroy(p);
+    }
+  }
+}
+
 TEST(GemmMxAct, Misuse) {
   MxA A;
   A.ref.type = QJ_MXFP4_E2M1;
@@ -1232,6 +1279,10 @@ TEST(GemmMxAct, Misuse) {
   expect_err(QJ_ERR_INVALID_ARGUMENT, &bad, A.lda, "a->scales_ld=1");
   bad.scales_ld = int64_t(1) << 62;
   expect_err(QJ_ERR_INVALID_ARGUMENT, &bad, A.lda, "address space");
+  // m = 0: a no-op (a and c may be NULL), but lda is still checked (in bytes for MX A)
+  EXPECT_EQ(qj_gemm_run(p, 0, nullptr, A.lda, nullptr, 8, nullptr), QJ_OK) << qj_last_error();
+  EXPECT_EQ(qj_gemm_run(p, 0, nullptr, -5, nullptr, 8, nullptr), QJ_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qj_last_error()).find("lda=-5"), std::string::npos) << qj_last_error();
   ASSERT_EQ(qj_gemm_run(p, 2, &A.mat, A.lda, c.data(), 8, nullptr), QJ_OK);  // the good call works
   EXPECT_FALSE(untouched());
   qj_gemm_plan_destroy(p);

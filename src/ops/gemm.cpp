@@ -764,7 +764,12 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     // beyond that its rows are as many L2 streams as the tile has rows, and the FMA pipes starve
     // (measured: 64x512xK, K = 1024: 67% of the FMA peak direct, 92% packed).
     key.flags = float_direct_a(desc, *w) ? 1 : 0;
-    if (mx_blocks && fp8_block_accumulators(p->isa, 14)) key.flags |= 2;
+    // Scaled weight vectors hold decoded value * 2^(b - 127), exact while it stays in fp32: every
+    // decoded form is below 2^16 (E5M2's 57344 the largest), so up to scale byte 238. Weights with
+    // a larger block scale take the per-block accumulators, which scale the block's sum instead
+    // (the header's "a weight beyond fp32 on its own still takes part exactly").
+    const bool blockacc_needed = mx_blocks && w->max_mx_scale_byte() > 238;
+    if (mx_blocks && (blockacc_needed || fp8_block_accumulators(p->isa, 14))) key.flags |= 2;
     // E2M3 decoded by vpermb; dense E3M2 / MX6 unpacked by vpermb (else vpermd + vpshufb)
     if ((w->dtype == QJ_MXFP6_E2M3 || w->fp6_dense()) && has_vbmi()) key.flags |= 4;
     const int mr = std::max(1, gemm_float_max_mr(key, 14));
@@ -800,7 +805,8 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       while (sets < 4 && r * nrv * sets < 8) sets *= 2;
       key.mr = static_cast<uint8_t>(r);
       key.param[0] = static_cast<uint32_t>(sets);
-      if (mx_blocks) key.flags = (key.flags & 5) | (fp8_block_accumulators(p->isa, r) ? 2 : 0);
+      if (mx_blocks)
+        key.flags = (key.flags & 5) | (blockacc_needed || fp8_block_accumulators(p->isa, r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);

@@ -213,6 +213,22 @@ float PackedWeights::scale(int64_t g, int64_t col) const {
   return scales[g * n + col];
 }
 
+uint8_t PackedWeights::max_mx_scale_byte() const {
+  uint8_t mx = 0;
+  if (!is_mx() && !is_mx_fp8()) return 0;
+  const size_t pb = panel_bytes();
+  for (int64_t p = 0; p < n_panels; ++p) {
+    const uint8_t* panel = packed.data<uint8_t>() + p * pb;
+    const int64_t live = std::min<int64_t>(nr, n - p * nr);
+    for (int64_t g = 0; g < groups(); ++g) {
+      const uint8_t* sc = panel + mx_scale_offset(g);
+      for (int64_t c = 0; c < live; ++c)
+        if (sc[c] != 0xff && sc[c] > mx) mx = sc[c];
+    }
+  }
+  return mx;
+}
+
 std::vector<float> PackedWeights::all_scales() const {
   const int64_t gs = groups();
   std::vector<float> out(static_cast<size_t>(gs * n));

@@ -157,6 +157,9 @@ struct PackedWeights {
   // Every scale(g, col) as [groups()][n] floats, in one pass (over the panels' scale bytes for
   // MX / BDR): for the per-(group, column) loops of plan creation.
   std::vector<float> all_scales() const;
+  // MX / MXFP8 weights: the largest E8M0 scale byte of the live columns other than the NaN byte
+  // 0xFF (0 when there is none).
+  uint8_t max_mx_scale_byte() const;
   uint8_t mx_code(int64_t kk, int64_t col) const;      // MX: element code
   uint8_t mx_scale_byte(int64_t g, int64_t col) const; // MX: E8M0 byte of block g of column col
   int32_t zp(int64_t g, int64_t col) const;
