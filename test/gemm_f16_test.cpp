@@ -365,20 +365,15 @@ TEST(GemmF16, ShapeSweep) {
 // The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes), both weight types, within the
 // bound; fp32 and bf16 A and C alternate.
 TEST(GemmF16, LargeAndFbgemmShapes) {
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    uint32_t seed = 4000;
-    for (const qjt::Shape& s : qjt::large_and_fbgemm_shapes()) {
-      FloatCase c;
-      c.m = s.m, c.n = s.n, c.k = s.k;
-      c.w_type = kWTypes[seed % 2];
-      c.a_type = seed % 3 == 0 ? QJ_BF16 : QJ_F32;
-      c.c_type = seed % 4 == 1 ? QJ_BF16 : QJ_F32;
-      c.layout = seed % 2 ? QJ_LAYOUT_KN : QJ_LAYOUT_NK;
-      c.seed = ++seed;
-      EXPECT_OK(check_case(c)) << c.str();
-    }
-  }
+  qjt::each_large_shape_at_every_tier(1, [](const qjt::Shape& s, uint32_t seed) {
+    FloatCase c;
+    c.m = s.m, c.n = s.n, c.k = s.k, c.seed = seed;
+    c.w_type = kWTypes[seed % 2];
+    c.a_type = seed % 3 == 0 ? QJ_BF16 : QJ_F32;
+    c.c_type = seed % 4 == 1 ? QJ_BF16 : QJ_F32;
+    c.layout = seed % 2 ? QJ_LAYOUT_KN : QJ_LAYOUT_NK;
+    EXPECT_OK(check_case(c)) << c.str();
+  });
 }
 
 // fp32 A is read in place while a 14-row tile of it fits L1 (K <= 585) and packed beyond: both

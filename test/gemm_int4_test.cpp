@@ -278,26 +278,21 @@ TEST(GemmInt4, ShapeSweep) {
 // The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes): per channel (any K) with u8 A and
 // requantized u8 C, and grouped (G = 32 where it divides K, else G = K) with fp32 A and fp32 C.
 TEST(GemmInt4, LargeAndFbgemmShapes) {
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    uint32_t seed = 4000;
-    for (const qjt::Shape& s : qjt::large_and_fbgemm_shapes()) {
-      Int4Case c;
-      c.m = s.m, c.n = s.n, c.k = s.k;
-      c.w_type = (s.n % 2) ? QJ_U4 : QJ_S4;
-      c.gran = QJ_GRAN_CHANNEL;
-      c.zp = true;
-      c.c_type = QJ_U8;
-      c.seed = ++seed;
-      EXPECT_CASE(c);
-      c.gran = QJ_GRAN_GROUP;
-      c.group = s.k % 32 == 0 ? 32 : s.k;
-      c.a_type = QJ_F32;
-      c.c_type = QJ_F32;
-      c.seed = ++seed;
-      EXPECT_CASE(c);
-    }
-  }
+  qjt::each_large_shape_at_every_tier(1, [](const qjt::Shape& s, uint32_t seed) {
+    Int4Case c;
+    c.m = s.m, c.n = s.n, c.k = s.k, c.seed = seed;
+    c.w_type = (s.n % 2) ? QJ_U4 : QJ_S4;
+    c.gran = QJ_GRAN_CHANNEL;
+    c.zp = true;
+    c.c_type = QJ_U8;
+    EXPECT_CASE(c);
+    c.gran = QJ_GRAN_GROUP;
+    c.group = s.k % 32 == 0 ? 32 : s.k;
+    c.a_type = QJ_F32;
+    c.c_type = QJ_F32;
+    c.seed = seed + 1000;
+    EXPECT_CASE(c);
+  });
 }
 
 // Every group size along K (including the whole of K), with and without zero points, at sizes

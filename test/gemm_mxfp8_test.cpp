@@ -411,18 +411,13 @@ TEST(GemmMxFp8, ShapeSweep) {
 // The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes, K rounded up to whole blocks), both
 // weight types in turn, at every tier.
 TEST(GemmMxFp8, LargeAndFbgemmShapes) {
-  for (qj_isa isa : qjt::supported_isas()) {
-    qjt::IsaCap cap(isa);
-    uint32_t seed = 4000;
-    for (const qjt::Shape& s : qjt::large_and_fbgemm_shapes(32)) {
-      Fp8Case t;
-      t.w = kTypes[seed % (sizeof kTypes / sizeof kTypes[0])];
-      t.m = s.m, t.n = s.n, t.k = s.k;
-      t.seed = ++seed;
-      t.c_type = seed % 3 == 0 ? QJ_BF16 : QJ_F32;
-      EXPECT_EQ(run_case(t), "") << t.str();
-    }
-  }
+  qjt::each_large_shape_at_every_tier(32, [](const qjt::Shape& s, uint32_t seed) {
+    Fp8Case t;
+    t.w = kTypes[seed % (sizeof kTypes / sizeof kTypes[0])];
+    t.m = s.m, t.n = s.n, t.k = s.k, t.seed = seed;
+    t.c_type = seed % 3 == 0 ? QJ_BF16 : QJ_F32;
+    EXPECT_EQ(run_case(t), "") << t.str();
+  });
 }
 
 // Seeded random sample of combinations of every dimension, both ways of applying the scales

@@ -53,6 +53,16 @@ struct Shape {
   int64_t m, n, k;
 };
 std::vector<Shape> large_and_fbgemm_shapes(int64_t k_multiple = 1);
+// fn(shape, seed) for each of them at every tier this CPU supports (the cap set meanwhile); the
+// seed counts up from 4001 within each tier.
+template <class Fn>
+void each_large_shape_at_every_tier(int64_t k_multiple, Fn&& fn) {
+  for (qj_isa isa : supported_isas()) {
+    IsaCap cap(isa);
+    uint32_t seed = 4000;
+    for (const Shape& s : large_and_fbgemm_shapes(k_multiple)) fn(s, ++seed);
+  }
+}
 
 // qj_gemm_plan_create for tests that compare with src/ref: at a JIT tier (avx2 and up) a plan
 // that falls back to the scalar reference is an error (every GEMM family has JIT kernels at every

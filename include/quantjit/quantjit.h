@@ -116,7 +116,7 @@ typedef enum qj_dtype {
   QJ_FUSED_2BIT = 34   /**< ceil(dim/4) bytes (low bits first), then fp16 scale, fp16 bias */
 } qj_dtype;
 
-/** Static name of a dtype, e.g. "u8", "mxfp4_e2m1"; "undefined" for unknown values. */
+/** Static name of a dtype, e.g. "u8", "mxfp4", "mxfp8_e4m3"; "undefined" for unknown values. */
 QJ_API const char* qj_dtype_name(qj_dtype t);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -329,7 +329,8 @@ typedef enum qj_activation {
  *        fp32, block by block (both factors exact powers of two, so only the fp32 accumulation
  *        rounds). A in {FP4, E2M3, INT8} with weights MXFP4 / E2M3 / MXINT8 (int8 kernels; JIT at
  *        every tier from AVX2) or S4 / U4 per group of
- *        exactly 32 (S8 weights and other groupings: QJ_ERR_UNSUPPORTED); A in {FP4, E2M3, INT8,
+ *        exactly 32, k >= 64 (a group of the whole k = 32 is stored per channel; S8 weights and
+ *        other groupings: QJ_ERR_UNSUPPORTED); A in {FP4, E2M3, INT8,
  *        E3M2} with MXFP6 E3M2 / BDR MX9 / MX6 / MX4 weights (int16-pair kernel, JIT at every
  *        tier; A's block scale applies to both 16-blocks of BDR weights it spans); E3M2 A with
  *        MXFP4 / E2M3 / MXINT8 weights (AVX512-VNNI: the int8 kernels, A's 16v split into two s8
@@ -556,7 +557,7 @@ QJ_API void qj_embedding_table_free(void* ptr, size_t bytes);
 
 /** Bytes of one natural (unpadded) fused row of `dim` values; flags: QJ_ROWWISE_SCALE_BIAS_FIRST.
  *  Also accepts QJ_F32 / QJ_F16 / QJ_BF16 (dim * element size). Returns -1 for an unknown type, a
- *  dim < 1 or an overflowing size. */
+ *  dim < 1 or an overflowing size (qj_last_error says which). */
 QJ_API int64_t qj_rowwise_row_bytes(qj_dtype type, int64_t dim, uint32_t flags);
 /** qj_quantize_rowwise with fp16 (IEEE binary16) source values. */
 QJ_API qj_status qj_quantize_rowwise_f16(qj_dtype dst_type, const uint16_t* src, int64_t rows,

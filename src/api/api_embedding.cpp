@@ -380,8 +380,15 @@ void qj_embedding_table_free(void* ptr, size_t bytes) {
 }
 
 int64_t qj_rowwise_row_bytes(qj_dtype type, int64_t dim, uint32_t flags) {
-  if (flags & ~QJ_ROWWISE_SCALE_BIAS_FIRST) return -1;
-  return row_bytes(type, dim, flags);
+  if (flags & ~QJ_ROWWISE_SCALE_BIAS_FIRST) {
+    fail(QJ_ERR_INVALID_ARGUMENT, "qj_rowwise_row_bytes: flags=0x%x holds unknown bits", flags);
+    return -1;
+  }
+  const int64_t b = row_bytes(type, dim, flags);
+  if (b < 0)
+    fail(QJ_ERR_INVALID_ARGUMENT, "qj_rowwise_row_bytes: type=%d (%s) with dim=%lld has no row size",
+         static_cast<int>(type), qj_dtype_name(type), (long long)dim);
+  return b;
 }
 
 qj_status qj_quantize_rowwise_ex(qj_dtype dst_type, uint32_t flags, qj_dtype src_type, const void* src,

@@ -154,7 +154,9 @@ static qj_status check_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda
   const qj_dtype at = p->p->desc.a_type;
   // (m = 0: a no-op, but the leading dimensions are still checked, as BLAS does; a and c may be
   // NULL.)
-  if (!qj::mx_act_type(at) && lda < w.k)
+  if (qj::mx_act_type(at))
+    QJ_TRY(qj::check_mx_a_lda(at, w.k, lda));  // (lda in bytes)
+  else if (lda < w.k)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld is smaller than k=%lld", (long long)lda, (long long)w.k);
   if (ldc < w.n)
     return qj::fail(QJ_ERR_INVALID_ARGUMENT, "ldc=%lld is smaller than n=%lld", (long long)ldc, (long long)w.n);

@@ -330,8 +330,10 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
     return fail(QJ_ERR_UNSUPPORTED,
                 "desc->a_type=%s with %s weights is not implemented: MX A needs MXFP4_E2M1, MXFP6_E2M3, "
                 "MXINT8, F16 or BF16 weights, or S4 / U4 weights quantized per group of 32 (one A "
-                "block scale per weight group)",
-                qj_dtype_name(at), qj_dtype_name(w.dtype));
+                "block scale per weight group; with k = 32 a group of 32 is the whole of K, which "
+                "packing stores per channel, so these weights need k >= 64)%s",
+                qj_dtype_name(at), qj_dtype_name(w.dtype),
+                (w.dtype == QJ_S4 || w.dtype == QJ_U4) && w.k == 32 ? " (here k = 32)" : "");
   const int32_t ct = raw_enum(d.c_type);
   if (ct == QJ_S32)
     return fail(QJ_ERR_INVALID_ARGUMENT, "desc->c_type=QJ_S32 does not apply to %s A (block scales are "
@@ -339,16 +341,21 @@ qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w) {
   return QJ_OK;
 }
 
-qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_t lda) {
-  const auto* x = static_cast<const qj_mx_matrix*>(a);
-  const mx::ElemFormat& f = *mx::format(t);
-  const int64_t blocks = k / mx::kBlock, row_bytes = blocks * f.block_bytes;
-  if (!x->elems) return fail(QJ_ERR_INVALID_ARGUMENT, "a->elems is NULL (%s A)", qj_dtype_name(t));
-  if (!x->scales) return fail(QJ_ERR_INVALID_ARGUMENT, "a->scales is NULL (%s A)", qj_dtype_name(t));
+qj_status check_mx_a_lda(qj_dtype t, int64_t k, int64_t lda) {
+  const int64_t row_bytes = k / mx::kBlock * mx::format(t)->block_bytes;
   if (lda < row_bytes)
     return fail(QJ_ERR_INVALID_ARGUMENT, "lda=%lld is smaller than the %lld element bytes of a row of %s A "
                 "(k=%lld; lda counts bytes for MX A)", (long long)lda, (long long)row_bytes,
                 qj_dtype_name(t), (long long)k);
+  return QJ_OK;
+}
+
+qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_t lda) {
+  const auto* x = static_cast<const qj_mx_matrix*>(a);
+  const int64_t blocks = k / mx::kBlock;
+  if (!x->elems) return fail(QJ_ERR_INVALID_ARGUMENT, "a->elems is NULL (%s A)", qj_dtype_name(t));
+  if (!x->scales) return fail(QJ_ERR_INVALID_ARGUMENT, "a->scales is NULL (%s A)", qj_dtype_name(t));
+  QJ_TRY(check_mx_a_lda(t, k, lda));
   if (x->scales_ld < blocks)
     return fail(QJ_ERR_INVALID_ARGUMENT, "a->scales_ld=%lld is smaller than k/32=%lld",
                 (long long)x->scales_ld, (long long)blocks);

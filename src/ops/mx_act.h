@@ -54,6 +54,8 @@ float mx_act_block_scale(qj_dtype t, uint8_t b);
 qj_status check_mx_a_plan(const qj_gemm_desc& d, const PackedWeights& w);
 // Run arguments with MX A (a points to a qj_mx_matrix, lda = element bytes between rows).
 qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_t lda);
+// Its lda check alone (a run of m = 0 rows, whose a may be NULL).
+qj_status check_mx_a_lda(qj_dtype t, int64_t k, int64_t lda);
 
 // Packs rows [row0, row0 + mr) of MX A as s8 quads for the decoded-weight kernels (spec.kg == 4,
 // signed_quads): dst as pack_a_tile, row_sum[g * mr + i] = row_sum_mult * block sum when
