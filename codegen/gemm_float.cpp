@@ -23,10 +23,10 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/mx_codes.h"
 #include "codegen/simd.h"
 #include "codegen/weight_decode.h"
 #include "src/core/kernel_cache.h"
-#include "src/formats/mx.h"
 
 namespace qj {
 namespace {
@@ -715,7 +715,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
       cg::emit_fp6_words_setup(a, p.vbmi, p.src == MxSrc::kBdrPair ? cg::Fp6Words::kTop : cg::Fp6Words::kCode,
                                s.v(p.fp6), s.v(p.fp6 + 2), s.v(p.fp6 + 1), rax);
     if (p.src == MxSrc::kE3m2Pair && p.fp6_dense) {
-      const int16_t* q = mx::e3m2_int_table();  // q = 16 v; vpermi2w: index bit 5 picks tbl + 1
+      const int16_t* q = qj::cg::kE3m2Ints.data();  // q = 16 v; vpermi2w: index bit 5 picks tbl + 1
       for (int h = 0; h < 2; ++h) {
         uint8_t t[64];
         std::memcpy(t, q + 32 * h, 64);
@@ -868,7 +868,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     // q of the 64 codes, then |q| of the magnitudes 0..31, then (32 bytes on) the dense unpack's
     // shuffle-form ctl
     uint8_t t[192] = {};
-    const int8_t* q = mx::e2m3_int_table();
+    const int8_t* q = qj::cg::kE2m3Ints.data();
     for (int c = 0; c < 64; ++c) t[c] = static_cast<uint8_t>(q[c]);
     for (int c = 0; c < 32; ++c) t[64 + c] = static_cast<uint8_t>(q[c]);  // codes 0..31: q >= 0
     uint8_t idx[64];

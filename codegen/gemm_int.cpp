@@ -16,10 +16,10 @@
 #include <cstring>
 #include <string>
 
+#include "codegen/mx_codes.h"
 #include "codegen/simd.h"
 #include "codegen/weight_decode.h"
 #include "src/core/kernel_cache.h"
-#include "src/formats/mx.h"
 
 namespace qj {
 namespace {
@@ -818,7 +818,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   if (p.e2m3w) {
     // Word table of d = q + 60 (q = 8v) for the 64 E2M3 codes: vpermi2w index bit 5 (the sign)
     // selects the second half.
-    const int8_t* q = mx::e2m3_int_table();
+    const int8_t* q = qj::cg::kE2m3Ints.data();
     for (int h = 0; h < 2; ++h) {
       uint8_t t[64];
       for (int i = 0; i < 32; ++i) {

@@ -27,7 +27,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "src/formats/mx.h"
+#include "codegen/mx_codes.h"
 
 namespace qj::cg {
 
@@ -173,7 +173,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
     }
     case QJ_MXFP4_E2M1: {
       uint8_t lut[64];
-      const int8_t* q = mx::fp4_int_table();
+      const int8_t* q = qj::cg::kFp4Ints.data();
       for (int i = 0; i < 64; ++i) lut[i] = static_cast<uint8_t>(q[i % 16] + 12);
       if (r.vbmi) {  // vpermb reads index bits 0..5: the 16 codes repeated 4 times
         store_red_zone_table(a, lut, 64, tmp);
@@ -190,7 +190,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
     }
     case QJ_MXFP6_E2M3: {
       uint8_t lut[64];
-      const int8_t* q = mx::e2m3_int_table();
+      const int8_t* q = qj::cg::kE2m3Ints.data();
       if (!s.zmm) {
         // |q| of the magnitudes 0..15 and 16..31 (the positive codes), each 16-byte table in both
         // 128-bit lanes; then 60 bytes (see emit_decode).
@@ -227,7 +227,7 @@ void emit_decoder_setup(Assembler& a, const Simd& s, int b_type, const DecodeReg
       if (!r.vnni) broadcast_dword(a, s, r.consts + 1, 0x0f0f0f0fu, tmp);
       break;
     case QJ_MXFP6_E3M2: {
-      const int16_t* q = mx::e3m2_int_table();
+      const int16_t* q = qj::cg::kE3m2Ints.data();
       if (s.zmm) {
         // vpermi2w: index bit 5 (the sign) selects the second table (codes 32..63).
         for (int h = 0; h < 2; ++h) {

@@ -18,9 +18,7 @@
 #include "src/ops/embedding_bag.h"
 #include "src/ops/rowwise_adagrad.h"
 #include "src/ops/rowwise_quantize.h"
-#include "src/ref/embedding_bag_ref.h"
 
-using qj::ref::emb_row_bytes;
 
 struct qj_embedding_bag_plan_s {
   qj::EmbeddingBagPlan p;
@@ -143,7 +141,7 @@ qj_status check_desc(const qj_embedding_bag_desc* d) {
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: out_stride=%" PRId64 " is too large", fn, d->out_stride);
   if (d->prefetch_distance < QJ_PREFETCH_AUTO || d->prefetch_distance > 4096)
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: prefetch_distance=%d is not in [-1, 4096]", fn, d->prefetch_distance);
-  const int64_t natural = emb_row_bytes(d->row_type, d->dim, d->scale_bias_first != 0);
+  const int64_t natural = qj::embedding_row_bytes(d->row_type, d->dim, d->scale_bias_first != 0);
   if (d->row_stride != 0 && (d->row_stride < natural || d->row_stride > (INT64_C(1) << 40)))
     return fail(QJ_ERR_INVALID_ARGUMENT, "%s: row_stride=%" PRId64 " is not in [%" PRId64 " (the row), 2^40]", fn,
                 d->row_stride, natural);

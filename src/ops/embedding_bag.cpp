@@ -177,6 +177,10 @@ void bag_slice(int ob, bool use_lengths, const void* o, int64_t num_bags, int64_
   if (*end < *begin) *end = *begin;
 }
 
+int64_t embedding_row_bytes(qj_dtype row_type, int64_t dim, bool scale_bias_first) {
+  return ref::emb_row_bytes(row_type, dim, scale_bias_first);
+}
+
 qj_status validate_bags(const char* fn, int ob, bool use_lengths, const void* o, int64_t num_bags,
                         int64_t num_indices, int64_t bag_begin, int64_t* prefix) {
   *prefix = 0;

@@ -31,6 +31,9 @@ struct EmbeddingBagPlan {
 // generates (or fetches) the kernels; falls back to the reference (logged) when no JIT applies.
 qj_status embedding_bag_plan_init(const qj_embedding_bag_desc& desc, EmbeddingBagPlan* p);
 
+// Bytes of one natural (unpadded) table row of this format (the C API's row_stride check).
+int64_t embedding_row_bytes(qj_dtype row_type, int64_t dim, bool scale_bias_first);
+
 struct EmbeddingBagCall {
   const void* table;
   int64_t num_rows;
