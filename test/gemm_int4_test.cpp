@@ -67,23 +67,6 @@ size_t dt_size(qj_dtype t) {
   }
 }
 
-// Stores q (K x N, row-major) as nibbles in the given layout: element (k, n) is nibble k % 2 of
-// byte (k/2)*ld + n (KN) or n*ld + k/2 (NK).
-std::vector<uint8_t> to_nibbles(const std::vector<int32_t>& q, int64_t k, int64_t n, qj_layout layout,
-                                int64_t ld) {
-  std::vector<uint8_t> b(layout == QJ_LAYOUT_KN ? ((k + 1) / 2) * ld : n * ld, 0xA5);
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t c = 0; c < n; ++c) {
-      size_t idx = layout == QJ_LAYOUT_KN ? (kk / 2) * ld + c : c * ld + kk / 2;
-      uint8_t v = static_cast<uint8_t>(q[kk * n + c] & 15);
-      if (kk % 2 == 0)
-        b[idx] = static_cast<uint8_t>((b[idx] & 0xF0) | v);
-      else
-        b[idx] = static_cast<uint8_t>((b[idx] & 0x0F) | (v << 4));
-    }
-  return b;
-}
-
 std::string run_case(const Int4Case& c) {
   std::mt19937 g(c.seed);
   const int64_t m = c.m, n = c.n, k = c.k;
@@ -96,7 +79,7 @@ std::string run_case(const Int4Case& c) {
   for (int64_t i = 0; i < std::min<int64_t>(q.size(), 5); ++i) q[i] = (i & 1) ? qlo : qhi;
   const int64_t row_bytes = c.layout == QJ_LAYOUT_KN ? n : (k + 1) / 2;
   const int64_t wld = row_bytes + c.wld_pad;
-  std::vector<uint8_t> nib = to_nibbles(q, k, n, c.layout, wld);
+  std::vector<uint8_t> nib = qjt::to_nibbles(q, k, n, c.layout, wld);
 
   const bool grouped = c.gran == QJ_GRAN_GROUP;
   const int64_t groups = grouped ? k / c.group : 1;

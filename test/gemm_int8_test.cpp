@@ -974,7 +974,7 @@ TEST_P(GemmInt8, RequantizationMatchesTheDefinition) {
         for (bool relu : {false, true}) {
           const uint32_t seed = static_cast<uint32_t>(wt * 1000 + at * 100 + ct * 10 + relu);
           const int qlo = wt == QJ_S8 ? -128 : -8, qhi = wt == QJ_S8 ? 127 : 7;
-          std::vector<int8_t> q = qjt::random_ints<int8_t>(k * n, qlo, qhi, seed);  // [k][n]
+          std::vector<int32_t> q = qjt::random_ints<int32_t>(k * n, qlo, qhi, seed);  // [k][n]
           std::vector<float> ws = qjt::random_floats(n, 0.002f, 0.02f, seed + 1);
           std::vector<float> bias = qjt::random_floats(n, -3.0f, 3.0f, seed + 2);
           const int alo = at == QJ_U8 ? 0 : -128, ahi = at == QJ_U8 ? 255 : 127;
@@ -982,16 +982,8 @@ TEST_P(GemmInt8, RequantizationMatchesTheDefinition) {
           std::vector<uint8_t> a(m * k);
           for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<uint8_t>(av[i]);
           // weights as the API takes them: KN bytes (S8) or KN nibbles, low nibble = even k (S4)
-          std::vector<uint8_t> packed;
-          int64_t ld = n;
-          if (wt == QJ_S8) {
-            packed.assign(reinterpret_cast<const uint8_t*>(q.data()), reinterpret_cast<const uint8_t*>(q.data()) + k * n);
-          } else {
-            packed.assign((k + 1) / 2 * n, 0);
-            for (int64_t kk = 0; kk < k; ++kk)
-              for (int64_t j = 0; j < n; ++j)
-                packed[(kk / 2) * n + j] |= static_cast<uint8_t>((q[kk * n + j] & 15) << (4 * (kk % 2)));
-          }
+          std::vector<uint8_t> packed(q.begin(), q.end());  // (S8: the bytes of q)
+          if (wt == QJ_S4) packed = qjt::to_nibbles(q, k, n, QJ_LAYOUT_KN, n);
           qj_weights_desc wd{};
           wd.dtype = wt;
           wd.k = k;
@@ -1000,7 +992,7 @@ TEST_P(GemmInt8, RequantizationMatchesTheDefinition) {
           wd.granularity = QJ_GRAN_CHANNEL;
           wd.scales = ws.data();
           qj_weights w = nullptr;
-          ASSERT_EQ(qj_weights_pack(&wd, packed.data(), ld, &w), QJ_OK) << qj_last_error();
+          ASSERT_EQ(qj_weights_pack(&wd, packed.data(), n, &w), QJ_OK) << qj_last_error();
           const int za = at == QJ_U8 ? 7 : -3, zc = ct == QJ_U8 ? 90 : -10;
           qj_gemm_desc gd{};
           gd.a_type = at;

@@ -40,6 +40,17 @@ std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
   return v;
 }
 
+std::vector<uint8_t> to_nibbles(const std::vector<int32_t>& q, int64_t k, int64_t n, qj_layout layout, int64_t ld) {
+  std::vector<uint8_t> b(layout == QJ_LAYOUT_KN ? ((k + 1) / 2) * ld : n * ld, 0xA5);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t c = 0; c < n; ++c) {
+      const size_t idx = layout == QJ_LAYOUT_KN ? (kk / 2) * ld + c : c * ld + kk / 2;
+      const uint8_t v = static_cast<uint8_t>(q[kk * n + c] & 15);
+      b[idx] = kk % 2 == 0 ? static_cast<uint8_t>((b[idx] & 0xF0) | v) : static_cast<uint8_t>((b[idx] & 0x0F) | (v << 4));
+    }
+  return b;
+}
+
 std::vector<Shape> large_and_fbgemm_shapes(int64_t k_multiple) {
   std::vector<Shape> v = {{97, 257, 513},    {256, 257, 513},  {1, 128, 512},    {1, 2048, 513},  {6, 512, 512},
                           {6, 2048, 257},    {102, 2323, 256}, {102, 512, 257},  {120, 4, 288}};

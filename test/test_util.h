@@ -46,6 +46,10 @@ std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 
 std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed);
 
+// S4 / U4 weights as qj_weights_pack takes them: q (K x N, row-major) as nibbles, element (k, n)
+// nibble k % 2 of byte (k/2)*ld + n (KN) or n*ld + k/2 (NK); other bytes 0xA5.
+std::vector<uint8_t> to_nibbles(const std::vector<int32_t>& q, int64_t k, int64_t n, qj_layout layout, int64_t ld);
+
 // The fixed shapes every GEMM weight family's tests run besides their tail sweeps: the INT8
 // sweep's large sizes (M = 97 and 256, N = 257, K = 513) and FBGEMM's own GEMM test shapes.
 // k_multiple rounds K up (MX weights take whole blocks of 32).
