@@ -74,6 +74,9 @@ int fork_and_wait(const Problem& p) {
 }
 
 TEST(Fork, ChildUsesTheLibraryAfterThePoolStarted) {
+  // (Not under ASan / TSan: a forked child of a process with threads, the pool's worker here,
+  // can stop in the sanitizer's own locks; one CI run of five saw it.)
+  if (kSanitized) GTEST_SKIP() << "sanitizers and fork() with running threads";
   Problem p;
   ASSERT_EQ(p.run(2), p.want);  // starts the built-in pool's worker
   for (int i = 0; i < 3; ++i) {
