@@ -380,10 +380,9 @@ QJ_API qj_status qj_gemm_plan_create(const qj_gemm_desc* desc, qj_weights b, qj_
 QJ_API qj_status qj_gemm_run(qj_gemm_plan p, int64_t m, const void* a, int64_t lda, void* c,
                              int64_t ldc, const qj_partition* part);
 /** Convenience: run over num_threads in [1, 1024] threads with the installed pool
- *  (qj_set_parallel_for). If the built-in pool cannot start them: QJ_ERR_OUT_OF_MEMORY, nothing
- *  written. (A slice that runs out of memory for its scratch after others have written their
- *  rows also returns QJ_ERR_OUT_OF_MEMORY; C is then partly written: the one exception to
- *  "nothing written on failure", for argument errors never.) */
+ *  (qj_set_parallel_for). Every slice's scratch is allocated before any slice starts: if that
+ *  memory, or the built-in pool's threads, cannot be had, QJ_ERR_OUT_OF_MEMORY and nothing
+ *  written. */
 QJ_API qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t lda,
                                       void* c, int64_t ldc, int32_t num_threads);
 QJ_API void qj_gemm_plan_destroy(qj_gemm_plan p);

@@ -201,8 +201,7 @@ qj_status qj_gemm_run_parallel(qj_gemm_plan p, int64_t m, const void* a, int64_t
     // Rough single-thread time for the pool (threading.h): ~400 GOPS integer, ~110 GFLOPS float.
     const double ops = 2.0 * static_cast<double>(m) * static_cast<double>(plan.w->n) * static_cast<double>(plan.w->k);
     const int64_t work_ns = static_cast<int64_t>(std::min(ops / (plan.kind == qj::GemmKind::kFloat ? 110.0 : 400.0), 1e15));
-    return qj::run_slices(
-        num_threads, [&](int32_t t, int32_t n) { return qj::gemm_run(plan, m, a, lda, c, ldc, t, n); }, work_ns);
+    return qj::gemm_run_parallel(plan, m, a, lda, c, ldc, num_threads, work_ns);
   });
 }
 

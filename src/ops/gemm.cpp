@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "src/core/isa.h"
 #include "src/core/log.h"
@@ -852,33 +853,39 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
 
 }  // namespace
 
-namespace {
-
-struct Scratch {
+// Everything one slice of a run allocates. A run sizes all of it before it writes any output, so
+// that running out of memory leaves C untouched; gemm_run_parallel sizes one per slice before any
+// slice starts.
+struct GemmScratch {
   AlignedBuffer a_pack;  // packed A of a row block (dense E2M3 with many rows: up to kFp6BytesMaxA)
   AlignedBuffer acc;  // K-blocked plans: int32 sums of the tiles of one MC x NC block
   std::vector<int32_t> row_sum;
   std::vector<float> amax, inv, pre, row_scale, rg_scale;
   std::vector<float> amax_col;  // group-quantized A: one group's amax over a tile's rows
   AlignedBuffer b8;   // dense E2M3: one N block's panels with one byte per code (GemmPlan::kernels_b8)
+  PackAScratch pack;  // the A packing functions' rows
 };
-
-Scratch& scratch() {
-  static thread_local Scratch s;
-  return s;
-}
-
-}  // namespace
 
 namespace {
 
+// The calling thread's scratch, for runs of one slice (qj_gemm_run).
+GemmScratch& thread_scratch() {
+  static thread_local GemmScratch s;
+  return s;
+}
+
+// Grows buf to at least bytes; false when that fails.
+bool grow_buffer(AlignedBuffer& buf, size_t bytes) { return buf.size() >= bytes || buf.allocate(bytes, false); }
+
+// The runs below compute the slice {tid, nth}. With reserve_only they size s for it and return:
+// everything a slice allocates is allocated before its first write to C.
 qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
-                    int32_t tid, int32_t nth) {
+                    int32_t tid, int32_t nth, GemmScratch& s, bool reserve_only) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
   const bool mx_a = mx_act_type(d.a_type);  // MX A: dequantized exactly to fp32 while packed
   if (!p.jit) {
-    if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (tid != 0 || reserve_only) return QJ_OK;  // the reference computes the whole problem on thread 0
     if (mx_a) {
       std::vector<float> af(m * w.k);
       mx_act_decode_rows_f32(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, af.data(), w.k);
@@ -890,7 +897,6 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
     ref::gemm_float(d, p.ref_fw, m, a, lda, c, ldc);
     return QJ_OK;
   }
-  Scratch& s = scratch();
   const GemmBlocking& b = p.blk;
   const int mr = b.mr;
   // Balanced tile heights (16 rows: 8 + 8, not 14 + 2): every kernel of 4 rows or more keeps the
@@ -907,8 +913,10 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const bool direct = float_direct_a(d, w);  // as the plan keyed the kernels
   const size_t tile_bytes = static_cast<size_t>(w.kp) * mr * 4;
   const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
-  if (!direct && s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
+  if (!direct && !grow_buffer(s.a_pack, tile_bytes * mc_tiles))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
+  if (mx_a) reserve_pack_a_float_tile_mx(tile_rows(mt.begin), w.k, s.pack);  // the slice's tallest tile
+  if (reserve_only) return QJ_OK;
   const int out_bytes = d.c_type == QJ_BF16 ? 2 : 4;
   const size_t a_esz = d.a_type == QJ_BF16 ? 2 : 4;
   const int64_t n_tail = w.n % w.nr;
@@ -927,7 +935,7 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
       const int rows = tile_rows(t);
       if (mx_a) {
         pack_a_float_tile_mx(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows, w.k, w.kp,
-                             reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes));
+                             reinterpret_cast<float*>(s.a_pack.data<uint8_t>() + (t - t0) * tile_bytes), s.pack);
         continue;
       }
       pack_a_float_tile(d.a_type, static_cast<const uint8_t*>(a) + row0 * lda * a_esz, lda, rows, rows,
@@ -956,109 +964,57 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   return QJ_OK;
 }
 
-}  // namespace
+// The narrow-N or tall kernels on rows [0, m4) (whole banks of narrow_mr rows; this slice's
+// banks).
+void run_narrow(const GemmPlan& p, int64_t m4, const void* a, int64_t lda, void* c, int64_t ldc, int out_bytes,
+                int32_t tid, int32_t nth) {
+  const PackedWeights& w = *p.w;
+  const int64_t iters = m4 / p.narrow_mr;
+  const Range r = nth > 1 ? split_range(iters, tid, nth) : Range{0, iters};
+  if (r.begin >= r.end) return;
+  GemmIntArgs args{};
+  args.consts = p.consts;
+  args.a = static_cast<const uint8_t*>(a) + r.begin * p.narrow_mr * lda;
+  args.lda = lda;
+  args.c = static_cast<uint8_t*>(c) + r.begin * p.narrow_mr * ldc * out_bytes;
+  args.ldc = ldc * out_bytes;
+  args.n_panels = r.end - r.begin;
+  if (p.narrow_tall) {
+    // Blocks of tall_block banks; within a block, each 16 columns of B in turn.
+    const int64_t subs = (w.n + 15) / 16, per_panel = w.nr / 16;
+    for (int64_t b0 = r.begin; b0 < r.end; b0 += p.tall_block) {
+      const int64_t b1 = std::min(r.end, b0 + p.tall_block);
+      args.a = static_cast<const uint8_t*>(a) + b0 * p.narrow_mr * lda;
+      args.n_panels = b1 - b0;
+      for (int64_t j = 0; j < subs; ++j) {
+        args.c = static_cast<uint8_t*>(c) + (b0 * p.narrow_mr * ldc + 16 * j) * out_bytes;
+        args.b = w.packed.data<uint8_t>() + (j / per_panel) * w.panel_bytes() + (j % per_panel) * 64;
+        args.col_corr = p.col_corr.data<int32_t>() + 16 * j;
+        args.col_mult = p.col_mult.data<float>() + 16 * j;
+        args.col_bias = p.col_bias.data<float>() + 16 * j;
+        const KernelRef& kr = j + 1 == subs && p.narrow_tail ? p.narrow_tail : p.narrow;
+        kr.fn<GemmIntKernel>()(&args);
+      }
+    }
+  } else {
+    args.b = p.narrow_b.data<uint8_t>();
+    args.col_corr = p.narrow_cols.data<int32_t>();
+    args.col_mult = reinterpret_cast<const float*>(args.col_corr + 16);
+    args.col_bias = args.col_mult + 16;
+    p.narrow.fn<GemmIntKernel>()(&args);
+  }
+}
 
-qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
-                   int32_t tid, int32_t nth) {
-  if (p.kind == GemmKind::kFloat) return float_run(p, m, a, lda, c, ldc, tid, nth);
+// The ordinary kernels on rows [0, m) of a and c: row tiles packed per row block, then the
+// slice's N blocks (and K blocks). For fp32 / bf16 A, s.amax holds the rows' amax (int_run).
+qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                    int32_t tid, int32_t nth, GemmScratch& s, bool reserve_only) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
   const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
   const bool mx_a = mx_act_type(d.a_type);
-  Scratch& s = scratch();
-
-  // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
-  // per-tensor scale) before anything is written, so non-finite input fails cleanly.
   const bool group_a = (dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx_a;
-  if (mx_a) {
-    // Block scales come with the data (no pass over A needed).
-  } else if (group_a) {
-    s.amax.resize(m * w.groups());
-    s.amax_col.resize(256);  // >= any tile's rows (mr <= 255)
-    int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
-    if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
-  } else if (dynamic) {
-    s.amax.resize(m);
-    int64_t bad = row_amax(d.a_type, a, lda, m, w.k, s.amax.data());
-    if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
-    if (d.a_granularity == QJ_GRAN_TENSOR) {
-      float t = 0.0f;
-      for (float x : s.amax) t = std::max(t, x);
-      std::fill(s.amax.begin(), s.amax.end(), t);
-    }
-  }
-
-  if (!p.jit) {
-    if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
-    if (mx_a) {
-      std::vector<int32_t> qa(m * w.k);
-      std::vector<float> ags(m * w.groups());
-      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data(),
-                         w.groups());
-      ref::gemm_int_group_a(d, p.ref_w, m, qa.data(), ags.data(), c, ldc);
-      return QJ_OK;
-    }
-    ref::gemm_int(d, p.ref_w, m, a, lda, c, ldc);
-    return QJ_OK;
-  }
   const int out_bytes = c_bytes(d.c_type);
-  if (p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || ldc * out_bytes < kTallMaxRowBytes)) {
-    // Narrow N and tall: whole banks of narrow_mr rows in the narrow-N kernel or the tall kernels
-    // (split over the threads by banks), the rows left over by the ordinary kernels below (exact
-    // either way).
-    const int64_t iters = m / p.narrow_mr;
-    const Range r = nth > 1 ? split_range(iters, tid, nth) : Range{0, iters};
-    if (r.begin < r.end) {
-      GemmIntArgs args{};
-      args.consts = p.consts;
-      args.a = static_cast<const uint8_t*>(a) + r.begin * p.narrow_mr * lda;
-      args.lda = lda;
-      args.c = static_cast<uint8_t*>(c) + r.begin * p.narrow_mr * ldc * out_bytes;
-      args.ldc = ldc * out_bytes;
-      args.n_panels = r.end - r.begin;
-      if (p.narrow_tall) {
-        // Blocks of tall_block banks; within a block, each 16 columns of B in turn.
-        const int64_t subs = (w.n + 15) / 16, per_panel = w.nr / 16;
-        for (int64_t b0 = r.begin; b0 < r.end; b0 += p.tall_block) {
-          const int64_t b1 = std::min(r.end, b0 + p.tall_block);
-          args.a = static_cast<const uint8_t*>(a) + b0 * p.narrow_mr * lda;
-          args.n_panels = b1 - b0;
-          for (int64_t j = 0; j < subs; ++j) {
-            args.c = static_cast<uint8_t*>(c) + (b0 * p.narrow_mr * ldc + 16 * j) * out_bytes;
-            args.b = w.packed.data<uint8_t>() + (j / per_panel) * w.panel_bytes() + (j % per_panel) * 64;
-            args.col_corr = p.col_corr.data<int32_t>() + 16 * j;
-            args.col_mult = p.col_mult.data<float>() + 16 * j;
-            args.col_bias = p.col_bias.data<float>() + 16 * j;
-            const KernelRef& kr = j + 1 == subs && p.narrow_tail ? p.narrow_tail : p.narrow;
-            kr.fn<GemmIntKernel>()(&args);
-          }
-        }
-      } else {
-        args.b = p.narrow_b.data<uint8_t>();
-        args.col_corr = p.narrow_cols.data<int32_t>();
-        args.col_mult = reinterpret_cast<const float*>(args.col_corr + 16);
-        args.col_bias = args.col_mult + 16;
-        p.narrow.fn<GemmIntKernel>()(&args);
-      }
-    }
-    const int64_t m4 = iters * p.narrow_mr;
-    if (m4 == m) return QJ_OK;
-    a = static_cast<const uint8_t*>(a) + m4 * lda;
-    c = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
-    m -= m4;
-  }
-
-  if (m == 1 && nth == 1 && p.gemv_direct) {
-    // GEMV, u8 A in place: one call over every panel with the plan's arguments (the loop below
-    // makes the same kernel calls per N block, after sizing scratch a GEMV does not use).
-    GemmIntArgs args = p.gemv_args;
-    args.a = static_cast<const uint8_t*>(a);
-    args.c = static_cast<uint8_t*>(c);
-    args.ldc = ldc * out_bytes;
-    p.kernels[0].fn<GemmIntKernel>()(&args);
-    return QJ_OK;
-  }
-
   const GemmBlocking& b = p.blk;
   const int mr = b.mr;
   const int64_t m_tiles = (m + mr - 1) / mr;
@@ -1090,23 +1046,23 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
   const int64_t mc_tiles = b8_any ? std::max<int64_t>(1, std::min<int64_t>(mt.end - mt.begin,
                                                                            kFp6BytesMaxA / static_cast<int64_t>(tile_bytes)))
                                   : std::max<int64_t>(1, b.mc / mr);
-  if (s.a_pack.size() < tile_bytes * mc_tiles && !s.a_pack.allocate(tile_bytes * mc_tiles, false))
+  if (!grow_buffer(s.a_pack, tile_bytes * mc_tiles))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   // K blocks (s8 plans whose tiles of A outgrow the L1): sums of the MC x NC block in scratch.
   // (the plan holds K-block kernels only for s8 weights with b.kc > 0)
   const bool kblocked = !p.kblock_kernels[2].empty() && tile_base + (tile_extra ? 1 : 0) >= b.kc_min_rows;
   const size_t acc_tile_bytes = static_cast<size_t>(b.nc_panels) * mr * w.nr * 4;
-  if (kblocked && s.acc.size() < acc_tile_bytes * mc_tiles && !s.acc.allocate(acc_tile_bytes * mc_tiles, false))
+  if (kblocked && !grow_buffer(s.acc, acc_tile_bytes * mc_tiles))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of K-block sums", acc_tile_bytes * mc_tiles);
   const size_t b8_bytes = b8_any ? static_cast<size_t>(std::min(b.nc_panels, np.end - np.begin)) * w.mx_panel_bytes(8) : 0;
-  if (b8_any && s.b8.size() < b8_bytes && !s.b8.allocate(b8_bytes, false))
+  if (b8_any && !grow_buffer(s.b8, b8_bytes))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to unpack E2M3 weights", b8_bytes);
-  s.row_sum.resize(static_cast<size_t>(mc_tiles) * groups * mr);
+  grow(s.row_sum, static_cast<size_t>(mc_tiles) * groups * mr);
   const int64_t scale_slots = group_a ? groups * mr : mr;  // A scales per tile
-  s.inv.resize(static_cast<size_t>(mc_tiles) * scale_slots);
-  s.pre.resize(static_cast<size_t>(mc_tiles) * scale_slots);
-  s.rg_scale.resize(static_cast<size_t>(mc_tiles) * scale_slots);
-  s.row_scale.resize(static_cast<size_t>(mc_tiles) * mr);
+  grow(s.inv, static_cast<size_t>(mc_tiles) * scale_slots);
+  grow(s.pre, static_cast<size_t>(mc_tiles) * scale_slots);
+  grow(s.rg_scale, static_cast<size_t>(mc_tiles) * scale_slots);
+  grow(s.row_scale, static_cast<size_t>(mc_tiles) * mr);
 
   PackASpec spec{d.a_type, w.kg, w.k, w.kp, groups, !w.zero_points.empty()};
   if (decoded) {
@@ -1117,6 +1073,14 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     spec.group_quant = group_a;
     spec.split32 = a_split;
   }
+  // The packing functions' rows, for the slice's tallest tile (its first).
+  int64_t first_row0;
+  const int rows_max = tile_rows(mt.begin, &first_row0);
+  if (mx_a)
+    reserve_pack_a_tile_mx(spec, rows_max, s.pack);
+  else if (!p.direct_a)
+    reserve_pack_a_tile(spec, rows_max, s.pack);
+  if (reserve_only) return QJ_OK;
   const int64_t n_tail = w.n % w.nr;
 
   // A one-row tile of u8 A in the VNNI layout is the row itself (K groups of 4 bytes), so it needs
@@ -1150,7 +1114,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
       if (mx_a) {  // decode, row sums and the per-(row, block) scales in one pass
         pack_a_tile_mx(spec, *static_cast<const qj_mx_matrix*>(a), lda, row0, rows,
                        s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr,
-                       s.rg_scale.data() + slot * scale_slots);
+                       s.rg_scale.data() + slot * scale_slots, s.pack);
         continue;
       }
       if (group_a) {
@@ -1175,7 +1139,7 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
         continue;
       }
       pack_a_tile(spec, static_cast<const uint8_t*>(a) + row0 * lda * esz, lda, rows, rows, inv, pre,
-                  s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr);
+                  s.a_pack.data<uint8_t>() + slot * tile_bytes, s.row_sum.data() + slot * groups * mr, s.pack);
     }
     // Then every N block of this thread for these tiles (and every K block of it in turn: the
     // tiles' sums wait in scratch while the B block of the next K block is streamed).
@@ -1226,6 +1190,124 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
     }
   }
   return QJ_OK;
+}
+
+qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                  int32_t tid, int32_t nth, GemmScratch& s, bool reserve_only) {
+  const PackedWeights& w = *p.w;
+  const qj_gemm_desc& d = p.desc;
+  const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
+  const bool mx_a = mx_act_type(d.a_type);
+  // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
+  // per-tensor scale) before anything is written, so non-finite input fails cleanly. (MX A: the
+  // block scales come with the data, no pass over A.)
+  const bool group_a = (dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx_a;
+  if (group_a && !mx_a) {
+    grow(s.amax, m * w.groups());
+    grow(s.amax_col, 256);  // >= any tile's rows (mr <= 255)
+  } else if (dynamic) {
+    grow(s.amax, m);
+  }
+  auto scan_a = [&]() -> qj_status {
+    if (group_a && !mx_a) {
+      int64_t bad = row_group_amax(d.a_type, a, lda, m, w.k, w.k / w.groups(), s.amax.data());
+      if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
+    } else if (dynamic) {
+      int64_t bad = row_amax(d.a_type, a, lda, m, w.k, s.amax.data());
+      if (bad >= 0) return nonfinite_a(d, a, lda, bad, w.k);
+      if (d.a_granularity == QJ_GRAN_TENSOR) {
+        float t = 0.0f;
+        for (int64_t i = 0; i < m; ++i) t = std::max(t, s.amax[i]);
+        std::fill(s.amax.begin(), s.amax.begin() + m, t);
+      }
+    }
+    return QJ_OK;
+  };
+
+  if (!p.jit) {
+    if (reserve_only) return QJ_OK;
+    QJ_TRY(scan_a());  // (every slice fails on bad A)
+    if (tid != 0) return QJ_OK;  // the reference computes the whole problem on thread 0
+    if (mx_a) {
+      std::vector<int32_t> qa(m * w.k);
+      std::vector<float> ags(m * w.groups());
+      mx_act_decode_rows(d.a_type, *static_cast<const qj_mx_matrix*>(a), lda, m, w.k, qa.data(), ags.data(),
+                         w.groups());
+      ref::gemm_int_group_a(d, p.ref_w, m, qa.data(), ags.data(), c, ldc);
+      return QJ_OK;
+    }
+    ref::gemm_int(d, p.ref_w, m, a, lda, c, ldc);
+    return QJ_OK;
+  }
+  const int out_bytes = c_bytes(d.c_type);
+  // Narrow N and tall (u8 A only): whole banks of narrow_mr rows in the narrow-N kernel or the
+  // tall kernels (split over the threads by banks), the rows left over by the ordinary kernels
+  // (exact either way).
+  const bool narrow =
+      p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || ldc * out_bytes < kTallMaxRowBytes);
+  const int64_t m4 = narrow ? m / p.narrow_mr * p.narrow_mr : 0;
+  const int64_t rest = m - m4;
+  const void* const a_rest = static_cast<const uint8_t*>(a) + m4 * lda;
+  void* const c_rest = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
+  // GEMV, u8 A in place: one call over every panel with the plan's arguments (run_tiles makes
+  // the same kernel calls per N block, after sizing scratch a GEMV does not use).
+  const bool gemv = rest == 1 && nth == 1 && p.gemv_direct;
+  // The leftover rows' scratch before the narrow kernels write (run_tiles sizes it itself when
+  // it is the first to write).
+  if (rest > 0 && !gemv && (m4 > 0 || reserve_only))
+    QJ_TRY(run_tiles(p, rest, a_rest, lda, c_rest, ldc, tid, nth, s, true));
+  if (reserve_only) return QJ_OK;
+  QJ_TRY(scan_a());
+  if (m4 > 0) run_narrow(p, m4, a, lda, c, ldc, out_bytes, tid, nth);
+  if (rest == 0) return QJ_OK;
+  if (gemv) {
+    GemmIntArgs args = p.gemv_args;
+    args.a = static_cast<const uint8_t*>(a_rest);
+    args.c = static_cast<uint8_t*>(c_rest);
+    args.ldc = ldc * out_bytes;
+    p.kernels[0].fn<GemmIntKernel>()(&args);
+    return QJ_OK;
+  }
+  return run_tiles(p, rest, a_rest, lda, c_rest, ldc, tid, nth, s, false);
+}
+
+qj_status run_slice(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc, int32_t tid,
+                    int32_t nth, GemmScratch& s, bool reserve_only) {
+  return p.kind == GemmKind::kFloat ? float_run(p, m, a, lda, c, ldc, tid, nth, s, reserve_only)
+                                    : int_run(p, m, a, lda, c, ldc, tid, nth, s, reserve_only);
+}
+
+// The scratch of the slices of a thread's parallel runs, kept for its next one. A run nested in
+// one of them (a pool that runs other tasks on the waiting caller) takes scratch of its own.
+struct SliceScratch {
+  std::vector<std::unique_ptr<GemmScratch>> sets;
+  bool busy = false;
+};
+
+}  // namespace
+
+qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                   int32_t tid, int32_t nth) {
+  return run_slice(p, m, a, lda, c, ldc, tid, nth, thread_scratch(), false);
+}
+
+qj_status gemm_run_parallel(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                            int32_t nth, int64_t work_ns) {
+  static thread_local SliceScratch mine;
+  SliceScratch nested;
+  SliceScratch& ss = mine.busy ? nested : mine;
+  struct Busy {
+    SliceScratch& ss;
+    explicit Busy(SliceScratch& x) : ss(x) { ss.busy = true; }
+    ~Busy() { ss.busy = false; }
+  } busy(ss);
+  while (ss.sets.size() < static_cast<size_t>(nth)) ss.sets.push_back(std::make_unique<GemmScratch>());
+  for (int32_t t = 0; t < nth; ++t) QJ_TRY(run_slice(p, m, a, lda, c, ldc, t, nth, *ss.sets[t], true));
+  // (A pool that runs the call on its caller alone passes {0, 1}: that slice sizes its own
+  // scratch before it writes, as any single slice does.)
+  return run_slices(
+      nth, [&](int32_t t, int32_t n) { return run_slice(p, m, a, lda, c, ldc, t, n, *ss.sets[t], false); },
+      work_ns);
 }
 
 }  // namespace qj

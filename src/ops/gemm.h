@@ -96,8 +96,15 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
 // runs the vpshufb decoders, as on CPUs with VNNI and without VBMI).
 void gemm_hide_vbmi_for_tests(bool hide);
 
+// The slice {thread_id, num_threads} of a run, with the calling thread's scratch. Everything it
+// allocates is allocated before it writes C: on QJ_ERR_OUT_OF_MEMORY, C is untouched.
 qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                    int32_t thread_id, int32_t num_threads);
+// The whole run over num_threads slices on the pool (run_slices; work_ns as parallel_for's). The
+// calling thread sizes every slice's scratch before any slice starts, so a call that runs out of
+// memory also leaves C untouched.
+qj_status gemm_run_parallel(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
+                            int32_t num_threads, int64_t work_ns);
 
 // MXFP8 kernels of plans created from now on: -1 the measured choice per tier (default), 0 decoded
 // weights times their block scales, 1 per-block accumulators (codegen/gemm_float.h flags bit 1).

@@ -371,11 +371,11 @@ qj_status check_mx_a_run(qj_dtype t, int64_t k, int64_t m, const void* a, int64_
 
 namespace {
 
-// Row of MX A -> its integer forms as int16 (int8 types through the vectorized int8 decoder).
-void decode_row_int16(qj_dtype t, const uint8_t* e, int64_t nb, int16_t* q) {
-  static thread_local std::vector<int8_t> b8;
+// Row of MX A -> its integer forms as int16 (int8 types through the vectorized int8 decoder,
+// into b8: nb * 32 bytes).
+void decode_row_int16(qj_dtype t, const uint8_t* e, int64_t nb, int16_t* q, std::vector<int8_t>& b8) {
   if (mx_act_int8_type(t)) {
-    b8.resize(static_cast<size_t>(nb) * mx::kBlock);
+    grow(b8, static_cast<size_t>(nb) * mx::kBlock);
     mx_decode_int8(t, e, nb, b8.data(), nullptr);
     for (int64_t j = 0; j < nb * mx::kBlock; ++j) q[j] = b8[j];
   } else {
@@ -405,16 +405,14 @@ void row_group_sums(const PackASpec& s, const int16_t* q, const uint8_t* sc, int
 // g / 2 spans weight groups g and g + 1), so the A factor and the row sums are taken per weight
 // group of gk = k / groups values.
 void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
-                     uint8_t* dst, int32_t* row_sum, float* a_scale) {
-  static thread_local std::vector<int16_t> buf;
+                     uint8_t* dst, int32_t* row_sum, float* a_scale, PackAScratch& scratch) {
   const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 2;
   const bool in_place = mr == 1;  // one row of pairs is the decoded row itself
-  if (!in_place) buf.resize(static_cast<size_t>(s.kp));
   for (int i = 0; i < mr; ++i) {
     const uint8_t* e = static_cast<const uint8_t*>(a.elems) + (row0 + i) * lda;
     const uint8_t* sc = a.scales + (row0 + i) * a.scales_ld;
-    int16_t* q = in_place ? reinterpret_cast<int16_t*>(dst) : buf.data();
-    decode_row_int16(s.a_type, e, nb, q);
+    int16_t* q = in_place ? reinterpret_cast<int16_t*>(dst) : scratch.i16.data();
+    decode_row_int16(s.a_type, e, nb, q, scratch.row_i8);
     for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
     row_group_sums(s, q, sc, i, mr, row_sum, a_scale);
     if (!in_place)
@@ -427,17 +425,15 @@ void pack_a_pairs_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int
 // of its 8 K, then their hi (the quads lo 0..3, lo 4..7, hi 0..3, hi 4..7; codegen/gemm_int key
 // flags bit 7). Row sums of q itself.
 void pack_a_split_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
-                     uint8_t* dst, int32_t* row_sum, float* a_scale) {
-  static thread_local std::vector<int16_t> q;
-  static thread_local std::vector<int8_t> buf;
+                     uint8_t* dst, int32_t* row_sum, float* a_scale, PackAScratch& scratch) {
+  std::vector<int16_t>& q = scratch.i16;
+  std::vector<int8_t>& buf = scratch.i8;
   const int64_t nb = s.k / mx::kBlock, vk = 2 * s.kp;
-  q.resize(static_cast<size_t>(s.kp));
   const bool in_place = mr == 1;  // one row of quads is the virtual row itself
-  if (!in_place) buf.resize(static_cast<size_t>(vk) * mr);
   for (int i = 0; i < mr; ++i) {
     const uint8_t* e = static_cast<const uint8_t*>(a.elems) + (row0 + i) * lda;
     const uint8_t* sc = a.scales + (row0 + i) * a.scales_ld;
-    decode_row_int16(s.a_type, e, nb, q.data());
+    decode_row_int16(s.a_type, e, nb, q.data(), scratch.row_i8);
     for (int64_t j = s.k; j < s.kp; ++j) q[j] = 0;
     int8_t* v = in_place ? reinterpret_cast<int8_t*>(dst) : buf.data() + i * vk;
     for (int64_t j = 0; j < s.kp; ++j) {
@@ -452,24 +448,37 @@ void pack_a_split_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int
 
 }  // namespace
 
+void reserve_pack_a_tile_mx(const PackASpec& s, int mr, PackAScratch& scratch) {
+  const bool in_place = mr == 1;  // one row of quads or pairs is written to dst directly
+  const size_t kp = static_cast<size_t>(s.kp);
+  const bool int8_form = mx_act_int8_type(s.a_type);  // decode_row_int16 goes through int8
+  if (s.kg == 2 || s.split32) {
+    if (int8_form) grow(scratch.row_i8, static_cast<size_t>(s.k));
+    if (s.split32 || !in_place) grow(scratch.i16, kp);  // the row's int16 forms
+    if (s.split32 && !in_place) grow(scratch.i8, 2 * kp * mr);  // the virtual rows
+    return;
+  }
+  if (!in_place) grow(scratch.i8, kp * mr);
+  grow(scratch.i32, static_cast<size_t>(s.k / mx::kBlock));  // block sums
+}
+
 void pack_a_tile_mx(const PackASpec& s, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
-                    uint8_t* dst, int32_t* row_sum, float* a_scale) {
-  static thread_local std::vector<int8_t> buf;
-  static thread_local std::vector<int32_t> bsum;
+                    uint8_t* dst, int32_t* row_sum, float* a_scale, PackAScratch& scratch) {
+  reserve_pack_a_tile_mx(s, mr, scratch);
   if (s.kg == 2) {
-    pack_a_pairs_mx(s, a, lda, row0, mr, dst, row_sum, a_scale);
+    pack_a_pairs_mx(s, a, lda, row0, mr, dst, row_sum, a_scale, scratch);
     return;
   }
   if (s.split32) {
-    pack_a_split_mx(s, a, lda, row0, mr, dst, row_sum, a_scale);
+    pack_a_split_mx(s, a, lda, row0, mr, dst, row_sum, a_scale, scratch);
     return;
   }
+  std::vector<int8_t>& buf = scratch.i8;
+  std::vector<int32_t>& bsum = scratch.i32;
   const int64_t nb = s.k / mx::kBlock, kgroups = s.kp / 4;
   // One row of quads is the decoded row itself; more rows are decoded one after another (kp
   // apart) and laid out by transpose_quads.
   const bool in_place = mr == 1;
-  if (!in_place) buf.resize(static_cast<size_t>(s.kp) * mr);
-  bsum.resize(static_cast<size_t>(nb));
   for (int i = 0; i < mr; ++i) {
     const uint8_t* e = static_cast<const uint8_t*>(a.elems) + (row0 + i) * lda;
     const uint8_t* sc = a.scales + (row0 + i) * a.scales_ld;
@@ -492,8 +501,9 @@ void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t 
   if (groups <= 0) groups = nb;
   const int64_t gk = k / groups;  // 32, or 16 for BDR weights (two groups per A block)
   std::vector<int16_t> row(static_cast<size_t>(k));
+  std::vector<int8_t> b8;
   for (int64_t i = 0; i < m; ++i) {
-    decode_row_int16(t, static_cast<const uint8_t*>(a.elems) + i * lda, nb, row.data());
+    decode_row_int16(t, static_cast<const uint8_t*>(a.elems) + i * lda, nb, row.data(), b8);
     for (int64_t j = 0; j < k; ++j) q[i * k + j] = row[j];
     for (int64_t g = 0; g < groups; ++g)
       scale[i * groups + g] = mx_act_block_scale(t, a.scales[i * a.scales_ld + g * gk / mx::kBlock]);
@@ -507,10 +517,14 @@ void mx_act_decode_rows_f32(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int6
     mx_decode_f32(t, static_cast<const uint8_t*>(a.elems) + i * lda, a.scales + i * a.scales_ld, nb, dst + i * ld);
 }
 
+void reserve_pack_a_float_tile_mx(int mr, int64_t k, PackAScratch& scratch) {
+  grow(scratch.f32, static_cast<size_t>(mr) * k);
+}
+
 void pack_a_float_tile_mx(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
-                          int64_t k, int64_t kp, float* dst) {
-  static thread_local std::vector<float> buf;
-  buf.resize(static_cast<size_t>(mr) * k);
+                          int64_t k, int64_t kp, float* dst, PackAScratch& scratch) {
+  reserve_pack_a_float_tile_mx(mr, k, scratch);
+  std::vector<float>& buf = scratch.f32;
   const qj_mx_matrix rows{static_cast<const uint8_t*>(a.elems) + row0 * lda, a.scales + row0 * a.scales_ld,
                           a.scales_ld};
   mx_act_decode_rows_f32(t, rows, lda, mr, k, buf.data(), k);

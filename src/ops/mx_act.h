@@ -65,7 +65,9 @@ qj_status check_mx_a_lda(qj_dtype t, int64_t k, int64_t lda);
 // A block g / 2). spec.split32 (E3M2 A, kg == 4): 16v = 32 hi + lo as two s8 quad sets per 8-K
 // step (dst holds 2 kp bytes per row; see mx_act.cpp).
 void pack_a_tile_mx(const PackASpec& spec, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
-                    uint8_t* dst, int32_t* row_sum, float* a_scale);
+                    uint8_t* dst, int32_t* row_sum, float* a_scale, PackAScratch& scratch);
+// Grows scratch to what pack_a_tile_mx(spec, ..., mr, ...) uses (throws std::bad_alloc).
+void reserve_pack_a_tile_mx(const PackASpec& spec, int mr, PackAScratch& scratch);
 // Rows [0, m) of MX A as integers q[i * k + j] and block factors scale[i * groups + g] per weight
 // group (groups = k / 32 when 0; k / 16 for BDR weights: A block g / 2) (the scalar fallback of
 // the plan, src/ref/gemm_ref.h gemm_int_group_a). Every type with an integer form (E3M2 too).
@@ -78,6 +80,8 @@ void mx_act_decode_rows(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t 
 void mx_act_decode_rows_f32(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t m, int64_t k,
                             float* dst, int64_t ld);
 void pack_a_float_tile_mx(qj_dtype t, const qj_mx_matrix& a, int64_t lda, int64_t row0, int mr,
-                          int64_t k, int64_t kp, float* dst);
+                          int64_t k, int64_t kp, float* dst, PackAScratch& scratch);
+// Grows scratch to what pack_a_float_tile_mx(..., mr, k, ...) uses (throws std::bad_alloc).
+void reserve_pack_a_float_tile_mx(int mr, int64_t k, PackAScratch& scratch);
 
 }  // namespace qj

@@ -386,8 +386,9 @@ static void pack_a_tile_int_pairs(const PackASpec& s, const T* a, int64_t lda, i
 // sums as the general loop below.
 void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,
                          const float* inv_scale, const float* pre_scale, uint8_t* dst,
-                         int32_t* row_sum) {
-  static thread_local std::vector<int8_t> buf;
+                         int32_t* row_sum, PackAScratch& scratch) {
+  reserve_pack_a_tile(s, mr, scratch);
+  std::vector<int8_t>& buf = scratch.i8;
   const SpanFuncs fn = span_funcs();
   const int64_t kgroups = s.kp / s.kg;
   const int64_t gk = s.k / s.groups;
@@ -398,7 +399,6 @@ void pack_a_tile_dynamic(const PackASpec& s, const void* a, int64_t lda, int mr,
   // or pack_a_tile_int_pairs (s16 pairs of the int8 codes).
   const bool in_place = s.kg == 4 && mr == 1;
   const bool tile = !in_place;
-  if (tile) buf.resize(static_cast<size_t>(s.kp) * mr);
   for (int i = 0; i < mr; ++i) {
     if (i >= mr_t) {  // padding rows of a partial tile: zeros
       std::memset(buf.data() + i * s.kp, 0, static_cast<size_t>(s.kp));
@@ -566,14 +566,22 @@ void dynamic_scales_n(const float* amax, int64_t n, float* inv_scale, float* pre
   for (int64_t i = 0; i < n; ++i) dynamic_scales(amax[i], &inv_scale[i], &pre_scale[i], &row_scale[i]);
 }
 
+void reserve_pack_a_tile(const PackASpec& s, int mr, PackAScratch& scratch) {
+  // Dynamic A (pack_a_tile_dynamic) quantizes the tile's rows into i8 first, unless one row of
+  // quads is written in place. Integer A needs no buffer.
+  const bool dynamic = s.a_type == QJ_F32 || s.a_type == QJ_BF16;
+  if (dynamic && !(s.kg == 4 && mr == 1)) grow(scratch.i8, static_cast<size_t>(s.kp) * mr);
+}
+
 void pack_a_tile(const PackASpec& s, const void* a, int64_t lda, int mr, int mr_t,
-                 const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum) {
+                 const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum,
+                 PackAScratch& scratch) {
   if (s.kg == 4 && mr_t == mr && (s.a_type == QJ_U8 || s.a_type == QJ_S8)) {
     pack_a_tile_int_quads(s, static_cast<const uint8_t*>(a), lda, mr, dst, row_sum);
     return;
   }
   if (s.a_type == QJ_F32 || s.a_type == QJ_BF16) {
-    pack_a_tile_dynamic(s, a, lda, mr, mr_t, inv_scale, pre_scale, dst, row_sum);
+    pack_a_tile_dynamic(s, a, lda, mr, mr_t, inv_scale, pre_scale, dst, row_sum, scratch);
     return;
   }
   if (s.kg == 2 && s.a_type == QJ_U8) {

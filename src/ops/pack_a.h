@@ -15,6 +15,7 @@
 #include <quantjit/quantjit.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace qj {
 
@@ -33,6 +34,23 @@ struct PackASpec {
                                // rows (see pack_a_tile_mx)
 };
 
+// Buffers the A packing functions fill before they lay a tile out (rows quantized or decoded one
+// after another). A run grows them for its largest tile with the reserve_* functions below before
+// it writes any output, so that running out of memory leaves C untouched; the packing functions
+// grow them the same way themselves (then a no-op).
+struct PackAScratch {
+  std::vector<int8_t> i8;      // the tile's int8 rows
+  std::vector<int8_t> row_i8;  // one MX row's int8 codes (as int16 forms next)
+  std::vector<int16_t> i16;    // one MX row's int16 forms
+  std::vector<int32_t> i32;    // one MX row's block sums
+  std::vector<float> f32;      // MX rows decoded to fp32
+};
+// Grows v to at least n elements (never shrinks it).
+template <class T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 // Amax of each row of fp32/bf16 A. Returns the first row holding a non-finite value, or -1.
 int64_t row_amax(qj_dtype a_type, const void* a, int64_t lda, int64_t m, int64_t k, float* amax);
 // Amax of each (row, group of gk along K): amax[i * (k / gk) + g]. Same return value.
@@ -46,7 +64,10 @@ int64_t row_group_amax(qj_dtype a_type, const void* a, int64_t lda, int64_t m, i
 // ~3.7e-37), pre_scale[i] = 2^100 and inv_scale[i] = 127 / (amax * 2^100) (both exact powers of
 // two scalings; see dynamic_scales). src/ref/gemm_ref.cpp defines the same.
 void pack_a_tile(const PackASpec& spec, const void* a, int64_t lda, int mr, int mr_t,
-                 const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum);
+                 const float* inv_scale, const float* pre_scale, uint8_t* dst, int32_t* row_sum,
+                 PackAScratch& scratch);
+// Grows scratch to what pack_a_tile(spec, ..., mr, ...) uses (throws std::bad_alloc).
+void reserve_pack_a_tile(const PackASpec& spec, int mr, PackAScratch& scratch);
 // The per-row factors above and the row's dequantization scale (amax / 127; 1 when amax = 0).
 void dynamic_scales(float amax, float* inv_scale, float* pre_scale, float* row_scale);
 // The same for n rows (vectorized where the ISA cap allows; the same IEEE divisions).
