@@ -1005,15 +1005,24 @@ void run_narrow(const GemmPlan& p, int64_t m4, const void* a, int64_t lda, void*
   }
 }
 
+// How an integer run takes A: fp32 / bf16 quantized while packed (dynamic), MX, and with scales
+// per (row, K group) (group: MX, or dynamic A per group).
+struct AKind {
+  bool dynamic, mx, group;
+  explicit AKind(const qj_gemm_desc& d)
+      : dynamic(d.a_type == QJ_F32 || d.a_type == QJ_BF16),
+        mx(mx_act_type(d.a_type)),
+        group((dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx) {}
+};
+
 // The ordinary kernels on rows [0, m) of a and c: row tiles packed per row block, then the
 // slice's N blocks (and K blocks). For fp32 / bf16 A, s.amax holds the rows' amax (int_run).
 qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                     int32_t tid, int32_t nth, GemmScratch& s, bool reserve_only) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
-  const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
-  const bool mx_a = mx_act_type(d.a_type);
-  const bool group_a = (dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx_a;
+  const AKind ak(d);
+  const bool dynamic = ak.dynamic, mx_a = ak.mx, group_a = ak.group;
   const int out_bytes = c_bytes(d.c_type);
   const GemmBlocking& b = p.blk;
   const int mr = b.mr;
@@ -1196,12 +1205,11 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
                   int32_t tid, int32_t nth, GemmScratch& s, bool reserve_only) {
   const PackedWeights& w = *p.w;
   const qj_gemm_desc& d = p.desc;
-  const bool dynamic = d.a_type == QJ_F32 || d.a_type == QJ_BF16;
-  const bool mx_a = mx_act_type(d.a_type);
   // Dynamic quantization needs the scales of every row this thread touches (of all rows for a
   // per-tensor scale) before anything is written, so non-finite input fails cleanly. (MX A: the
   // block scales come with the data, no pass over A.)
-  const bool group_a = (dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx_a;
+  const AKind ak(d);
+  const bool dynamic = ak.dynamic, mx_a = ak.mx, group_a = ak.group;
   if (group_a && !mx_a) {
     grow(s.amax, m * w.groups());
     grow(s.amax_col, 256);  // >= any tile's rows (mr <= 255)
