@@ -281,11 +281,13 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     if (int_weights) {
       // (nothing to fix)
     } else if (s.zmm) {
-      a.vcmpps(k7, A, A, 3);  // unordered: NaN
-      a.kortestw(k7, k7);
+      // k1, the output stage's one mask register: kernels keep others across their panels'
+      // output stages (docs/kernel-contract.md); a partial vector's store mask is set again below.
+      a.vcmpps(k1, A, A, 3);  // unordered: NaN
+      a.kortestw(k1, k1);
       a.jz(l_no_nan);
-      a.k(k7).vpord(A, A, dword_ptr(r.consts, offsetof(EpilogueConsts, bf16_quiet))._1to16());
-      a.k(k7).vpandd(A, A, dword_ptr(r.consts, offsetof(EpilogueConsts, hi16))._1to16());
+      a.k(k1).vpord(A, A, dword_ptr(r.consts, offsetof(EpilogueConsts, bf16_quiet))._1to16());
+      a.k(k1).vpandd(A, A, dword_ptr(r.consts, offsetof(EpilogueConsts, hi16))._1to16());
     } else {
       a.vcmpps(T0, A, A, 3);  // all ones in NaN lanes
       a.vptest(T0, T0);
@@ -297,6 +299,10 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
       a.vpor(A, A, T0);       // quiet bit
     }
     a.bind(l_no_nan);
+    if (partial && s.zmm && !int_weights) {
+      a.mov(r.tmp.r32(), (1u << lanes) - 1);
+      a.kmovw(k1, r.tmp.r32());
+    }
     a.vpsrld(T0, A, 16);
     a.vpslld(T0, T0, 31);
     a.vpsrld(T0, T0, 31);

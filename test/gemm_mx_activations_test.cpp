@@ -765,6 +765,34 @@ TEST(GemmMxPairs, E3m2ATimesInt8FormWeightsAcrossTiers) {
     }
 }
 
+// bf16 output from a call of several 32-column panels: the store's NaN test between panels must
+// leave the mask registers the 6-bit unpack keeps across them (k6 / k7) alone. It once used k7,
+// and every panel after the first then decoded its E2M3 codes wrong: at tile heights 5 and 6
+// with VBMI (the shuffle form of the unpack), at every height without. Every tile height, both
+// forms, each MX weight type with each MXFP8 A.
+TEST(GemmMxPairs, Bf16OutputAcrossPanels) {
+  qjt::with_and_without_vbmi([](bool no_vbmi) {
+    for (qj_isa isa : qjt::supported_isas()) {
+      if (isa < QJ_ISA_AVX2) continue;
+      qjt::IsaCap cap(isa);
+      uint32_t seed = 7300;
+      for (qj_dtype wt : {QJ_MXFP6_E2M3, QJ_MXFP6_E3M2, QJ_BDR_MX6, QJ_BDR_MX9, QJ_MXFP4_E2M1, QJ_MXINT8})
+        for (qj_dtype at : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2})
+          for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
+            Case t;
+            t.a = at;
+            t.w = wt;
+            t.m = m;
+            t.n = 100;
+            t.k = 64;
+            t.c_type = QJ_BF16;
+            t.seed = seed++;
+            EXPECT_EQ(run_case(t), "") << t.str() << (no_vbmi ? " (VBMI hidden)" : "");
+          }
+    }
+  });
+}
+
 // MXFP8 A x E2M3 weights read in place: on a CPU without AVX512-VBMI the zmm kernels decode the
 // codes with two vpshufb tables and byte masks instead of one vpermb (the AVX2 kernels always do,
 // with vpblendvb / vpsignb; ShapeSweep covers them). Every code, NaN / zero blocks, tails. Also
@@ -1431,4 +1459,14 @@ TEST(MxActDecode, BlockScale) {
   EXPECT_TRUE(std::isnan(qj::mx_act_block_scale(QJ_MXFP4_E2M1, 0xFF)));
 }
 
+}  // namespace
+namespace {
+TEST(TmpRepro, One) {
+  qjt::IsaCap cap(QJ_ISA_AVX512_VNNI);
+  for (int64_t m : {5, 8}) {
+    Case t; t.a = QJ_MXFP8_E4M3; t.w = QJ_MXFP6_E2M3; t.m = m; t.n = 48; t.k = 32; t.c_type = QJ_BF16; t.seed = 67802294;
+    const std::string r = run_case(t);
+    std::printf("m=%d: %s\n", (int)m, r.c_str());
+  }
+}
 }  // namespace

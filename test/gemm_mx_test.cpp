@@ -377,6 +377,31 @@ TEST(GemmMx, VnniWithoutVbmi) {
   }
 }
 
+// bf16 output from a call of several 32-column panels, fp32 and bf16 A, every tile height, with
+// and without VBMI: the store's NaN test between panels must leave the decoders' mask registers
+// alone (see GemmMxPairs.Bf16OutputAcrossPanels).
+TEST(GemmMx, Bf16OutputAcrossPanels) {
+  qjt::with_and_without_vbmi([](bool no_vbmi) {
+    for (qj_isa isa : qjt::supported_isas()) {
+      qjt::IsaCap cap(isa);
+      uint32_t seed = 7400;
+      for (qj_dtype wt : kTypes)
+        for (qj_dtype at : {QJ_F32, QJ_BF16})
+          for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13}) {
+            MxCase t;
+            t.w = wt;
+            t.a_type = at;
+            t.m = m;
+            t.n = 100;
+            t.k = 64;
+            t.c_type = QJ_BF16;
+            t.seed = seed++;
+            EXPECT_EQ(run_case(t), "") << t.str() << (no_vbmi ? " (VBMI hidden)" : "");
+          }
+    }
+  });
+}
+
 TEST(GemmMx, LargeThreadsRepackSerialize) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);

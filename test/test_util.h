@@ -34,6 +34,13 @@ class HideVbmi {
   HideVbmi();
   ~HideVbmi();
 };
+// fn(hidden) twice: as this CPU is (false), then with AVX512-VBMI hidden (true).
+template <class Fn>
+void with_and_without_vbmi(Fn&& fn) {
+  fn(false);
+  HideVbmi hide;
+  fn(true);
+}
 
 template <class T>
 std::vector<T> random_ints(size_t n, int lo, int hi, uint32_t seed) {
