@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -736,7 +737,10 @@ TEST(GemmMxPairs, RandomCombinations) {
     t.sld_pad = pick(3) == 0 ? pick(4) : 0;
     t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
     t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
-    EXPECT_EQ(run_case(t), "") << t.str();
+    // One case in four as on a VNNI CPU without AVX512-VBMI (its decoders keep other state).
+    std::optional<qjt::HideVbmi> hide;
+    if (pick(4) == 0) hide.emplace();
+    EXPECT_EQ(run_case(t), "") << t.str() << (hide ? " (VBMI hidden)" : "");
   });
 }
 

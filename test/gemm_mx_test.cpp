@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -290,7 +291,10 @@ TEST(GemmMx, RandomCombinations) {
     t.ldc_pad = pick(3) == 0 ? pick(9) : 0;
     t.threads = pick(4) == 0 ? 2 + pick(4) : 1;
     t.serialize = pick(8) == 0;
-    EXPECT_EQ(run_case(t), "") << t.str();
+    // One case in four as on a VNNI CPU without AVX512-VBMI (its decoders keep other state).
+    std::optional<qjt::HideVbmi> hide;
+    if (pick(4) == 0) hide.emplace();
+    EXPECT_EQ(run_case(t), "") << t.str() << (hide ? " (VBMI hidden)" : "");
   });
 }
 
