@@ -34,12 +34,21 @@ class HideVbmi {
   HideVbmi();
   ~HideVbmi();
 };
-// fn(hidden) twice: as this CPU is (false), then with AVX512-VBMI hidden (true).
+// fn(m, note) for M = 1..8 and 13 (every tile height, then two tiles) at every tier from `lowest`
+// this CPU supports, first as the CPU is, then with AVX512-VBMI hidden (note: "" or " (VBMI
+// hidden)", for failure messages).
 template <class Fn>
-void with_and_without_vbmi(Fn&& fn) {
-  fn(false);
+void each_tile_height_with_and_without_vbmi(qj_isa lowest, Fn&& fn) {
+  auto tiers = [&](const char* note) {
+    for (qj_isa isa : supported_isas()) {
+      if (isa < lowest) continue;
+      IsaCap cap(isa);
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13}) fn(m, note);
+    }
+  };
+  tiers("");
   HideVbmi hide;
-  fn(true);
+  tiers(" (VBMI hidden)");
 }
 
 template <class T>
