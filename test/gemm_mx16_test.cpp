@@ -409,6 +409,8 @@ TEST(GemmMx16, RandomCombinations) {
     // One case in four as on a VNNI CPU without AVX512-VBMI (its decoders keep other state).
     std::optional<qjt::HideVbmi> hide;
     if (pick(4) == 0) hide.emplace();
+    // One case in eight with the weights packed at a random tier (the plan repacks them).
+    if (pick(8) == 0) t.pack_isa = qjt::supported_isas()[pick(static_cast<int>(qjt::supported_isas().size()))];
     EXPECT_EQ(run_case(t), "") << t.str() << (hide ? " (VBMI hidden)" : "");
   });
 }
