@@ -1456,13 +1456,3 @@ TEST(MxActDecode, BlockScale) {
 }
 
 }  // namespace
-namespace {
-TEST(TmpRepro, One) {
-  qjt::IsaCap cap(QJ_ISA_AVX512_VNNI);
-  for (int64_t m : {5, 8}) {
-    Case t; t.a = QJ_MXFP8_E4M3; t.w = QJ_MXFP6_E2M3; t.m = m; t.n = 48; t.k = 32; t.c_type = QJ_BF16; t.seed = 67802294;
-    const std::string r = run_case(t);
-    std::printf("m=%d: %s\n", (int)m, r.c_str());
-  }
-}
-}  // namespace
