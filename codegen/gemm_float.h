@@ -25,7 +25,8 @@
 //                  even K for bf16), since nothing past column K - 1 of a row may be read
 //   flags bit 1    MX weights only: per-block accumulators (else decoded weights times their
 //                  scales)
-//   flags bit 2    MXFP6 E2M3 only: the CPU has AVX512-VBMI (zmm: one vpermb decodes a chunk)
+//   flags bit 2    MXFP6 E2M3 and 6-bit dense panels (E3M2, MX6) only: the CPU has AVX512-VBMI
+//                  (zmm: one vpermb decodes a chunk / unpacks the codes)
 // MX weights: k_main counts blocks (32 k, BDR 16; k_rem unused); the units of a block are
 // interleaved over the param[0] sets (which must divide the block).
 #pragma once

@@ -19,6 +19,7 @@
 #include "codegen/mx_codes.h"
 #include "codegen/simd.h"
 #include "codegen/weight_decode.h"
+#include "src/core/jit_isa_check.h"
 #include "src/core/kernel_cache.h"
 
 namespace qj {
@@ -1219,7 +1220,9 @@ int gemm_int_max_mr(const KernelKey& key_in, int cap) {
 }
 
 const KernelFamily& gemm_int_family() {
-  static const KernelFamily f{emit, name};
+  static const KernelFamily f{emit, name, [](const KernelKey& key) -> uint32_t {
+                                return (key.flags & 32) ? uint32_t{kJitExtraVbmi} : 0u;  // flags bit 5
+                              }};
   return f;
 }
 

@@ -1,10 +1,28 @@
 #include "test/test_util.h"
 
+#include "src/core/jit_isa_check.h"
 #include "src/ops/gemm.h"
+
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 
 namespace qjt {
+
+namespace {
+// Every test binary (ctest runs them with QJ_JIT_CHECK_ISA=1) fails at its end if a kernel was
+// refused by the emit-time ISA check: the dispatcher's fallback would otherwise give the right
+// answer and hide that the kernel would not run on the CPUs of its tier.
+class JitIsaCheckEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::string first;
+    const uint64_t n = qj::jit_isa_violations(&first);
+    if (n != 0) ADD_FAILURE() << n << " kernel(s) used instructions outside their ISA tier; the first: " << first;
+  }
+};
+const bool kJitIsaCheckRegistered = (::testing::AddGlobalTestEnvironment(new JitIsaCheckEnvironment), true);
+}  // namespace
 
 std::vector<qj_isa> supported_isas() {
   std::vector<qj_isa> v;

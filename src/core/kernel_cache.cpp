@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "src/core/jit_isa_check.h"
 #include "src/core/jit_memory.h"
 #include "src/core/log.h"
 #include "src/core/status.h"
@@ -170,12 +171,13 @@ void generate(CachedKernel* k, const KernelFamily& fam) {
   code.init(asmjit::Environment::host());
   EmitError eh;
   code.setErrorHandler(&eh);
-  asmjit::x86::Assembler a(&code);
+  IsaCheckedAssembler a(&code, k->key.isa, fam.extras ? fam.extras(k->key) : 0, jit_isa_check_enabled());
   std::string why;
   bool ok = fam.emit(k->key, a, &why);
-  if (!ok || eh.err != asmjit::kErrorOk) {
+  if (!ok || eh.err != asmjit::kErrorOk || !a.violation().empty()) {
     k->status = ok ? QJ_ERR_INTERNAL : QJ_ERR_UNSUPPORTED;
-    k->error = ok ? "asmjit: " + eh.msg : why;
+    k->error = !ok ? why : eh.err != asmjit::kErrorOk ? "asmjit: " + eh.msg : a.violation();
+    if (ok && eh.err == asmjit::kErrorOk) note_jit_isa_violation(k->name, a.violation());
     return;
   }
   code.flatten();

@@ -32,6 +32,9 @@ struct KernelFamily {
   // if the key is not supported; asmjit errors are caught by the cache.
   bool (*emit)(const KernelKey& key, asmjit::x86::Assembler& a, std::string* why);
   std::string (*name)(const KernelKey& key);
+  // CPU features beyond key.isa's tier that the kernel for `key` may use (JitExtra bits of
+  // src/core/jit_isa_check.h; null: none). Checked as the kernel is emitted when QJ_JIT_CHECK_ISA=1.
+  uint32_t (*extras)(const KernelKey& key) = nullptr;
 };
 
 struct CachedKernel;  // opaque
