@@ -1,5 +1,6 @@
 #include "src/core/isa.h"
 
+#include <cpuid.h>
 #include <cpuinfo.h>
 
 #include <atomic>
@@ -96,6 +97,18 @@ size_t l1d_cache_bytes() {
   return bytes;
 }
 
+int amd_family() {
+  static const int family = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    // "AuthenticAMD" in ebx, edx, ecx
+    if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const int base = static_cast<int>((a >> 8) & 0xf), ext = static_cast<int>((a >> 20) & 0xff);
+    return base == 0xf ? base + ext : base;
+  }();
+  return family;
+}
 qj_isa max_isa() { return static_cast<qj_isa>(cap().load(std::memory_order_relaxed)); }
 
 qj_status set_max_isa(qj_isa isa) {

@@ -280,7 +280,17 @@ qj_prefetch_hint embedding_default_hint(qj_dtype row_type, int64_t dim) {
   // dim 64 2.55 / 3.10, f16 dim 32 1.23 / 1.31; fresh (DRAM) f32 dim 64 29-30 / 33-34, f16 /
   // bf16 dim 64 15.3 / 18.5, f32 dim 32 15.8-18.3 / 18.0-18.5. From dim 128 on prefetcht2 is
   // ahead from DRAM again (fresh f16 26-27 / 30-32, f32 45-47 / 58-61), so those keep it.
+  // All of the above was measured on Zen 4. On Zen 5 (AMD family 0x1A, a 48 KiB L1) prefetcht0
+  // is as fast as prefetcht2 from DRAM and faster from L2 for the quantized and MX rows, so it is
+  // their rule there (2026-12-01, EPYC family 0x1A, default distances, i32 unweighted, ns per
+  // row, prefetcht0 / prefetcht2, best of two runs): warm 8-bit dims 32-1024 1.09 / 1.21, 1.49 /
+  // 1.69, 2.23 / 2.49, 3.75 / 4.33, 8.48 / 9.10, 19.2 / 19.6, 4/2-bit 1.0-1.1x, MXFP4 / MXINT8 /
+  // MXFP8 1.03-1.23x; cold within 1-5% (4-bit dim 32 4.49 / 12.2); fresh (DRAM) 0.95-1.10x either
+  // way, within the runs' noise. Float rows keep the rule above: prefetcht0 is faster for them
+  // warm there too (f32 dims 128 / 256 2.75 / 3.69, 5.37 / 8.59) but from DRAM it lost at f32
+  // dims 32 / 64 / 256 (11.2 / 10.3, 19.3 / 16.8, 79 / 66) and f16 dim 256 (42 / 33).
   const bool float_rows = row_type == QJ_F32 || row_type == QJ_F16 || row_type == QJ_BF16;
+  if (amd_family() >= 0x1a && !float_rows) return QJ_PREFETCH_HINT_T0;
   return float_rows && dim <= 64 ? QJ_PREFETCH_HINT_T0 : QJ_PREFETCH_HINT_T2;
 }
 
