@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/isa.h"
 #include "src/formats/half.h"
 #include "src/ops/embedding_bag.h"
 #include "src/ref/embedding_bag_ref.h"
@@ -839,10 +840,12 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   }
 }
 
-// QJ_PREFETCH_HINT_AUTO: prefetcht0 for float rows of dim <= 64, prefetcht2 for the rest
-// (the kernel's name carries the instruction); an explicit hint is kept.
+// QJ_PREFETCH_HINT_AUTO: prefetcht0 for float rows of dim <= 64, prefetcht2 for the rest, except
+// on Zen 5 (AMD family 0x1A), where quantized and MX rows take prefetcht0 (the kernel's name
+// carries the instruction); an explicit hint is kept.
 TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
   if (qj_cpu_isa() < QJ_ISA_AVX2) GTEST_SKIP() << "no JIT tier";
+  const char* quantized = qj::amd_family() >= 0x1a ? "t0__" : "t2__";
   struct Case {
     qj_dtype t;
     int64_t dim;
@@ -850,7 +853,8 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
     const char* want;
   } cases[] = {{QJ_F32, 32, QJ_PREFETCH_HINT_AUTO, "t0__"},  {QJ_F32, 65, QJ_PREFETCH_HINT_AUTO, "t2__"},
                {QJ_F16, 64, QJ_PREFETCH_HINT_AUTO, "t0__"}, {QJ_BF16, 65, QJ_PREFETCH_HINT_AUTO, "t2__"},
-               {QJ_F16, 1, QJ_PREFETCH_HINT_AUTO, "t0__"},   {QJ_FUSED_8BIT, 32, QJ_PREFETCH_HINT_AUTO, "t2__"},
+               {QJ_F16, 1, QJ_PREFETCH_HINT_AUTO, "t0__"},   {QJ_FUSED_8BIT, 32, QJ_PREFETCH_HINT_AUTO, quantized},
+               {QJ_MXFP4_E2M1, 64, QJ_PREFETCH_HINT_AUTO, quantized}, {QJ_FUSED_4BIT, 64, QJ_PREFETCH_HINT_T2, "t2__"},
                {QJ_F32, 32, QJ_PREFETCH_HINT_T2, "t2__"},    {QJ_F32, 256, QJ_PREFETCH_HINT_T0, "t0__"}};
   for (const Case& c : cases) {
     qj_embedding_bag_desc d = simple_desc(c.t, c.dim);
