@@ -232,7 +232,14 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       return false;
     }
   }
-  p->abc = p->s.zmm ? -1 : used++;
+  // A's element for row i: broadcast into abc once, then FMAs from registers; at zmm with one
+  // column vector straight from memory ({1to16}). On Zen 5 an FMA with an embedded broadcast
+  // costs more than a register FMA, so two of them per A element lost to one vbroadcastss
+  // (2026-12-01, EPYC family 0x1A, warm 512 x 512, GFLOPS, embedded -> register; FMA peak 262):
+  // f16 M = 8 / 64 / 119 215-222 -> 254-256 / 228-234 -> 252-259 / 231-235 -> 253-259, M = 1
+  // 120 -> 140; bf16 (whose tile is then 13 rows, not 14) M = 64 228 -> 256, M = 1 116-125 ->
+  // 163; MXFP8 E4M3 / E5M2 M = 64 210 / 211-214 -> 230 / 245, M = 1-8 within 2% (or +10% E5M2).
+  p->abc = p->s.zmm && p->nrv < 2 ? -1 : used++;
   if (used > p->s.regs) {
     *why = "register tile too large for the ISA";
     return false;
@@ -252,7 +259,7 @@ void zero_regs(Assembler& a, const cg::Simd& s, int first, int count) {
 // acc += b * broadcast(A element at m)
 void fma_bcast(Assembler& a, const Plan& p, int acc, int b, Mem m) {
   const cg::Simd& s = p.s;
-  if (s.zmm)
+  if (s.zmm && p.abc < 0)
     a.vfmadd231ps(s.v(acc), s.v(b), m._1to16());
   else
     a.vfmadd231ps(s.v(acc), s.v(b), s.v(p.abc));
@@ -569,7 +576,7 @@ void emit_unit(Assembler& a, const Plan& p, int set, int u) {
   if (p.mx) {
     for (int j = 0; j < p.nrv; j += p.pair ? 2 : 1) emit_mx_decode(a, p, u, j);
     for (int i = 0; i < p.mr; ++i) {
-      if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
+      if (p.abc >= 0) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
       for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + j, a_mem(p, i, u, 0));
     }
     return;
@@ -578,7 +585,7 @@ void emit_unit(Assembler& a, const Plan& p, int set, int u) {
     for (int j = 0; j < p.nrv; ++j)
       a.vcvtph2ps(s.v(p.bvec + j), ptr(rdx, u * p.nr * 2 + j * s.lanes32 * 2));
     for (int i = 0; i < p.mr; ++i) {
-      if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
+      if (p.abc >= 0) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, 0));
       for (int j = 0; j < p.nrv; ++j) fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + j, a_mem(p, i, u, 0));
     }
     return;
@@ -598,7 +605,7 @@ void emit_unit(Assembler& a, const Plan& p, int set, int u) {
   }
   for (int half = 0; half < 2; ++half)
     for (int i = 0; i < p.mr; ++i) {
-      if (!s.zmm) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, half));
+      if (p.abc >= 0) a.vbroadcastss(s.v(p.abc), a_mem(p, i, u, half));
       for (int j = 0; j < p.nrv; ++j)
         fma_bcast(a, p, acc + i * p.nrv + j, p.bvec + half * p.nrv + j, a_mem(p, i, u, half));
     }
