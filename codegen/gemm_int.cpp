@@ -763,6 +763,19 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     if (p->dec.n_temps > nabc + ntmp) used += p->dec.n_temps - nabc - ntmp;
   } else {
     p->dtmp = used, used += p->dec.n_temps;
+    // Tiles of two rows or more with two column vectors or more: each A quad broadcast once into
+    // abc (the decoder's first temporary, free once the step is decoded), then register
+    // vpdpbusd, rather than an embedded {1to16} in each of them. On Zen 5 the embedded form costs
+    // more (2026-12-01, EPYC family 0x1A, warm, GOPS, f32 A, embedded -> register; VNNI peak
+    // 1089): S4 16 / 64 / 256 x 4096 x 4096 777-791 / 755-763 / 734-745 -> 886-899 / 868-894 /
+    // 844-845; MXFP4 677-679 / 667-687 / 634-637 -> 733-736 / 693-707 / 683-700; MXINT8
+    // 559-567 / 571-579 / 554-573 -> 595-653 / 638-663 / 624-656; E2M3 504-532 / 470-480 /
+    // 559-561 -> 516-553 / 532-559 / 683-692. The GEMV (one row) keeps the embedded form: its
+    // one trial was within the run-to-run spread of 1 x 11008 x 4096 (S4 139-208 either way).
+    if (p->s.zmm && p->mr >= 2 && p->nrv >= 2 && !p->dec.int16) {
+      if (p->dec.n_temps > 0) p->abc = p->dtmp;
+      else if (used < p->s.regs) p->abc = used++;
+    }
   }
   if (used > p->s.regs || p->ndec < p->nrv + 1) {
     *why = "register tile too large for the ISA";
@@ -973,12 +986,17 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       // Quad o of every row before quad o + 1: dependent updates of one accumulator are spread.
       for (int o = 0; o < n_out; ++o)
         for (int part = 0; part < (p.a_split ? 2 : 1); ++part)
-          for (int i = 0; i < p.mr; ++i)
+          for (int i = 0; i < p.mr; ++i) {
+            if (p.abc >= 0) a.vpbroadcastd(s.v(p.abc), quad(i, part * aq + o % aq));
             for (int j = 0; j < p.nrv; ++j) {
               const int set = part ? p.acc_hi : (p.dual && (o & 1)) ? p.acc1 : p.acc0;
-              a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
-                         quad(i, part * aq + o % aq)._1to16());
+              if (p.abc >= 0)
+                a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j), s.v(p.abc));
+              else
+                a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
+                           quad(i, part * aq + o % aq)._1to16());
             }
+          }
     } else {
       // Runs of s16_terms products added in s16, each run widened by vpmaddwd (ones, or
       // 2^hi_shift for outputs o >= a_quads) into the accumulator.
