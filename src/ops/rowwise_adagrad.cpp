@@ -778,7 +778,13 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   job.pf_dist = std::clamp<int64_t>(96 / lines, 2, 16);
   const int force = g_force_prefetch_l2.load(std::memory_order_relaxed);
   const bool big_table = static_cast<uint64_t>(c.num_rows) * static_cast<uint64_t>(job.row_bytes) > l3_cache_bytes();
-  job.pf_l2 = force >= 0 ? force == 1 : job.row_bytes >= 512 && big_table;
+  // Zen 5 (AMD family 0x1A; the rules below were measured on Zen 4) takes prefetchw plus the far
+  // prefetcht1 for rows of every size (2026-12-01, 1M-row tables, ~1000 lookups, ns per row, the
+  // Zen 4 rule -> this, best of two runs): cold f32 dims 128 / 256 / 1024 25.0-31.0 / 50.4-62.1 /
+  // 164-171 -> 21.8 / 39.4 / 146, f16 dims 256 / 1024 27.4-101 / 99-100 -> 20.1 / 67.2; fresh
+  // within 7% either way; warm f32 / f16 dim 1024 51 / 58-59 -> 59 / 65 (FBGEMM 69 / 81).
+  const bool zen5 = amd_family() >= 0x1a;
+  job.pf_l2 = force >= 0 ? force == 1 : job.row_bytes >= 512 && big_table && !zen5;
   // Rows under 512 bytes of a table larger than the L3 are also prefetched into L2 (prefetcht1)
   // twice as far ahead: prefetchw alone keeps few rows in flight, prefetcht1 alone is bimodal on
   // them (see prefetch_ahead). Measured 2026-12-01 (1M-row tables on 2 MiB pages, ~1000 lookups,
@@ -792,7 +798,7 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   // its 72 configurations at >= 1.0 (warm / cold / fresh, fp32 / fp16, dims 32-1024, i32 / i64).
   // For rows of 512 bytes and more (already prefetcht1) a second, farther prefetch made cached
   // rows 1.4-1.5x slower (fp32 dim 512 / 1024).
-  job.far_dist = (force >= 0 ? force == 2 : job.row_bytes < 512 && big_table) ? 2 * job.pf_dist : 0;
+  job.far_dist = (force >= 0 ? force == 2 : (job.row_bytes < 512 || zen5) && big_table) ? 2 * job.pf_dist : 0;
   const int64_t n = c.num_indices;
   const size_t nb = static_cast<size_t>(c.num_bags);
   s.bstart.resize(nb + 1);
