@@ -770,8 +770,10 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     // 1089): S4 16 / 64 / 256 x 4096 x 4096 777-791 / 755-763 / 734-745 -> 886-899 / 868-894 /
     // 844-845; MXFP4 677-679 / 667-687 / 634-637 -> 733-736 / 693-707 / 683-700; MXINT8
     // 559-567 / 571-579 / 554-573 -> 595-653 / 638-663 / 624-656; E2M3 504-532 / 470-480 /
-    // 559-561 -> 516-553 / 532-559 / 683-692. The GEMV (one row) keeps the embedded form: its
-    // one trial was within the run-to-run spread of 1 x 11008 x 4096 (S4 139-208 either way).
+    // 559-561 -> 516-553 / 532-559 / 683-692. The GEMV (one row) keeps the embedded form: in
+    // three alternating rounds the register form ran S4 from L2 faster (1 x 1024 x 1024 553-581 ->
+    // 620-635) but from L3 slower (1 x 11008 x 4096 212-256 -> 159-196), and MXFP4 from L2 slower
+    // (426-429 -> 384-417).
     if (p->s.zmm && p->mr >= 2 && p->nrv >= 2 && !p->dec.int16) {
       if (p->dec.n_temps > 0) p->abc = p->dtmp;
       else if (used < p->s.regs) p->abc = used++;
