@@ -438,6 +438,7 @@ std::pair<double, double> time_with_limit(const std::string& mode, const std::fu
   fresh_indices(idx, rows);
   const int r_n = reps > 0 ? reps : 41;
   std::vector<double> a, b;
+  qjb::warm_up_untimed(run, prepare);
   for (int r = 0; r < r_n; ++r) {
     prepare(r);
     double t0 = now_seconds();

@@ -95,8 +95,21 @@ __attribute__((target("clflushopt"))) inline void flush_rows(uint8_t* table, int
   _mm_mfence();
 }
 
+// Untimed calls, prepare(-1 - r) before each, for 50 ms and at least 3 calls: the 41 timed calls of
+// a cold / fresh case take about a millisecond, and the first case after settle_table's pause ran
+// them slow (2026-12-01, Zen 5, 8-bit dim 256 fresh, the same kernel first / second in its
+// process: 23.7 / 17.1 ns per row; MXFP4 dim 1024 51.3 / 41.1), as if the core came out of the
+// pause at a lower clock.
+inline void warm_up_untimed(const std::function<void()>& run, const std::function<void(int)>& prepare) {
+  const double until = bench::now_seconds() + 0.05;
+  for (int r = 0; r < 3 || bench::now_seconds() < until; ++r) {
+    prepare(-1 - r);
+    run();
+  }
+}
+
 // Median seconds per call in `mode`: "warm" through timing.h; otherwise prepare(r) runs untimed
-// before timed call r (cold: the flush; fresh: new indices).
+// before timed call r (cold: the flush; fresh: new indices), after warm_up_untimed.
 inline double time_mode(const std::string& mode, const std::function<void()>& run,
                         const std::function<void(int)>& prepare, int reps) {
   if (mode == "warm") {
@@ -104,6 +117,7 @@ inline double time_mode(const std::string& mode, const std::function<void()>& ru
     t.reps = reps;
     return bench::time_median(run, t).median;
   }
+  warm_up_untimed(run, prepare);
   const int n = reps > 0 ? reps : 41;
   std::vector<double> s;
   for (int r = 0; r < n; ++r) {
