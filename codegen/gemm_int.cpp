@@ -989,14 +989,12 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
       for (int o = 0; o < n_out; ++o)
         for (int part = 0; part < (p.a_split ? 2 : 1); ++part)
           for (int i = 0; i < p.mr; ++i) {
-            if (p.abc >= 0) a.vpbroadcastd(s.v(p.abc), quad(i, part * aq + o % aq));
+            const Mem aq_mem = quad(i, part * aq + o % aq);
+            if (p.abc >= 0) a.vpbroadcastd(s.v(p.abc), aq_mem);
+            const Operand av = p.abc >= 0 ? Operand(s.v(p.abc)) : Operand(aq_mem._1to16());
             for (int j = 0; j < p.nrv; ++j) {
               const int set = part ? p.acc_hi : (p.dual && (o & 1)) ? p.acc1 : p.acc0;
-              if (p.abc >= 0)
-                a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j), s.v(p.abc));
-              else
-                a.vpdpbusd(s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j),
-                           quad(i, part * aq + o % aq)._1to16());
+              a.emit(Inst::kIdVpdpbusd, s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j), av);
             }
           }
     } else {

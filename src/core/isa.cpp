@@ -1,6 +1,5 @@
 #include "src/core/isa.h"
 
-#include <cpuid.h>
 #include <cpuinfo.h>
 
 #include <atomic>
@@ -99,12 +98,11 @@ size_t l1d_cache_bytes() {
 
 int amd_family() {
   static const int family = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
-    // "AuthenticAMD" in ebx, edx, ecx
-    if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    const int base = static_cast<int>((a >> 8) & 0xf), ext = static_cast<int>((a >> 20) & 0xff);
+    if (!cpuinfo_initialize() || cpuinfo_get_cores_count() == 0) return 0;
+    const cpuinfo_core* core = cpuinfo_get_core(0);
+    if (core->vendor != cpuinfo_vendor_amd) return 0;
+    const uint32_t eax = core->cpuid;  // CPUID leaf 1
+    const int base = static_cast<int>((eax >> 8) & 0xf), ext = static_cast<int>((eax >> 20) & 0xff);
     return base == 0xf ? base + ext : base;
   }();
   return family;

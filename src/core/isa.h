@@ -24,7 +24,7 @@ size_t l3_cache_bytes();       // the first L3 cpuinfo reports (32 MiB if unknow
 qj_isa max_isa();              // the cap in force (<= cpu_isa())
 qj_status set_max_isa(qj_isa isa);
 const char* isa_name(qj_isa isa);
-// The CPU family of an AMD processor (CPUID leaf 1, base plus extended family: 0x19 Zen 3 / Zen 4,
+// The CPU family of an AMD processor (cpuinfo's CPUID leaf 1 value, base plus extended family: 0x19 Zen 3 / Zen 4,
 // 0x1A Zen 5), 0 for other vendors. For tuning defaults measured per microarchitecture only; the
 // Debian cpuinfo (2022) does not name Zen 4 or Zen 5.
 int amd_family();
