@@ -932,9 +932,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
   auto emit_step = [&](int u) {
     const int a_off = u * a_units * p.mr * 4, b_off = u * step_bytes;
-    // Weight prefetch (simd.h) from two rows on. From DRAM (--cold, 4096 x 4096, us): MXFP4 M = 4
-    // 529-543 -> 422, S4 448-452 -> 390-395, M = 16 3-5% and M = 64 1-3% faster; warm within noise.
-    if (p.mr >= 2) cg::emit_weight_prefetch(a, rdx, b_off, step_bytes);
+    // Weight prefetch (simd.h), key.param[5] bytes ahead (the plan's choice).
+    if (key.param[5] != 0) cg::emit_weight_prefetch(a, rdx, b_off, step_bytes, static_cast<int>(key.param[5]));
     if (p.dec.int16) {
       // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
       // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
@@ -1174,7 +1173,7 @@ std::string name(const KernelKey& key) {
   if (key.b_type != QJ_S8) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s",
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s%s",
                   dec.int16 || key.param[3] == 1 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -1185,7 +1184,8 @@ std::string name(const KernelKey& key) {
                   key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
-                  (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : key.param[4] == 1 ? "_b8" : "");
+                  (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : key.param[4] == 1 ? "_b8" : "",
+                  key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

@@ -41,14 +41,16 @@ inline Simd simd_for(int isa) {
 // The GEMM kernels read their weights as one sequential stream per panel. With several rows of
 // multiplies per 64 weight bytes the out-of-order window covers too few lines to keep DRAM busy,
 // so kernels of two or more rows prefetch each line this far ahead: the f16 / bf16 kernels and
-// the decoded-weight (INT4, MX) kernels (measurements there). The s8 kernel, with fewer
-// instructions per weight byte, already streams near the DRAM roof (M = 4 / 16 cold: no gain).
+// the decoded-weight (INT4, MX) kernels (measurements in src/ops/gemm.cpp, where the decoded
+// kernels' distance is chosen). The s8 kernel, with fewer instructions per weight byte, already
+// streams near the DRAM roof (M = 4 / 16 cold: no gain).
 // Past the last panel a prefetch touches nothing: it never faults.
 constexpr int kWeightPrefetchBytes = 3072;
 
-// prefetcht0 of every 64-byte line of [base + offset, + bytes), kWeightPrefetchBytes ahead.
-inline void emit_weight_prefetch(asmjit::x86::Assembler& a, const asmjit::x86::Gp& base, int offset, int bytes) {
-  for (int l = 0; l < bytes; l += 64) a.prefetcht0(asmjit::x86::ptr(base, offset + kWeightPrefetchBytes + l));
+// prefetcht0 of every 64-byte line of [base + offset, + bytes), `ahead` bytes ahead.
+inline void emit_weight_prefetch(asmjit::x86::Assembler& a, const asmjit::x86::Gp& base, int offset, int bytes,
+                                 int ahead = kWeightPrefetchBytes) {
+  for (int l = 0; l < bytes; l += 64) a.prefetcht0(asmjit::x86::ptr(base, offset + ahead + l));
 }
 
 }  // namespace qj::cg

@@ -252,6 +252,24 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
   return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa < QJ_ISA_AVX512_VNNI;
 }
 
+// How far ahead the decoded-weight (INT4, MX) kernel of `rows` rows prefetches its weight stream
+// (key.param[5]; 0: none), for packed weights of `bytes`.
+//  - Two rows and more: cg::kWeightPrefetchBytes. From DRAM (Zen 4, --cold, 4096 x 4096, us):
+//    MXFP4 M = 4 529-543 -> 422, S4 448-452 -> 390-395, M = 16 3-5% and M = 64 1-3% faster;
+//    warm within noise. (Zen 5, warm S4 M = 4..64: 3, 8 and 16 KiB ahead alike.)
+//  - One row (GEMV, weights streamed once per call), Zen 5: every line 16 KiB ahead once the
+//    weights outgrow what L3 keeps between calls, 8 KiB below. Warm S4 group 128, medians in
+//    GB/s of weights, none / 3 / 8 / 16 KiB ahead: 1 x 4096 x 4096 (8.5 MB) 111-112 / 113 / 112-114
+//    / 104-108; 1 x 11008 x 4096 (23 MB) 46-60 / 49-61 / 61-72 / 73-83; 1 x 4096 x 11008 43-65 /
+//    49-53 / 60-68 / 72-78; 1 x 14336 x 4096 (30 MB) 37-38 / 45 / 58-61 / 68-73. (The slower
+//    consumer leaves the hardware prefetcher too little lead from L3; a plain read keeps ~100.)
+//    On Zen 4 the one-row prefetch measured slower (earlier sessions): none there.
+static int decoded_prefetch_bytes(int rows, size_t bytes) {
+  if (rows >= 2) return cg::kWeightPrefetchBytes;
+  if (amd_family() < 0x1a) return 0;
+  return bytes >= (size_t{16} << 20) ? 16384 : 8192;
+}
+
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
 // every element identically). Rows when there are enough of them (4 tiles a slice) and they split
 // about as evenly as the panels, else columns (each slice then packs all of A). Measured, two
@@ -602,6 +620,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (w->is_mx() && mx_plain_scales) key.flags |= 64;
         if (a_split) key.flags |= 128;
         key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
+        key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
