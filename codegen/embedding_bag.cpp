@@ -37,7 +37,8 @@
 //   r10 prefetch row (SPLIT MX: then the row's scale bytes), r11 row stride, r12 prefetch limit,
 //   r13 weights (positional: minus start), r14 remap, r15 block byte offset (block loop) or the
 //   E8M0 temporary (MX), rbx output row, rbp bags left.
-//   Stack: [rsp] offsets cursor, [rsp+8] block output byte offset, [rsp+16] blocks left.
+//   Stack: [rsp] offsets cursor, [rsp+8] block output byte offset, [rsp+16] blocks left; with
+//   next-bag prefetch [rsp+24] row steps to its next prefetch, [rsp+32] its next index position.
 //   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M, Bsum).
 #include "codegen/embedding_bag.h"
 
@@ -86,6 +87,7 @@ struct Cfg {
   int mx = 0;
   int64_t mx_blocks = 0;
   bool deint = false;  // accumulators hold de-interleaved elements (4/2-bit, MXFP4)
+  bool next_bag = false;  // key.param[5]: every column block also prefetches next-bag rows
 };
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -133,6 +135,11 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   c->pooling = static_cast<int>(k.param[1]);
   c->pf = static_cast<int>(k.param[2]);
   c->BV = static_cast<int>(k.param[3]);
+  c->next_bag = k.param[5] == 1;
+  if (k.param[5] > 1 || (c->next_bag && (c->pf == 0 || c->pooling == QJ_POOL_NONE))) {
+    *why = "next-bag prefetch (param[5] = 1) needs a prefetch distance and pooled bags";
+    return false;
+  }
   if (c->dim < 1) {
     *why = "dim must be >= 1";
     return false;
@@ -185,6 +192,10 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   }
   if (c->BV < c->G || c->BV % c->G != 0 || c->BV > c->regs - 7) {
     *why = "block of accumulator vectors does not fit the registers";
+    return false;
+  }
+  if (c->next_bag && c->mx && c->mx != QJ_MXFP4_E2M1) {
+    *why = "next-bag prefetch (param[5] = 1) does not cover SPLIT MX scale bytes";
     return false;
   }
   return true;
@@ -354,6 +365,8 @@ class Emitter {
   void emit_block(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
   void emit_prefetch(int hint);
   void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
+  void emit_next_bag_prefetch();
+  int passes_ = 0;  // column blocks per bag when they prefetch the next bag's rows (else 0)
   void emit_group(bool loop, int64_t g_abs, int acc0, int valid_elems, bool set);
   void emit_mx_scale_prefetch();
   void emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
@@ -681,8 +694,32 @@ void Emitter::emit_prefetch(int hint) {
   if (rb % 64 != 0 && rb - 1 > last) prefetch(ptr(r10, static_cast<int32_t>(rb - 1)), hint);
 }
 
+// Rows of several column blocks (key param[5]): the next bag's rows, one every P row steps of
+// this bag's P blocks ([rsp+24] counts down the steps, [rsp+32] is the next row's index position,
+// from this bag's end), so they load while every block of this bag runs, each once.
+void Emitter::emit_next_bag_prefetch() {
+  const Cfg& c = c_;
+  Label l_no = a_.newLabel();
+  a_.dec(qword_ptr(rsp, 24));
+  a_.jnz(l_no);
+  a_.mov(qword_ptr(rsp, 24), passes_);
+  a_.mov(r10, qword_ptr(rsp, 32));
+  a_.inc(qword_ptr(rsp, 32));
+  a_.sub(r10, c.pf);
+  a_.cmp(r10, r12);  // index position r10 + pf < num_indices
+  a_.jge(l_no);
+  const Gp pr = c.isz == 4 ? Gp(r10d) : Gp(r10);
+  a_.mov(pr, ptr(rdx, r10, c.isz == 4 ? 2 : 3, c.pf * c.isz));
+  if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
+  a_.imul(r10, r11);
+  a_.add(r10, rsi);
+  emit_prefetch(c.hint);
+  a_.bind(l_no);
+}
+
 void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf) {
   const Cfg& c = c_;
+  if (passes_ > 1) emit_next_bag_prefetch();
   const bool gather = c.pooling == QJ_POOL_NONE;
   Label l_skip = a_.newLabel();
   const Gp idx_row = c.isz == 4 ? Gp(r9d) : Gp(r9);
@@ -1044,7 +1081,9 @@ bool Emitter::emit_bag_kernel() {
 
   const Gp saved[6] = {rbx, rbp, r12, r13, r14, r15};
   for (const Gp& g : saved) a_.push(g);
-  a_.sub(rsp, 24);
+  passes_ = c.next_bag && nU + (R > 0 ? 1 : 0) > 1 ? static_cast<int>(nU + (R > 0 ? 1 : 0)) : 0;
+  const int frame = passes_ ? 40 : 24;  // (a multiple of 16 with the six pushes and the return)
+  a_.sub(rsp, frame);
 
   if (c.z) {
     // k1: input tail (bytes of the last fused group, 16-bit elements, or fp32 lanes); k2: output
@@ -1128,6 +1167,10 @@ bool Emitter::emit_bag_kernel() {
     a_.shl(r10, 2);
     a_.sub(r13, r10);
   }
+  if (passes_) {  // the next bag's rows from its first, one at the first row step
+    a_.mov(qword_ptr(rsp, 24), 1);
+    a_.mov(qword_ptr(rsp, 32), r8);
+  }
 
   // Column blocks: the first (uniform) block inline, with the prefetches; the other uniform blocks
   // in a run-time loop (r15 = the block's byte offset in the row); the last, partial block inline.
@@ -1155,7 +1198,7 @@ bool Emitter::emit_bag_kernel() {
   a_.dec(rbp);
   a_.jnz(l_bag);
 
-  a_.add(rsp, 24);
+  a_.add(rsp, frame);
   a_.vzeroupper();
   for (int i = 5; i >= 0; --i) a_.pop(saved[i]);
   a_.ret();
@@ -1344,7 +1387,7 @@ std::string name_emb(const KernelKey& k) {
   std::string pf;
   if (k.param[2]) {
     static const char* hints[4] = {"t0", "t1", "t2", "nta"};
-    pf = "_pf" + std::to_string(k.param[2]) + hints[k.param[4] & 3];
+    pf = "_pf" + std::to_string(k.param[2]) + hints[k.param[4] & 3] + (k.param[5] == 1 ? "nb" : "");
   }
   std::snprintf(buf, sizeof buf, "emb_%s_i%d_%c%d_%s%s_%s_d%u_b%u%s__%s",
                 qj_dtype_name(static_cast<qj_dtype>(k.a_type)), k.b_type,

@@ -779,7 +779,10 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // for the others), with the default distance and hint, so the prefetching kernels run past the
 // distance and stop it at the end of the index array (which ends at a guard page: an index read
 // beyond it faults). Weighted / positional / unweighted pooled rows (their per-row scale, bias
-// and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact.
+// and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact. Dims 1000 and
+// 2100 take several column blocks (2100: more than two, the run-time block loop), where the Zen 5
+// AVX-512 kernels of 4-bit, half and MXFP4 rows also prefetch the next bag's rows from every
+// block (key param[5], `nb` in the name): their index reads stop at the same array end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
@@ -789,7 +792,7 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
     SCOPED_TRACE(qj_isa_name(isa));
     uint32_t n_case = 0;
     for (const Format& f : formats) {
-      for (int64_t dim : {17, 32, 64, 130}) {
+      for (int64_t dim : {17, 32, 64, 130, 1000, 2100}) {
         for (int wm = 0; wm < 3; ++wm) {
           const int ib = n_case % 2 ? 32 : 64;
           const qj_pooling pool = (n_case / 2) % 2 ? QJ_POOL_MEAN : QJ_POOL_SUM;
@@ -823,6 +826,9 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
           const std::string name = qj_embedding_bag_plan_kernel_name(p);
           if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
+          const bool next_bag = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a &&
+                                (f.t == QJ_FUSED_4BIT || f.t == QJ_F16 || f.t == QJ_MXFP4_E2M1);
+          EXPECT_EQ(name.find("nb__") != std::string::npos, next_bag) << name;
           // positional weights are read at the position in the bag (< 200, within the array)
           const float* w = wm == 0 ? nullptr : wts.data();
           std::vector<float> got(static_cast<size_t>(nbags * dim), -7.0f), want(got.size(), -7.0f);
