@@ -297,8 +297,14 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   // MXINT8 dims 128 / 256 8.2 / 15.3-16.2 -> 6.2-6.4 / 11.7-12.0; slower MXFP4 dim 256 11.2-11.4
   // -> 12.3-12.6. Warm the 4/2-bit rows within 2%, MX rows up to 20% slower (MXFP4 dim 128 2.5
   // -> 3.0, MXINT8 dim 256 5.1-5.2 -> 5.9-6.2): tables are kept in MX because they are large.
-  // Longer rows keep the budget (4-bit dim 1024, 516 bytes: 35.5-35.9 -> 40.5-40.8).
-  const int64_t budget = (bits == 4 || bits == 2 || mx) && rb <= 512 && amd_family() >= 0x1a ? 256 : 128;
+  // Longer rows keep the budget (4-bit dim 1024, 516 bytes: 35.5-35.9 -> 40.5-40.8). MXFP4 rows,
+  // which take longer to decode than 4-bit ones, get 192 lines (2026-12-01 ~15:38 UTC, two runs,
+  // fresh / warm ns per row, 32 / 64 ahead: dim 256 11.5-11.7 / 5.1 against 12.6-13.0 / 5.8, where
+  // 4-bit and 2-bit rows of the same 4 lines gain from 64 (10.0-10.1 -> 9.0-9.5, 9.5-9.6 ->
+  // 8.2-8.4); dims 64 / 128 keep 64 ahead: 5.6-6.3 / 7.7 at 32 against 4.1-4.3 / 5.6 at 64).
+  const int64_t budget = (bits == 4 || bits == 2 || mx) && rb <= 512 && amd_family() >= 0x1a
+                             ? (row_type == QJ_MXFP4_E2M1 ? 192 : 256)
+                             : 128;
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= budget + lines) pf *= 2;
   return pf;
