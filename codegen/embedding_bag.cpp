@@ -194,10 +194,6 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
     *why = "block of accumulator vectors does not fit the registers";
     return false;
   }
-  if (c->next_bag && c->mx && c->mx != QJ_MXFP4_E2M1) {
-    *why = "next-bag prefetch (param[5] = 1) does not cover SPLIT MX scale bytes";
-    return false;
-  }
   return true;
 }
 
@@ -696,7 +692,8 @@ void Emitter::emit_prefetch(int hint) {
 
 // Rows of several column blocks (key param[5]): the next bag's rows, one every P row steps of
 // this bag's P blocks ([rsp+24] counts down the steps, [rsp+32] is the next row's index position,
-// from this bag's end), so they load while every block of this bag runs, each once.
+// from this bag's end), so they load while every block of this bag runs, each once; SPLIT MX
+// rows' scale bytes too.
 void Emitter::emit_next_bag_prefetch() {
   const Cfg& c = c_;
   Label l_no = a_.newLabel();
@@ -714,6 +711,14 @@ void Emitter::emit_next_bag_prefetch() {
   a_.imul(r10, r11);
   a_.add(r10, rsi);
   emit_prefetch(c.hint);
+  if (c.mx && c.mx != QJ_MXFP4_E2M1) {  // SPLIT MX rows: and the row's scale bytes
+    a_.mov(r10, qword_ptr(rsp, 32));
+    a_.mov(pr, ptr(rdx, r10, c.isz == 4 ? 2 : 3, -c.isz));
+    if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
+    a_.imul(r10, r10, c.mx_blocks);
+    a_.add(r10, ARG(scales));
+    emit_mx_scale_prefetch();
+  }
   a_.bind(l_no);
 }
 

@@ -24,11 +24,11 @@
 //   param[3]    accumulator vectors per column block (chosen by src/ops; dims wider than one
 //               block run the bag's indices once per block)
 //   param[4]    prefetch instruction: 0 prefetcht0, 1 prefetcht1, 2 prefetcht2, 3 prefetchnta
-//   param[5]    1: next-bag prefetch (pooled bags, a prefetch distance, not SPLIT MX rows): when
-//               a bag takes P >= 2 column blocks, one row step in P of all its blocks prefetches
-//               the whole next row of the next bag (each once, from its first), so those rows
-//               load while every block of this bag runs; the first block's prefetch `distance`
-//               ahead stays. 0: that one alone
+//   param[5]    1: next-bag prefetch (pooled bags, a prefetch distance): when a bag takes P >= 2
+//               column blocks, one row step in P of all its blocks prefetches the whole next row
+//               of the next bag (and a SPLIT MX row's scale bytes; each row once, from the bag's
+//               first), so those rows load while every block of this bag runs; the first block's
+//               prefetch `distance` ahead stays. 0: that one alone
 // Everything else is zero.
 //
 // Canonical names (QJ_VERBOSE, perf map, tests, benchmark rows):

@@ -781,8 +781,9 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // beyond it faults). Weighted / positional / unweighted pooled rows (their per-row scale, bias
 // and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact. Dims 1000 and
 // 2100 take several column blocks (2100: more than two, the run-time block loop), where the Zen 5
-// AVX-512 kernels of 4-bit, half and MXFP4 rows also prefetch the next bag's rows from every
-// block (key param[5], `nb` in the name): their index reads stop at the same array end.
+// AVX-512 kernels of 4-bit, half and MX rows also prefetch the next bag's rows (and SPLIT rows'
+// scale bytes) from every block (key param[5], `nb` in the name): their index reads stop at the
+// same array end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
@@ -827,7 +828,7 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           const std::string name = qj_embedding_bag_plan_kernel_name(p);
           if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
           const bool next_bag = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a &&
-                                (f.t == QJ_FUSED_4BIT || f.t == QJ_F16 || f.t == QJ_MXFP4_E2M1);
+                                (f.t == QJ_FUSED_4BIT || f.t == QJ_F16 || is_mx(f.t));
           EXPECT_EQ(name.find("nb__") != std::string::npos, next_bag) << name;
           // positional weights are read at the position in the bag (< 200, within the array)
           const float* w = wm == 0 ? nullptr : wts.data();
