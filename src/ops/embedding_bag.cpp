@@ -84,7 +84,7 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // -> 29.6-29.7. Not for 8-bit rows: cold dim 1024 70 -> 50-52 but warm (FBGEMM's "hot" case)
   // 18.5-19.6 -> 20.6-21.6 and dim 512 8.3 -> 10.2-10.3; nor 2-bit (cold dim 1024 26.6-28.6 ->
   // 29.6-29.9) or f32 rows (2-4 KiB a row: cold slower in a first version); not measured below
-  // AVX-512. SPLIT MX rows (with their scale bytes; two runs, ~16:05 UTC): MXINT8 cold dims 512 /
+  // AVX-512. SPLIT MX rows (with their scale bytes; two runs, ~15:44 UTC): MXINT8 cold dims 512 /
   // 1024 33.8-33.9 / 76.3-76.7 -> 24.7 / 55.1-58.6, fresh 27.1-27.6 / 74.0 -> 25.3-26.4 / 59.5,
   // warm 12.2-12.3 / 27.4-28.4 -> 13.6-13.7 / 29.4-30.9; E4M3 cold dim 1024 78.9-86.2 -> 69.7-70.8,
   // dim 512 and fresh unchanged, warm 0-8% slower (MX tables are the large ones, as above).
