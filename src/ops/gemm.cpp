@@ -263,6 +263,10 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 //    / 104-108; 1 x 11008 x 4096 (23 MB) 46-60 / 49-61 / 61-72 / 73-83; 1 x 4096 x 11008 43-65 /
 //    49-53 / 60-68 / 72-78; 1 x 14336 x 4096 (30 MB) 37-38 / 45 / 58-61 / 68-73. (The slower
 //    consumer leaves the hardware prefetcher too little lead from L3; a plain read keeps ~100.)
+//    The other decoded types alike (two runs, 1 x 11008 x 4096, GB/s, none -> this rule): U4
+//    45-47 -> 57-69, MXINT8 47-50 -> 53-54, E2M3 39-42 -> 56-65, E3M2 33-34 -> 43-52, MX9 33 ->
+//    50-52, MX6 31-32 -> 47-49, MX4 34-35 -> 44-46, MXFP8 27-28 unchanged (its decode bounds it);
+//    1 x 4096 x 4096 within the runs' noise for all.
 //    On Zen 4 the one-row prefetch measured slower (earlier sessions): none there.
 static int decoded_prefetch_bytes(int rows, size_t bytes) {
   if (rows >= 2) return cg::kWeightPrefetchBytes;
