@@ -798,14 +798,8 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     a.test(r8, r8);
     a.jz(l_rem);
     a.bind(l_main);
-    // Weight prefetch (simd.h). Cold f16 512 x 512 (3 rounds, us): M = 4 31-43 -> 27-30, M = 8
-    // 55-75 -> 43-45, M = 16 85-90 -> 78-81, M = 64 310-330 -> 300; warm unchanged (2048 to 4096
-    // bytes ahead measured alike). Few rows keep enough lines in flight by themselves, and their
-    // load ports are busier: warm 512 x 512 lost 8% at bf16 M = 1 and 4-15% at bf16 M = 2 (two
-    // lines per 4 FMAs), f16 M = 2 nothing. So rows > lines per unit (f16 1, bf16 2 at nr = 2
-    // vectors).
-    const int unit_lines = (unit_b + 63) / 64;
-    if (p.mr > unit_lines) cg::emit_weight_prefetch(a, rdx, 0, p.sets * unit_b);
+    // Weight prefetch (simd.h), key.param[1] bytes ahead (src/ops/gemm.cpp chooses it).
+    if (key.param[1] != 0) cg::emit_weight_prefetch(a, rdx, 0, p.sets * unit_b, static_cast<int>(key.param[1]));
     for (int u = 0; u < p.sets; ++u) emit_unit(a, p, u, u);
     advance_a(p.sets * unit_a);
     a.add(rdx, p.sets * unit_b);
@@ -890,14 +884,15 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
 
 std::string name(const KernelKey& key) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s%s__%s_%dx%d%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s%s__%s_%dx%d%s%s%s",
                 qj_dtype_name(static_cast<qj_dtype>(key.b_type)),
                 qj_dtype_name(static_cast<qj_dtype>(key.c_type)), key.has_bias ? "_bias" : "",
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_beta ? "_beta" : "",
                 (key.flags & 1) ? "_da" : "", (key.flags & 2) ? "_ba" : "", (key.flags & 4) ? "_vbmi" : "",
                 isa_suffix(key.isa), key.mr, key.nr,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                key.param[0] > 1 ? ("_k" + std::to_string(key.param[0])).c_str() : "");
+                key.param[0] > 1 ? ("_k" + std::to_string(key.param[0])).c_str() : "",
+                key.param[1] ? ("_pf" + std::to_string(key.param[1])).c_str() : "");
   return buf;
 }
 

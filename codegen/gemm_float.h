@@ -20,6 +20,8 @@
 //   c_type, has_bias, activation, has_beta, n_tail   epilogue (codegen/epilogue.h)
 //   param[0]       K-interleaved accumulator sets (1, 2 or 4): unit u of every group of param[0]
 //                  units accumulates into set u, summed at the end (FMA latency at small mr)
+//   param[1]       (f16 / bf16) how far ahead (bytes) the main K loop prefetches the weight
+//                  stream, one prefetcht0 per 64-byte line (0: none; src/ops/gemm.cpp chooses it)
 //   flags bit 0    direct A: `a` is the caller's fp32 A (row stride lda_bytes), read in place with
 //                  no packing (FBGEMM reads A the same way); needs every K unit complete (f16, or
 //                  even K for bf16), since nothing past column K - 1 of a row may be read

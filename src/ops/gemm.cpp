@@ -254,9 +254,15 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 
 // How far ahead the decoded-weight (INT4, MX) kernel of `rows` rows prefetches its weight stream
 // (key.param[5]; 0: none), for packed weights of `bytes`.
-//  - Two rows and more: cg::kWeightPrefetchBytes. From DRAM (Zen 4, --cold, 4096 x 4096, us):
-//    MXFP4 M = 4 529-543 -> 422, S4 448-452 -> 390-395, M = 16 3-5% and M = 64 1-3% faster;
-//    warm within noise. (Zen 5, warm S4 M = 4..64: 3, 8 and 16 KiB ahead alike.)
+//  - Two rows and more: cg::kWeightPrefetchBytes on Zen 4. From DRAM (Zen 4, --cold, 4096 x 4096,
+//    us): MXFP4 M = 4 529-543 -> 422, S4 448-452 -> 390-395, M = 16 3-5% and M = 64 1-3% faster;
+//    warm within noise. On Zen 5 16 KiB (2026-12-01 ~15:50 UTC, S4 group 128, GOPS, two runs,
+//    3 / 8 / 16 KiB ahead): warm x 11008 x 4096 (23 MB) M = 2 303-338 / 384-430 / 513-530, M = 4
+//    505-526 / 693-737 / 821-833, M = 8 623-637 / 755-759 / 819-829, M = 16 741-761 / 840-867 /
+//    886-898; x 4096 x 4096 (8.5 MB) within noise (M = 2 572-597 / 584-611 / 593-597, M = 64
+//    837-869 / 792-850 / 891-903); cold x 4096 x 4096 S4 M = 4 461-465 -> 503-530, M = 16 622-732
+//    -> 790-842, MXFP4 431-432 -> 482-498 and 556-620 -> 654-678, x 11008 x 4096 M = 4 S4 446-454
+//    -> 493-549, MXFP4 441-463 -> 497-509.
 //  - One row (GEMV, weights streamed once per call), Zen 5: every line 16 KiB ahead once the
 //    weights outgrow what L3 keeps between calls, 8 KiB below. Warm S4 group 128, medians in
 //    GB/s of weights, none / 3 / 8 / 16 KiB ahead: 1 x 4096 x 4096 (8.5 MB) 111-112 / 113 / 112-114
@@ -269,8 +275,8 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 //    1 x 4096 x 4096 within the runs' noise for all.
 //    On Zen 4 the one-row prefetch measured slower (earlier sessions): none there.
 static int decoded_prefetch_bytes(int rows, size_t bytes) {
-  if (rows >= 2) return cg::kWeightPrefetchBytes;
-  if (amd_family() < 0x1a) return 0;
+  if (amd_family() < 0x1a) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
+  if (rows >= 2) return 16384;
   return bytes >= (size_t{16} << 20) ? 16384 : 8192;
 }
 
@@ -759,6 +765,29 @@ qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
   return QJ_OK;
 }
 
+// How far ahead the f16 / bf16 kernel of `rows` rows prefetches its weight stream (key.param[1];
+// 0: none).
+//  - Zen 4: 3 KiB (cg::kWeightPrefetchBytes) for rows > the lines of a K unit (f16 1, bf16 2 at
+//    nr = 2 vectors). Cold f16 512 x 512 (3 rounds, us): M = 4 31-43 -> 27-30, M = 8 55-75 ->
+//    43-45, M = 16 85-90 -> 78-81, M = 64 310-330 -> 300; warm unchanged (2048 to 4096 bytes ahead
+//    measured alike). Few rows keep enough lines in flight by themselves, and their load ports
+//    are busier: warm 512 x 512 lost 8% at bf16 M = 1 and 4-15% at bf16 M = 2 (two lines per 4
+//    FMAs), f16 M = 2 nothing.
+//  - Zen 5, weights of at least twice L2: 16 KiB for every row count (2026-12-01 ~15:50 UTC, warm
+//    GFLOPS, two runs, the Zen 4 rule -> 16 KiB): x 4096 x 4096 (32 MB) f16 M = 1 40-41 -> 57-66,
+//    M = 2 73-74 -> 124-131, M = 8 188-189 -> 242-250, bf16 M = 1 / 2 46-48 / 73-74 -> 50-59 /
+//    122; 1 x 4096 x 1024 (8 MB) f16 93 -> 106, bf16 95-96 -> 105-109; 1 x 2048 x 1024 (4 MB) f16
+//    95-99 -> 105-106, bf16 97 -> 113-114; 1 x 1024 x 1024 (2 MB) 101-102 -> 103-105; M = 2 x 2048
+//    x 1024 f16 -2%, bf16 +3%; M = 64 / 256 x 4096 x 4096 within noise. Smaller weights keep the
+//    Zen 4 rule: at 512 x 512 (0.5 MB, in L2; FBGEMM's FP16 shapes; three runs) 16 KiB lost f16
+//    M = 2 / 3 8% / 4% (197-202 -> 182-184, 235-239 -> 228) and a prefetch at M = 1 8%.
+int float_prefetch_bytes(const PackedWeights& w, int rows) {
+  const int unit_lines = (w.nr * (w.dtype == QJ_BF16 ? 4 : 2) + 63) / 64;
+  const bool beyond_l2 = w.panel_bytes() * w.n_panels >= static_cast<size_t>(l2_cache_bytes()) * 2;
+  if (amd_family() >= 0x1a && beyond_l2) return 16384;
+  return rows > unit_lines ? cg::kWeightPrefetchBytes : 0;
+}
+
 qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const PackedWeights> w,
                             std::unique_ptr<GemmPlan>* out) {
   QJ_TRY(check_float_desc(desc, w->dtype));
@@ -829,6 +858,7 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       while (sets < 4 && r * nrv * sets < 8) sets *= 2;
       key.mr = static_cast<uint8_t>(r);
       key.param[0] = static_cast<uint32_t>(sets);
+      if (!mx_blocks) key.param[1] = static_cast<uint32_t>(float_prefetch_bytes(*w, r));
       if (mx_blocks)
         key.flags = (key.flags & 5) | (blockacc_needed || fp8_block_accumulators(p->isa, r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
