@@ -274,8 +274,14 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 //    50-52, MX6 31-32 -> 47-49, MX4 34-35 -> 44-46, MXFP8 27-28 unchanged (its decode bounds it);
 //    1 x 4096 x 4096 within the runs' noise for all.
 //    On Zen 4 the one-row prefetch measured slower (earlier sessions): none there.
+//  - Zen 5 weights below twice L2 keep the Zen 4 rule: in L2 the prefetches only cost (two runs,
+//    GOPS, none / 8 KiB at M = 1: S4 1 x 512 x 512 484-497 / 451-462, 1 x 1024 x 1024 522-555 /
+//    496-510, MXFP4 368 / 347-354 and 433-438 / 411-421; 1 x 2048 x 1024 alike; 1 x 2048 x 2048,
+//    2 MB, 367-372 / 407-417), and 16 KiB at two rows and more was 0-3% slower than 3 KiB (x 512 x
+//    512, x 1024 x 1024, M = 2..64).
 static int decoded_prefetch_bytes(int rows, size_t bytes) {
-  if (amd_family() < 0x1a) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
+  const bool beyond_l2 = bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
+  if (amd_family() < 0x1a || !beyond_l2) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
   if (rows >= 2) return 16384;
   return bytes >= (size_t{16} << 20) ? 16384 : 8192;
 }
