@@ -40,10 +40,10 @@ inline Simd simd_for(int isa) {
 
 // The GEMM kernels read their weights as one sequential stream per panel. With several rows of
 // multiplies per 64 weight bytes the out-of-order window covers too few lines to keep DRAM busy,
-// so kernels of two or more rows prefetch each line this far ahead: the f16 / bf16 kernels and
-// the decoded-weight (INT4, MX) kernels (measurements in src/ops/gemm.cpp, where the decoded
-// kernels' distance is chosen). The s8 kernel, with fewer instructions per weight byte, already
-// streams near the DRAM roof (M = 4 / 16 cold: no gain).
+// so the f16 / bf16 and decoded-weight (INT4, MX) kernels prefetch each line ahead, as far as
+// their keys say: src/ops/gemm.cpp chooses it (this distance on Zen 4 for kernels of two or more
+// rows; 16 KiB on Zen 5 for weights beyond L2, with the measurements). The s8 kernel, with fewer
+// instructions per weight byte, already streams near the DRAM roof (M = 4 / 16 cold: no gain).
 // Past the last panel a prefetch touches nothing: it never faults.
 constexpr int kWeightPrefetchBytes = 3072;
 

@@ -278,7 +278,7 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 //    GOPS, none / 8 KiB at M = 1: S4 1 x 512 x 512 484-497 / 451-462, 1 x 1024 x 1024 522-555 /
 //    496-510, MXFP4 368 / 347-354 and 433-438 / 411-421; 1 x 2048 x 1024 alike; 1 x 2048 x 2048,
 //    2 MB, 367-372 / 407-417), and 16 KiB at two rows and more was 0-3% slower than 3 KiB (x 512 x
-//    512, x 1024 x 1024, M = 2..64).
+//    512, x 1024 x 1024, M = 2 / 4 / 16 / 64).
 static int decoded_prefetch_bytes(int rows, size_t bytes) {
   const bool beyond_l2 = bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
   if (amd_family() < 0x1a || !beyond_l2) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
