@@ -178,6 +178,11 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     *why = "K blocking needs packed A and per-tensor / per-channel scales";
     return false;
   }
+  const int pf = static_cast<int>(key.param[5]);  // weight prefetch distance (whole-K kernels)
+  if (pf != 0 && stage != 0) {
+    *why = "weight prefetch (param[5]) is for kernels over the whole K";
+    return false;
+  }
 
   cg::emit_save_callee_regs(a);
   a.mov(rdx, ARG(b));
@@ -214,6 +219,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.shr(r8, 1);
     a.jz(l_odd);
     a.bind(l_pairs);
+    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.nr * 8, pf);
     emit_kstep(a, p, p.acc0, 0);
     emit_kstep(a, p, p.acc1, 1);
     a.add(rsi, p.a_kstep * 2);
@@ -232,6 +238,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     Label l_k = a.newLabel();
     a.mov(r8, ARG(k_groups));
     a.bind(l_k);
+    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.nr * 4, pf);
     emit_kstep(a, p, p.acc0, 0);
     a.add(rsi, p.a_kstep);
     a.add(rdx, p.nr * 4);
@@ -1195,7 +1202,7 @@ std::string name(const KernelKey& key) {
                   key.nr, vnni ? 4 : 2, (key.flags & 1) ? "_dual" : "");
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s",
                 vnni ? "u8" : "s16", vnni ? "s8" : "s16",
                 key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                 dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -1208,7 +1215,7 @@ std::string name(const KernelKey& key) {
                 : (key.flags & 64) ? ("_k" + std::to_string(key.param[1]) +
                                       (key.param[3] ? "_bs" + std::to_string(key.param[3]) : "")).c_str()
                                    : "",
-                stage == 3 ? "_klast" : "");
+                stage == 3 ? "_klast" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
   return buf;
 }
 

@@ -44,8 +44,9 @@
 //                  s16 pair rows, for s16 A (E3M2 A below the VNNI tier); row sums remove the offset
 //   param[4]       (decoded MXFP6 E2M3, VNNI tier) 1: the panels hold one byte per code (the run's
 //                  scratch copy of a B block, src/ops/gemm.cpp) instead of the tier's 6 bits
-//   param[5]       (decoded) how far ahead (bytes) the kernel prefetches its weight stream, one
-//                  prefetcht0 per 64-byte line of each step (0: none; src/ops/gemm.cpp chooses it)
+//   param[5]       (decoded; s8 over the whole K, not narrow / tall) how far ahead (bytes) the
+//                  kernel prefetches its weight stream, one prefetcht0 per 64-byte line of each
+//                  step (0: none; src/ops/gemm.cpp chooses it)
 //   MX b_types (MXFP4, MXFP6 E2M3, MXINT8): grouped by blocks of 32; the E8M0 bytes per (block,
 //                  column) sit in the panel's scale lines (int_weights.h) and are decoded to
 //                  2^(b - 127) in the kernel

@@ -286,6 +286,17 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
   return bytes >= (size_t{16} << 20) ? 16384 : 8192;
 }
 
+// The same for the s8 kernels over the whole K (key.param[5]): none on Zen 4 (M = 4 / 16 cold
+// there: no gain), nor for one row (the GEMV streams near the roof: Zen 5, 1 x 11008 x 4096, 45
+// MB, 139-143 -> 119-122 GOPS with 16 KiB); 16 KiB on Zen 5 for two rows and more once the
+// weights outgrow L2 (2026-12-01 ~15:59 UTC, warm GOPS, three runs, none -> 16 KiB): x 11008 x
+// 4096 M = 2 182-191 -> 205-228, M = 4 296-307 -> 380-444, M = 16 607-623 -> 684-781; x 4096 x
+// 4096 M = 4 749-812 -> 774-820, M = 16 874-896 -> 950-966, M = 64 790-886 -> 910-932.
+static int s8_prefetch_bytes(int rows, size_t bytes) {
+  const bool beyond_l2 = bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
+  return amd_family() >= 0x1a && beyond_l2 && rows >= 2 ? 16384 : 0;
+}
+
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
 // every element identically). Rows when there are enough of them (4 tiles a slice) and they split
 // about as evenly as the panels, else columns (each slice then packs all of A). Measured, two
@@ -637,6 +648,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (a_split) key.flags |= 128;
         key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
         key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
+      } else {
+        key.param[5] = static_cast<uint32_t>(s8_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
       }
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_int_family(), &ref);
@@ -666,6 +679,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       p->gen_us += rb.gen_us();
       p->kernels_b8.push_back(std::move(rb));
     }
+    key.param[5] = 0;  // (the K-blocked, narrow and tall kernels prefetch nothing)
     if (!p->kernels.empty() && !decoded && p->blk.kc > 0) {
       // K blocks: the stages before the last store raw sums (no output stage in their keys).
       for (uint32_t stage = 1; stage <= 3 && !p->kernels.empty(); ++stage) {
