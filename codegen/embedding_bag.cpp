@@ -362,6 +362,7 @@ class Emitter {
   void emit_prefetch(int hint);
   void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
   void emit_next_bag_prefetch();
+  void emit_prefetch_row_at(const Gp& pos, int32_t disp);
   int passes_ = 0;  // column blocks per bag when they prefetch the next bag's rows (else 0)
   void emit_group(bool loop, int64_t g_abs, int acc0, int valid_elems, bool set);
   void emit_mx_scale_prefetch();
@@ -700,26 +701,33 @@ void Emitter::emit_next_bag_prefetch() {
   a_.dec(qword_ptr(rsp, 24));
   a_.jnz(l_no);
   a_.mov(qword_ptr(rsp, 24), passes_);
-  a_.mov(r10, qword_ptr(rsp, 32));
+  a_.mov(r9, qword_ptr(rsp, 32));  // (r9 is free until emit_row loads this row's index)
   a_.inc(qword_ptr(rsp, 32));
-  a_.sub(r10, c.pf);
-  a_.cmp(r10, r12);  // index position r10 + pf < num_indices
+  a_.sub(r9, c.pf);
+  a_.cmp(r9, r12);  // index position r9 + pf < num_indices
   a_.jge(l_no);
+  emit_prefetch_row_at(r9, c.pf * c.isz);
+  a_.bind(l_no);
+}
+
+// Prefetches the whole row whose index sits at [rdx + pos * index bytes + disp] (r10 = its
+// address), and for SPLIT MX rows its scale bytes.
+void Emitter::emit_prefetch_row_at(const Gp& pos, int32_t disp) {
+  const Cfg& c = c_;
   const Gp pr = c.isz == 4 ? Gp(r10d) : Gp(r10);
-  a_.mov(pr, ptr(rdx, r10, c.isz == 4 ? 2 : 3, c.pf * c.isz));
+  const int shift = c.isz == 4 ? 2 : 3;
+  a_.mov(pr, ptr(rdx, pos, shift, disp));
   if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
   a_.imul(r10, r11);
   a_.add(r10, rsi);
   emit_prefetch(c.hint);
-  if (c.mx && c.mx != QJ_MXFP4_E2M1) {  // SPLIT MX rows: and the row's scale bytes
-    a_.mov(r10, qword_ptr(rsp, 32));
-    a_.mov(pr, ptr(rdx, r10, c.isz == 4 ? 2 : 3, -c.isz));
+  if (c.mx && c.mx != QJ_MXFP4_E2M1) {
+    a_.mov(pr, ptr(rdx, pos, shift, disp));
     if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
     a_.imul(r10, r10, c.mx_blocks);
     a_.add(r10, ARG(scales));
     emit_mx_scale_prefetch();
   }
-  a_.bind(l_no);
 }
 
 void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf) {
@@ -733,19 +741,7 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
     Label l_nopf = a_.newLabel();
     a_.cmp(rcx, r12);
     a_.jge(l_nopf);
-    const Gp pr = c.isz == 4 ? Gp(r10d) : Gp(r10);
-    a_.mov(pr, ptr(rdx, rcx, c.isz == 4 ? 2 : 3, c.pf * c.isz));
-    if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
-    a_.imul(r10, r11);
-    a_.add(r10, rsi);
-    emit_prefetch(c.hint);
-    if (c.mx && c.mx != QJ_MXFP4_E2M1) {
-      a_.mov(pr, ptr(rdx, rcx, c.isz == 4 ? 2 : 3, c.pf * c.isz));
-      if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
-      a_.imul(r10, r10, c.mx_blocks);
-      a_.add(r10, ARG(scales));
-      emit_mx_scale_prefetch();
-    }
+    emit_prefetch_row_at(rcx, c.pf * c.isz);
     a_.bind(l_nopf);
   }
   a_.mov(idx_row, ptr(rdx, rcx, c.isz == 4 ? 2 : 3));
