@@ -801,7 +801,7 @@ qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
 //    x 1024 f16 -2%, bf16 +3%; M = 64 / 256 x 4096 x 4096 within noise. Smaller weights keep the
 //    Zen 4 rule: at 512 x 512 (0.5 MB, in L2; FBGEMM's FP16 shapes; three runs) 16 KiB lost f16
 //    M = 2 / 3 8% / 4% (197-202 -> 182-184, 235-239 -> 228) and a prefetch at M = 1 8%.
-int float_prefetch_bytes(const PackedWeights& w, int rows) {
+static int float_prefetch_bytes(const PackedWeights& w, int rows) {
   const int unit_lines = (w.nr * (w.dtype == QJ_BF16 ? 4 : 2) + 63) / 64;
   const bool beyond_l2 = w.panel_bytes() * w.n_panels >= static_cast<size_t>(l2_cache_bytes()) * 2;
   if (amd_family() >= 0x1a && beyond_l2) return 16384;
