@@ -252,6 +252,15 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
   return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa < QJ_ISA_AVX512_VNNI;
 }
 
+// The weight-stream prefetch of the GEMM kernels (key params; codegen/simd.h): on Zen 5 (AMD
+// family 0x1A) weights of at least twice L2 are prefetched far ahead, where a kernel that decodes
+// or multiplies as it streams leaves the hardware prefetcher too little lead (the measurements are
+// with each family's rule below); elsewhere the Zen 4 rules stay.
+constexpr int kFarWeightPrefetchBytes = 16384;
+static bool far_weight_prefetch(size_t weight_bytes) {
+  return amd_family() >= 0x1a && weight_bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
+}
+
 // How far ahead the decoded-weight (INT4, MX) kernel of `rows` rows prefetches its weight stream
 // (key.param[5]; 0: none), for packed weights of `bytes`.
 //  - Two rows and more: cg::kWeightPrefetchBytes on Zen 4. From DRAM (Zen 4, --cold, 4096 x 4096,
@@ -280,10 +289,9 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 //    2 MB, 367-372 / 407-417), and 16 KiB at two rows and more was 0-3% slower than 3 KiB (x 512 x
 //    512, x 1024 x 1024, M = 2 / 4 / 16 / 64).
 static int decoded_prefetch_bytes(int rows, size_t bytes) {
-  const bool beyond_l2 = bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
-  if (amd_family() < 0x1a || !beyond_l2) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
-  if (rows >= 2) return 16384;
-  return bytes >= (size_t{16} << 20) ? 16384 : 8192;
+  if (!far_weight_prefetch(bytes)) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
+  if (rows >= 2) return kFarWeightPrefetchBytes;
+  return bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 8192;
 }
 
 // The same for the s8 kernels over the whole K (key.param[5]): none on Zen 4 (M = 4 / 16 cold
@@ -293,8 +301,7 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 // 4096 M = 2 182-191 -> 205-228, M = 4 296-307 -> 380-444, M = 16 607-623 -> 684-781; x 4096 x
 // 4096 M = 4 749-812 -> 774-820, M = 16 874-896 -> 950-966, M = 64 790-886 -> 910-932.
 static int s8_prefetch_bytes(int rows, size_t bytes) {
-  const bool beyond_l2 = bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
-  return amd_family() >= 0x1a && beyond_l2 && rows >= 2 ? 16384 : 0;
+  return far_weight_prefetch(bytes) && rows >= 2 ? kFarWeightPrefetchBytes : 0;
 }
 
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
@@ -803,8 +810,7 @@ qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
 //    M = 2 / 3 8% / 4% (197-202 -> 182-184, 235-239 -> 228) and a prefetch at M = 1 8%.
 static int float_prefetch_bytes(const PackedWeights& w, int rows) {
   const int unit_lines = (w.nr * (w.dtype == QJ_BF16 ? 4 : 2) + 63) / 64;
-  const bool beyond_l2 = w.panel_bytes() * w.n_panels >= static_cast<size_t>(l2_cache_bytes()) * 2;
-  if (amd_family() >= 0x1a && beyond_l2) return 16384;
+  if (far_weight_prefetch(w.panel_bytes() * w.n_panels)) return kFarWeightPrefetchBytes;
   return rows > unit_lines ? cg::kWeightPrefetchBytes : 0;
 }
 
