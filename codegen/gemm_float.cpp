@@ -680,7 +680,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   if (!make_plan(key, &p, why)) return false;
   const cg::Simd& s = p.s;
   const int n_acc = p.mr * p.nrv;
-  const int unit_b = p.bf16 ? p.nr * 4 : p.nr * 2;   // B bytes per K unit (f16 / bf16)
+  const int unit_b = gemm_float_unit_bytes(key.b_type, p.nr);  // B bytes per K unit (f16 / bf16)
   // A bytes per K unit: a packed tile holds mr floats per k; direct A moves each row pointer by k.
   const int unit_a = (p.bf16 ? 2 : 1) * (p.direct ? 1 : p.mr) * 4;
 

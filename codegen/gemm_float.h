@@ -62,4 +62,8 @@ const KernelFamily& gemm_float_family();
 // The largest mr <= cap the generator accepts for `key` (mr ignored); 0 if none.
 int gemm_float_max_mr(const KernelKey& key, int cap);
 
+// f16 / bf16 weights: bytes of the weight stream per K unit of an nr-column panel (one k of
+// fp16, two of bf16), what each step of the main loop reads and prefetches.
+inline int gemm_float_unit_bytes(int b_type, int nr) { return b_type == QJ_BF16 ? nr * 4 : nr * 2; }
+
 }  // namespace qj

@@ -809,7 +809,7 @@ qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
 //    Zen 4 rule: at 512 x 512 (0.5 MB, in L2; FBGEMM's FP16 shapes; three runs) 16 KiB lost f16
 //    M = 2 / 3 8% / 4% (197-202 -> 182-184, 235-239 -> 228) and a prefetch at M = 1 8%.
 static int float_prefetch_bytes(const PackedWeights& w, int rows) {
-  const int unit_lines = (w.nr * (w.dtype == QJ_BF16 ? 4 : 2) + 63) / 64;
+  const int unit_lines = (gemm_float_unit_bytes(w.dtype, static_cast<int>(w.nr)) + 63) / 64;
   if (far_weight_prefetch(w.panel_bytes() * w.n_panels)) return kFarWeightPrefetchBytes;
   return rows > unit_lines ? cg::kWeightPrefetchBytes : 0;
 }
