@@ -309,6 +309,13 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   const int64_t budget = (bits == 4 || bits == 2 || mx) && rb <= 512 && amd_family() >= 0x1a
                              ? (row_type == QJ_MXFP4_E2M1 ? 192 : 256)
                              : 128;
+  // 8-bit and SPLIT MX rows of at least 1 KiB keep 4 ahead on Zen 5 (the budget gave 8), where
+  // more rows in flight measured slower from DRAM (2026-12-01, 1M-row tables, i32 unweighted, ns
+  // per row, 4 / 8 ahead, alternating, six pairs for 8-bit, two for MX): fresh 8-bit dim 1024 49-53
+  // / 61-66 (limit 46-47), MXINT8 53-57 / 61, E4M3 62 / 67-68, E5M2 57-58 / 62-69; cold 8-bit 52-55
+  // / 73, MXINT8 54-55 / 57-58, E5M2 60-61 / 65; warm within 3%. Shorter rows keep the rule: 8-bit
+  // dim 768 fresh 38-39 at 8 against 45-46 at 4.
+  if ((bits == 8 || split) && rb >= 1024 && amd_family() >= 0x1a) return 4;
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= budget + lines) pf *= 2;
   return pf;
