@@ -239,8 +239,8 @@ class Emitter {
   int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_mask1 = -1, c_il = -1, c_ftail = -1,
       c_otail = -1;
   // MX constants (full-width vectors) and the out-of-line E8M0 special cases
-  int c_sign = -1, c_p2m6 = -1, c_256 = -1, c_qnan = -1;
-  int c_wbfff = -1, c_b7f = -1, c_d7f = -1, c_dff = -1;
+  int c_sign = -1, c_p2m6 = -1, c_p2p120 = -1, c_qnan = -1;
+  int c_e4m3 = -1, c_b7f = -1, c_d7f = -1, c_dff = -1;
   struct E8m0Stub {
     Label nan, zero, back;
   };
@@ -509,21 +509,22 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
 // One MX block (32 elements) of the current row: the E8M0 scale X (r15 as a temporary; MX rows
 // never use the block loop), then per vector v = value(code) * X and the float-row step
 // acc = fma(w, v, acc) (set: acc = w * v). value(code) is exact: MXFP4 by a table (vpermps),
-// MXINT8 by vpmovsxbd + vcvtdq2ps with X * 2^-6 (exact) as the factor, MXFP8 through fp16
-// (E5M2 is the top byte of an fp16; E4M3 is rebiased into one and scaled by 2^8, exact).
+// MXINT8 by vpmovsxbd + vcvtdq2ps with X * 2^-6 (exact) as the factor, E5M2 through fp16 (it is
+// the top byte of an fp16), E4M3 by its bits placed into an fp32's, which reads value * 2^-120.
 //
 // Folded blocks: for scale bytes e where every product value * X is exactly representable in
 // fp32 (subnormals included: the values' lowest bits, at least 2^-16 for E5M2, are far enough
 // above 2^-149 * 2^127; the largest products must stay finite) and X times the decode's constant
-// factor (2^8 for E4M3's fp16 form, 2^-6 for MXINT8, 1 for E5M2 and MXFP4) is a normal power of
+// factor (2^120 for E4M3, 2^-6 for MXINT8, 1 for E5M2 and MXFP4) is a normal power of
 // two, that factor is folded into the broadcast scale, X' = 2^(e - 127 + f), and an unweighted
 // sum adds the product with one vfmadd231ps: fma(x, X', acc) rounds value * X + acc once, and
 // value * X is exact, so it equals the reference's add of the rounded product (the reference's
 // fma(1, v, acc), which also keeps v's NaN over the accumulator's, as the FMA does). Ranges (the
 // top one: the largest value times 2^(e - 127) stays below FLT_MAX; beyond it the reference's
-// product is inf, which the fused add would not produce): E4M3 [0, 246] (448), E5M2 [1, 239]
-// (57344), MXFP4 [1, 252] (6), MXINT8 [7, 253] (|-128|; X' normal from 7). The other scale bytes
-// (0xFF, 0x00 where X' would be subnormal, the top ones) run the unfolded block, out of line.
+// product is inf, which the fused add would not produce): E4M3 [0, 134] (X' = 2^(e - 7) finite up
+// to 134; the products would allow 246), E5M2 [1, 239] (57344), MXFP4 [1, 252] (6), MXINT8 [7,
+// 253] (|-128|; X' normal from 7). The other scale bytes (0xFF, 0x00 where X' would be subnormal,
+// the top ones) run the unfolded block, out of line.
 void Emitter::mx_acc(int q, int acc, bool set, bool folded) {
   const Cfg& c = c_;
   if (folded && !set && !c.weighted) {
@@ -551,7 +552,7 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       int lo, hi, f;
     };
     const Fold fd = c.mx == QJ_MXINT8       ? Fold{7, 253, -6}
-                    : c.mx == QJ_MXFP8_E4M3 ? Fold{0, 246, 8}
+                    : c.mx == QJ_MXFP8_E4M3 ? Fold{0, 134, 120}
                     : c.mx == QJ_MXFP8_E5M2 ? Fold{1, 239, 0}
                                             : Fold{1, 252, 0};  // MXFP4
     const int lo = fd.lo, hi = fd.hi, f = fd.f;
@@ -651,28 +652,6 @@ void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
     }
     return;
   }
-  if (c.mx == QJ_MXFP8_E4M3 && c.z && c.G % 2 == 0 && c.dim > 512) {
-    // Long E4M3 rows (zmm): 32 codes per widening, shift and mask, the upper 16 words extracted
-    // for their conversion: 8 instructions per 32 codes instead of 10. Measured (2026-11-30,
-    // ns per row, 1M-row table): fresh dim 1024 181-192 -> 135-139, dim 512 the same within
-    // noise; warm dim 1024 74 -> 76, dim 256 16.8 -> 18.7 (the extract's latency), hence long
-    // rows only, whose decode outgrows the out-of-order window while their lines arrive.
-    for (int q = 0; q < c.G; q += 2) {
-      a_.vpmovsxbw(zmm(c.rT), ymmword_ptr(r9, static_cast<int32_t>(base + q * c.V)));
-      a_.vpsllw(zmm(c.rT), zmm(c.rT), 7);
-      a_.vpandd(zmm(c.rT), zmm(c.rT), zmm(c.rBs));
-      a_.vcvtph2ps(zmm(c.rT2), ymm(c.rT));
-      a_.vextracti64x4(ymm(c.rT), zmm(c.rT), 1);
-      a_.vcvtph2ps(zmm(c.rT), ymm(c.rT));
-      if (!folded) {
-        a_.vmulps(zmm(c.rT2), zmm(c.rT2), k_.at(c_256));
-        a_.vmulps(zmm(c.rT), zmm(c.rT), k_.at(c_256));
-      }
-      mx_acc(c.rT2, acc0 + q, set, folded);
-      mx_acc(c.rT, acc0 + q + 1, set, folded);
-    }
-    return;
-  }
   for (int q = 0; q < c.G; ++q) {
     const Mem m = ptr(r9, static_cast<int32_t>(base + q * c.V));
     if (c.mx == QJ_MXINT8) {
@@ -683,18 +662,26 @@ void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
       a_.vpsllw(hv(c.rT), hv(c.rT), 8);
       a_.vcvtph2ps(v(c.rT), hv(c.rT));
     } else {
-      // E4M3: the sign-extended code shifted left by 7 is s s eeee mmm 0000000; clearing bit 14
-      // leaves the fp16 bits of value * 2^-8 (exact, subnormals included); times 2^8 (folded
-      // blocks: part of X'). The NaN codes (0x7f, 0xff) are found per block (emit_mx_group) and
-      // handled per row, out of line (emit_row).
-      a_.vpmovsxbw(hv(c.rT), m);
-      a_.vpsllw(hv(c.rT), hv(c.rT), 7);
+      // E4M3: the sign-extended code shifted left by 20 is s...s eeee mmm 0...0 (20 zero bits);
+      // keeping the sign bit, the exponent and the mantissa (0x87F00000) leaves the fp32 bits of
+      // value * 2^-120, exact: a normal code's exponent field e in 1..15 becomes fp32's, and a
+      // subnormal one (e = 0) an fp32 subnormal, m/8 * 2^-126 (the kernels run without DAZ, see
+      // src/core/fp_env.h). Times 2^120 (folded blocks: part of X'). The NaN codes (0x7f, 0xff)
+      // are found per block (emit_mx_group) and handled per row, out of line (emit_row). This
+      // takes 3 instructions per 16 codes and no vcvtph2ps (the fp16 form before it took 4-5);
+      // synthetic loops of 6 blocks from L1 (2026-12-01, Zen 5): 25.2 cycles (the fp16 form with
+      // the long rows' 32-code widening) / 26.2 (16 codes at a time) -> 18.0. The kernels (bench
+      // embedding, i32 unweighted, ns per row, alternating with the build before): rows in L1
+      // (48-row tables, three runs) dims 64 / 256 / 1024 2.45-2.56 / 8.7-9.1 / 34.0-35.2 -> 2.08-2.14
+      // / 6.4-6.5 / 26.4-26.6; from DRAM (fresh, 1M rows, two runs) dims 128 / 256 / 512 / 1024
+      // 8.3-8.4 / 15.3-15.4 / 29.9-30.0 / 61.6-64.2 -> 7.3-7.4 / 13.8-13.9 / 27.1-28.2 / 57.5-59.8.
+      a_.vpmovsxbd(v(c.rT), m);
+      a_.vpslld(v(c.rT), v(c.rT), 20);
       if (c.z)  // EVEX (registers 16-31)
-        a_.vpandd(hv(c.rT), hv(c.rT), hv(c.rBs));  // (rBs: 0xBFFF words, see emit_bag_kernel)
+        a_.vpandd(v(c.rT), v(c.rT), v(c.rBs));  // (rBs: 0x87F00000, see emit_bag_kernel)
       else
-        a_.vpand(hv(c.rT), hv(c.rT), hv(c.rBs));
-      a_.vcvtph2ps(v(c.rT), hv(c.rT));
-      if (!folded) a_.vmulps(v(c.rT), v(c.rT), k_.at(c_256));
+        a_.vpand(v(c.rT), v(c.rT), v(c.rBs));
+      if (!folded) a_.vmulps(v(c.rT), v(c.rT), k_.at(c_p2p120));
     }
     mx_acc(c.rT, acc0 + q, set, folded);
   }
@@ -1076,10 +1063,10 @@ bool Emitter::emit_bag_kernel() {
     }
     c_sign = full(0x80000000u);
     c_p2m6 = full(0x3c800000u);  // 2^-6
-    c_256 = full(0x43800000u);   // 256.0f
+    c_p2p120 = full(0x7b800000u);  // 2^120
     c_qnan = full(0x7fc00000u);
     if (c.mx == QJ_MXFP8_E4M3) {
-      c_wbfff = full(0xbfffbfffu);
+      c_e4m3 = full(0x87f00000u);
       c_b7f = full(0x7f7f7f7fu);
       c_d7f = full(0x7fu);
       c_dff = full(0xffu);
@@ -1141,14 +1128,15 @@ bool Emitter::emit_bag_kernel() {
     a_.kmovw(k2, eax);
   }
   if (c.mx == QJ_MXFP8_E4M3) {
-    // NaN-code test (emit_mx_group): rM = 0x7f bytes, rB = all ones; the decode's 0xBFFF words
-    // in rBs (a register operand: the memory form's load per 16 codes cost DRAM-resident rows)
+    // NaN-code test (emit_mx_group): rM = 0x7f bytes, rB = all ones; the decode's 0x87F00000
+    // mask in rBs (a register operand: the memory form's load per 16 codes cost DRAM-resident
+    // rows, measured with the fp16 form)
     if (c.z) {
       a_.vmovdqu32(ymm(c.rM), k_.at(c_b7f));
-      a_.vmovdqu32(zmm(c.rBs), k_.at(c_wbfff));
+      a_.vmovdqu32(zmm(c.rBs), k_.at(c_e4m3));
     } else {
       a_.vmovdqu(ymm(c.rM), k_.at(c_b7f));
-      a_.vmovdqu(xmm(c.rBs), k_.at(c_wbfff));
+      a_.vmovdqu(ymm(c.rBs), k_.at(c_e4m3));
     }
     all_ones(c.rB);
   }

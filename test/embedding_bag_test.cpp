@@ -57,10 +57,11 @@ uint8_t finite_code(qj_dtype t, uint8_t c) {
 // E8M0 scales around 1 (2^-9 .. 2^8), sometimes 0x00 (2^-127: subnormal products).
 uint8_t random_scale(std::mt19937& g) { return g() % 23 == 0 ? 0 : static_cast<uint8_t>(118 + g() % 18); }
 // Scales at the ends of the E8M0 range, where the kernels switch between their folded and
-// unfolded blocks (codegen/embedding_bag.cpp, emit_mx_group): 0..12, 120..131, 240..255.
+// unfolded blocks (codegen/embedding_bag.cpp, emit_mx_group): 0..12, 120..139 (E4M3 folds up to
+// 134), 240..255.
 uint8_t boundary_scale(std::mt19937& g) {
-  const uint32_t r = g() % 3, k = g() % (r == 2 ? 16 : 13);
-  return static_cast<uint8_t>(r == 0 ? k : r == 1 ? 120 + k % 12 : 240 + k);
+  const uint32_t r = g() % 3, k = g() % (r == 0 ? 13 : r == 1 ? 20 : 16);
+  return static_cast<uint8_t>(r == 0 ? k : r == 1 ? 120 + k : 240 + k);
 }
 
 // A table of random rows (float rows: values in [-1, 1] with a few -0.0; fused rows: random codes,
