@@ -291,8 +291,16 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   // two runs): cold dims 32 / 64 / 128 7.18 / 8.57 / 10.58 -> 5.46 / 6.41 / 7.44, fresh 7.72 /
   // 11.4 / 14.5 -> 5.96 / 9.07 / 12.1, warm within 2%; dim 256 stays at 16 by the line budget
   // (32 ahead: cold 14.2 -> 16.3).
-  const bool zen5_8bit = bits == 8 && amd_family() >= 0x1a;
-  const int32_t cap = bits == 4 || bits == 2 || mx ? 64 : zen5_8bit ? 32 : 16;
+  // Float rows (fp32 / fp16 / bf16) take the same 32 and, up to 512 bytes, the 4/2-bit budget
+  // below on Zen 5 (2026-12-01, 1M-row tables, i32 unweighted, ns per row, two runs, 16 / 32 rows
+  // ahead): fresh f16 and bf16 dims 32 / 64 5.8-6.0 / 8.0-8.2 -> 4.7-4.9 / 6.0-6.3, dim 128 (8
+  // ahead before) 10.9-11.1 -> 9.7-9.9, dim 256 (8 -> 16) 21.9-22.3 -> 20.4-21.1; f32 dims 32 / 64
+  // 6.6-6.8 / 7.7-7.8 -> 5.3-5.4 / 6.4-6.6; warm within 3% (bf16 dim 64 1.36 -> 1.23, f16 dim
+  // 128 2.40 -> 2.46). 64 ahead was faster still from DRAM at dims 32 / 64 (f16 3.7 / 4.7) but up
+  // to 20% slower warm (f32 dim 64 1.44 -> 1.78).
+  const bool float_rows = row_type == QJ_F32 || row_type == QJ_F16 || row_type == QJ_BF16;
+  const bool zen5_32 = (bits == 8 || float_rows) && amd_family() >= 0x1a;
+  const int32_t cap = bits == 4 || bits == 2 || mx ? 64 : zen5_32 ? 32 : 16;
   // Zen 5 also keeps twice the lines in flight for 4/2-bit and MX rows of at most 512 bytes
   // (2026-12-01, 1M-row tables, i32 unweighted, ns per row, default -> twice its distance, three
   // runs each): from DRAM 4-bit dims 128 / 256 / 512 7.2 / 9.7-10.2 / 18.7-18.8 -> 5.2-5.3 /
@@ -306,7 +314,7 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   // fresh / warm ns per row, 32 / 64 ahead: dim 256 11.5-11.7 / 5.1 against 12.6-13.0 / 5.8, where
   // 4-bit and 2-bit rows of the same 4 lines gain from 64 (10.0-10.1 -> 9.0-9.5, 9.5-9.6 ->
   // 8.2-8.4); dims 64 / 128 keep 64 ahead: 5.6-6.3 / 7.7 at 32 against 4.1-4.3 / 5.6 at 64).
-  const int64_t budget = (bits == 4 || bits == 2 || mx) && rb <= 512 && amd_family() >= 0x1a
+  const int64_t budget = (bits == 4 || bits == 2 || mx || float_rows) && rb <= 512 && amd_family() >= 0x1a
                              ? (row_type == QJ_MXFP4_E2M1 ? 192 : 256)
                              : 128;
   // 8-bit and SPLIT MX rows of at least 1 KiB keep 4 ahead on Zen 5 (the budget gave 8), where
