@@ -2,6 +2,7 @@
 #include "src/ops/embedding_bag.h"
 
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
@@ -317,13 +318,16 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   const int64_t budget = (bits == 4 || bits == 2 || mx || float_rows) && rb <= 512 && amd_family() >= 0x1a
                              ? (row_type == QJ_MXFP4_E2M1 ? 192 : 256)
                              : 128;
-  // 8-bit and SPLIT MX rows of at least 1 KiB keep 4 ahead on Zen 5 (the budget gave 8), where
-  // more rows in flight measured slower from DRAM (2026-12-01, 1M-row tables, i32 unweighted, ns
-  // per row, 4 / 8 ahead, alternating, six pairs for 8-bit, two for MX): fresh 8-bit dim 1024 49-53
-  // / 61-66 (limit 46-47), MXINT8 53-57 / 61, E4M3 62 / 67-68, E5M2 57-58 / 62-69; cold 8-bit 52-55
-  // / 73, MXINT8 54-55 / 57-58, E5M2 60-61 / 65; warm within 3%. Shorter rows keep the rule: 8-bit
-  // dim 768 fresh 38-39 at 8 against 45-46 at 4.
-  if ((bits == 8 || split) && rb >= 1024 && amd_family() >= 0x1a) return 4;
+  // 8-bit rows of at least 1 KiB and SPLIT MX rows of at least 512 bytes keep about 4 KiB of rows
+  // ahead on Zen 5 (1 KiB rows 4, 512-byte rows 8; the budget gave 8 and 16), where more rows in
+  // flight measured slower from DRAM (2026-12-01, 1M-row tables, i32 unweighted, ns per row,
+  // alternating): fresh dim 1024, 4 / 8 ahead (six pairs for 8-bit, two for MX), 8-bit 49-53 /
+  // 61-66 (limit 46-47), MXINT8 53-57 / 61, E4M3 62 / 67-68, E5M2 57-58 / 62-69; cold 8-bit 52-55
+  // / 73, MXINT8 54-55 / 57-58, E5M2 60-61 / 65; warm within 3%. Fresh dim 512, 8 / 16 ahead (two
+  // runs): E4M3 26.3-26.5 / 28.0-28.5, E5M2 25.5-26.2 / 27.1-27.7. Shorter 8-bit rows keep the
+  // rule: dim 768 fresh 38-39 at 8 against 45-46 at 4, dim 512 24 at 12 against 26-27 at 8.
+  if (amd_family() >= 0x1a && ((bits == 8 && rb >= 1024) || (split && rb >= 512)))
+    return static_cast<int32_t>(std::max<int64_t>(4, 4096 / rb));
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= budget + lines) pf *= 2;
   return pf;
