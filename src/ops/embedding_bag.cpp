@@ -1,7 +1,6 @@
 // Embedding-bag driver (see embedding_bag.h): key and blocking choice, validation, partitioning.
 #include "src/ops/embedding_bag.h"
 
-
 #include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
