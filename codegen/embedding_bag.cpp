@@ -94,6 +94,19 @@ struct Cfg {
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// MX rows' folded blocks (see emit_mx_group): the E8M0 bytes lo..hi take X' = 2^(e - 127 + f).
+// MXINT8 computes X' per block (no table: lo keeps X' normal); the others read a table of X'.
+struct MxFold {
+  int lo, hi, f;
+};
+MxFold mx_fold(int mx) {
+  return mx == QJ_MXINT8       ? MxFold{7, 253, -6}
+         : mx == QJ_MXFP8_E4M3 ? MxFold{0, 134, 120}
+         : mx == QJ_MXFP8_E5M2 ? MxFold{0, 239, 0}
+                               : MxFold{0, 252, 0};  // MXFP4
+}
+bool mx_xtab(int mx) { return mx && mx != QJ_MXINT8; }
+
 bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   if (k.isa < QJ_ISA_AVX2) {
     *why = "no embedding JIT below avx2";
@@ -239,7 +252,7 @@ class Emitter {
   int c_one_i = -1, c_7fff = -1, c_40 = -1, c_one_f = -1, c_mask = -1, c_mask1 = -1, c_il = -1, c_ftail = -1,
       c_otail = -1;
   // MX constants (full-width vectors) and the out-of-line E8M0 special cases
-  int c_sign = -1, c_p2m6 = -1, c_p2p120 = -1, c_qnan = -1;
+  int c_sign = -1, c_p2m6 = -1, c_p2p120 = -1, c_qnan = -1, c_xtab = -1;
   int c_e4m3 = -1, c_b7f = -1, c_d7f = -1, c_dff = -1;
   struct E8m0Stub {
     Label nan, zero, back;
@@ -368,7 +381,8 @@ class Emitter {
   void emit_next_bag_prefetch();
   void emit_prefetch_row_at(const Gp& pos, int32_t disp);
   int passes_ = 0;  // column blocks per bag when they prefetch the next bag's rows (else 0)
-  int scale_slot_ = 24;  // [rsp + scale_slot_]: MXFP4 / MXFP8 rows' block scale bits
+  int scale_slot_ = 24;  // [rsp + scale_slot_]: MX rows' unfolded block scale bits
+  int xtab_off_ = 40;    // [rsp + xtab_off_]: MX rows' table of folded scales, X' per E8M0 byte
   void emit_group(bool loop, int64_t g_abs, int acc0, int valid_elems, bool set);
   void emit_mx_scale_prefetch();
   void emit_store(bool loop, int64_t base_group, int ngroups, int64_t block_elems);
@@ -515,16 +529,19 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
 // Folded blocks: for scale bytes e where every product value * X is exactly representable in
 // fp32 (subnormals included: the values' lowest bits, at least 2^-16 for E5M2, are far enough
 // above 2^-149 * 2^127; the largest products must stay finite) and X times the decode's constant
-// factor (2^120 for E4M3, 2^-6 for MXINT8, 1 for E5M2 and MXFP4) is a normal power of
-// two, that factor is folded into the broadcast scale, X' = 2^(e - 127 + f), and an unweighted
+// factor (2^120 for E4M3, 2^-6 for MXINT8, 1 for E5M2 and MXFP4) is an fp32 power of two (normal
+// or, MXFP4 / E5M2 at e = 0, subnormal: the products' lowest bits stay above 2^-149, and the FMA
+// takes subnormal operands exactly, without DAZ), that factor is folded into the broadcast
+// scale, X' = 2^(e - 127 + f) (MXFP4 / MXFP8: read from a table of X' per byte that the kernel
+// keeps on its stack, one load per block instead of the bits' arithmetic), and an unweighted
 // sum adds the product with one vfmadd231ps: fma(x, X', acc) rounds value * X + acc once, and
 // value * X is exact, so it equals the reference's add of the rounded product (the reference's
 // fma(1, v, acc), which also keeps v's NaN over the accumulator's, as the FMA does). Ranges (the
 // top one: the largest value times 2^(e - 127) stays below FLT_MAX; beyond it the reference's
 // product is inf, which the fused add would not produce): E4M3 [0, 134] (X' = 2^(e - 7) finite up
-// to 134; the products would allow 246), E5M2 [1, 239] (57344), MXFP4 [1, 252] (6), MXINT8 [7,
-// 253] (|-128|; X' normal from 7). The other scale bytes (0xFF, 0x00 where X' would be subnormal,
-// the top ones) run the unfolded block, out of line.
+// to 134; the products would allow 246), E5M2 [0, 239] (57344), MXFP4 [0, 252] (6), MXINT8 [0,
+// 253] (|-128|), MXINT8 from 7 (its X' is computed per block and kept normal). The other scale
+// bytes (the top ones, 0xFF; MXINT8's lowest) run the unfolded block, out of line.
 void Emitter::mx_acc(int q, int acc, bool set, bool folded) {
   const Cfg& c = c_;
   if (folded && !set && !c.weighted) {
@@ -548,24 +565,37 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
   const Cfg& c = c_;
   const int64_t base = g * c.Bg;
   {
-    struct Fold {
-      int lo, hi, f;
-    };
-    const Fold fd = c.mx == QJ_MXINT8       ? Fold{7, 253, -6}
-                    : c.mx == QJ_MXFP8_E4M3 ? Fold{0, 134, 120}
-                    : c.mx == QJ_MXFP8_E5M2 ? Fold{1, 239, 0}
-                                            : Fold{1, 252, 0};  // MXFP4
-    const int lo = fd.lo, hi = fd.hi, f = fd.f;
     UnfoldedStub us{a_.newLabel(), a_.newLabel(), g, acc0, set};
     if (c.mx == QJ_MXFP4_E2M1)
       a_.movzx(r15d, byte_ptr(r9, static_cast<int32_t>(g * 17 + 16)));
     else
       a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
-    if (lo) a_.sub(r15d, lo);
-    a_.cmp(r15d, hi - lo);
+    const MxFold fd = mx_fold(c.mx);
+    if (fd.lo) a_.sub(r15d, fd.lo);
+    a_.cmp(r15d, fd.hi - fd.lo);
     a_.ja(us.go);  // (unsigned: also e < lo)
-    a_.add(r15d, lo + f);
-    a_.shl(r15d, 23);  // X' = 2^(e - 127 + f)
+    // X' from the stack table: broadcast from memory, a load with no shuffle, for MXFP4 / MXFP8
+    // (16 elements per block of 2 zmm vectors; vmovd + vpbroadcastd took one shuffle per block).
+    // MXINT8 rows measured faster with the bits computed and broadcast from a register, as
+    // before (also when the bits came from the table into a register). Measured (2026-12-01,
+    // Zen 5, bench embedding, 48-row tables, i32 unweighted, ns per row, alternating): against
+    // the bits computed per block (add, shl) and broadcast by vmovd + vpbroadcastd, through a
+    // stack slot for MXFP4 / MXFP8: MXFP4 dims 64 / 256 / 1024 1.41-1.45 / 4.3-4.6 / 17.2-18.3 ->
+    // 1.21-1.24 / 4.05-4.09 / 16.2-16.3, E5M2 dim 64 1.88-1.92 -> 1.67-1.74, E4M3 within 5%;
+    // before the slot (vmovd + vpbroadcastd for every type) MXFP4 dims 256 / 1024 were 4.85-5.0 /
+    // 19.2-19.8, E5M2 7.2-7.5 / 29.0-30.4. MXINT8 through memory: dims 256 / 1024 4.7-5.0 /
+    // 18.9-19.9 -> 5.1-5.4 / 20.5-21.0. From DRAM (fresh, 1M rows, two runs), the table against
+    // the slot: MXFP4 dims 256 / 512 / 1024 11.6-18.1 / 20.8-22.2 / 35.4-38.4 -> 10.6 / 17.6-17.9
+    // / 30.4-31.1 (fewer instructions per row in flight), E5M2 dims 256 / 512 14.3-14.5 /
+    // 26.6-27.8 -> 13.0-13.1 / 24.0-24.3, E4M3 within the noise.
+    if (!mx_xtab(c.mx)) {
+      a_.add(r15d, fd.lo + fd.f);
+      a_.shl(r15d, 23);  // X' = 2^(e - 127 + f)
+      a_.vmovd(x(c.rS), r15d);
+      a_.vpbroadcastd(v(c.rS), x(c.rS));
+    } else {
+      a_.vbroadcastss(v(c.rS), dword_ptr(rsp, r15, 2, xtab_off_));
+    }
     emit_mx_block(g, acc0, set, true);
     a_.bind(us.back);
     unfolded_stubs_.push_back(us);
@@ -590,8 +620,8 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
   }
 }
 
-// The scale and the decode of one MX block (see emit_mx_group). folded: r15d already holds the
-// bits of the folded scale X'.
+// The scale and the decode of one MX block (see emit_mx_group). folded: rS already holds the
+// folded scale X'.
 void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
   const Cfg& c = c_;
   if (!folded) {
@@ -609,22 +639,11 @@ void Emitter::emit_mx_block(int64_t g, int acc0, bool set, bool folded) {
     a_.bind(st.back);
     stubs_.push_back(st);
   }
-  // MXFP4 / MXFP8: the scale reaches the vector unit through a stack slot, where a broadcast load
-  // needs no shuffle; vmovd + vpbroadcastd took one per block of only 2 (zmm) vectors. Synthetic
-  // loops of 8 MXFP4 blocks from L1 (2026-12-01, Zen 5): 18.8 -> 16.1-16.5 cycles. The kernels
-  // (bench embedding, 48-row tables, i32 unweighted, ns per row, three alternating runs): MXFP4
-  // dims 256 / 1024 4.85-5.0 / 19.2-19.8 -> 4.4-4.5 / 17.4-18.3, E5M2 7.2-7.5 / 29.0-30.4 ->
-  // 6.2-6.6 / 25.3-26.8, E4M3 9.8-10.1 / 36.7-39.3 -> 9.0-9.4 / 35.0-37.2, dim 64 within 0.1 ns;
-  // MXINT8 lost (dims 64 / 256 / 1024 1.73-1.75 / 4.8-5.0 / 19.4-20.0 -> 1.86-1.94 / 5.2-5.6 /
-  // 21.4-23.2) and keeps the register form.
-  if (c.mx == QJ_MXINT8) {
-    a_.vmovd(x(c.rS), r15d);
-    a_.vpbroadcastd(v(c.rS), x(c.rS));
-  } else {
+  if (!folded) {  // (folded blocks: X' is in rS, from the stack table)
     a_.mov(dword_ptr(rsp, scale_slot_), r15d);
     a_.vbroadcastss(v(c.rS), dword_ptr(rsp, scale_slot_));
+    if (c.mx == QJ_MXINT8) a_.vmulps(v(c.rS), v(c.rS), k_.at(c_p2m6));  // X * 2^-6, exact
   }
-  if (c.mx == QJ_MXINT8 && !folded) a_.vmulps(v(c.rS), v(c.rS), k_.at(c_p2m6));  // X * 2^-6, exact
   const int64_t base = g * c.Bg;
   if (c.mx == QJ_MXFP4_E2M1) {
     const int halves = c.z ? 1 : 2;  // zmm: 16 bytes at once; ymm: two halves of 8 bytes
@@ -1065,6 +1084,15 @@ bool Emitter::emit_bag_kernel() {
     c_p2m6 = full(0x3c800000u);  // 2^-6
     c_p2p120 = full(0x7b800000u);  // 2^120
     c_qnan = full(0x7fc00000u);
+    if (mx_xtab(c.mx)) {  // X' = 2^(e - 127 + f) for the folded bytes e = 0..hi (subnormal: E < 1)
+      const MxFold fd = mx_fold(c.mx);
+      std::vector<uint32_t> t((fd.hi + 1 + 15) / 16 * 16, 0);
+      for (int e = 0; e <= fd.hi; ++e) {
+        const int E = e + fd.f;  // the biased fp32 exponent
+        t[e] = E >= 1 ? static_cast<uint32_t>(E) << 23 : 1u << (E + 22);
+      }
+      c_xtab = k_.add_dwords(t);
+    }
     if (c.mx == QJ_MXFP8_E4M3) {
       c_e4m3 = full(0x87f00000u);
       c_b7f = full(0x7f7f7f7fu);
@@ -1106,10 +1134,20 @@ bool Emitter::emit_bag_kernel() {
   const Gp saved[6] = {rbx, rbp, r12, r13, r14, r15};
   for (const Gp& g : saved) a_.push(g);
   passes_ = c.next_bag && nU + (R > 0 ? 1 : 0) > 1 ? static_cast<int>(nU + (R > 0 ? 1 : 0)) : 0;
-  scale_slot_ = passes_ ? 40 : 24;  // MXFP4 / MXFP8 rows: the block scale's bits (emit_mx_block)
+  scale_slot_ = passes_ ? 40 : 24;  // MX rows: an unfolded block's scale bits (emit_mx_block)
+  // MX rows: after the slot, the table of folded scales X' (emit_mx_group), entries 0..hi
+  xtab_off_ = scale_slot_ + 16;
+  const int xtab_bytes = mx_xtab(c.mx) ? (mx_fold(c.mx).hi + 1 + 15) / 16 * 64 : 0;
   // (a multiple of 16 with the six pushes and the return)
-  const int frame = scale_slot_ + (c.mx && c.mx != QJ_MXINT8 ? 16 : 0);
+  const int frame = c.mx ? xtab_off_ + xtab_bytes : scale_slot_;
   a_.sub(rsp, frame);
+  if (xtab_bytes) {  // the table from the constant pool to the stack, a vector at a time
+    const int vb = c.z ? 64 : 32;
+    for (int o = 0; o < xtab_bytes; o += vb) {
+      a_.vmovups(v(c.rT), k_.at(c_xtab + o));
+      a_.vmovups(ptr(rsp, xtab_off_ + o), v(c.rT));
+    }
+  }
 
   if (c.z) {
     // k1: input tail (bytes of the last fused group, 16-bit elements, or fp32 lanes); k2: output
