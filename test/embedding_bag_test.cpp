@@ -951,6 +951,45 @@ TEST(EmbeddingBag, MxFoldedScaleOverflowEdge) {
   }
 }
 
+// FP8 NaN codes at the first and last bytes of blocks (E4M3 rows find them by a running minimum
+// over the row's code bytes, codegen/embedding_bag.cpp): one NaN code per row, since a row found
+// to hold one has all of its NaN codes placed exactly.
+TEST(EmbeddingBag, MxFp8NanCodesAtBlockEdges) {
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype t : {QJ_MXFP8_E4M3, QJ_MXFP8_E5M2}) {
+      SCOPED_TRACE(std::string(qj_isa_name(isa)) + " " + qj_dtype_name(t));
+      const int64_t dim = 160;  // 5 blocks: two pairs and a single one
+      const int R = 6, nan_at[R] = {0, 63, 64, 127, 128, 159};
+      const int64_t rb = qj::ref::emb_row_bytes(t, dim, false);
+      std::vector<uint8_t> table(static_cast<size_t>(R * rb), t == QJ_MXFP8_E4M3 ? 0x38 : 0x3c);  // 1.0
+      std::vector<uint8_t> scales(R * 5, 127);
+      for (int r = 0; r < R; ++r) table[r * rb + nan_at[r]] = t == QJ_MXFP8_E4M3 ? 0x7f : 0xfd;
+      for (qj_pooling pool : {QJ_POOL_NONE, QJ_POOL_SUM}) {
+        qj_embedding_bag_desc d = simple_desc(t, dim);
+        d.pooling = pool;
+        qj_embedding_bag_plan p;
+        ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+        const int32_t idx[R] = {0, 1, 2, 3, 4, 5}, offs[R + 1] = {0, 1, 2, 3, 4, 5, 6};
+        std::vector<float> out(R * dim, 5.0f);
+        const bool gather = pool == QJ_POOL_NONE;
+        qj_embedding_bag_args a{table.data(), scales.data(), R, gather ? 0 : R, idx, R, gather ? nullptr : offs,
+                                nullptr, out.data()};
+        ASSERT_EQ(qj_embedding_bag_run_ex(p, &a, nullptr), QJ_OK) << qj_last_error();
+        for (int r = 0; r < R; ++r) {
+          for (int64_t j = 0; j < dim; ++j) {
+            if (j == nan_at[r])
+              ASSERT_TRUE(std::isnan(out[r * dim + j])) << r << " " << j;
+            else
+              ASSERT_EQ(out[r * dim + j], 1.0f) << r << " " << j;
+          }
+        }
+        qj_embedding_bag_plan_destroy(p);
+      }
+    }
+  }
+}
+
 // MX rows: a NaN scale byte makes its block NaN, 0x00 is 2^-127, FP8 NaN codes give NaN; and SPLIT
 // rows without their scale array are refused.
 TEST(EmbeddingBag, MxSpecialScalesAndCodes) {
