@@ -829,7 +829,7 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           const std::string name = qj_embedding_bag_plan_kernel_name(p);
           if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
           const bool next_bag = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a &&
-                                (f.t == QJ_FUSED_4BIT || f.t == QJ_F16 || is_mx(f.t));
+                                (f.t == QJ_FUSED_4BIT || f.t == QJ_FUSED_2BIT || f.t == QJ_F16 || is_mx(f.t));
           EXPECT_EQ(name.find("nb__") != std::string::npos, next_bag) << name;
           // positional weights are read at the position in the bag (< 200, within the array)
           const float* w = wm == 0 ? nullptr : wts.data();

@@ -82,15 +82,20 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // 22.0-22.6 and 38.2-38.4 -> 34.2-34.6, warm 10.8 -> 11.3-11.7 and 20.8-21.1 -> 21.4-22.7; f16
   // cold 51.6-53.8 -> 42.9-44.3 and 103-106 -> 95-97, warm 12.1-13.1 -> 13.0-13.3 and 27.2-27.5
   // -> 29.6-29.7. Not for 8-bit rows: cold dim 1024 70 -> 50-52 but warm (FBGEMM's "hot" case)
-  // 18.5-19.6 -> 20.6-21.6 and dim 512 8.3 -> 10.2-10.3; nor 2-bit (cold dim 1024 26.6-28.6 ->
-  // 29.6-29.9) or f32 rows (2-4 KiB a row: cold slower in a first version); not measured below
+  // 18.5-19.6 -> 20.6-21.6 and dim 512 8.3 -> 10.2-10.3; nor f32 rows (2-4 KiB a row: cold
+  // slower in a first version); not measured below
   // AVX-512. SPLIT MX rows (with their scale bytes; two runs, ~15:44 UTC): MXINT8 cold dims 512 /
   // 1024 33.8-33.9 / 76.3-76.7 -> 24.7 / 55.1-58.6, fresh 27.1-27.6 / 74.0 -> 25.3-26.4 / 59.5,
   // warm 12.2-12.3 / 27.4-28.4 -> 13.6-13.7 / 29.4-30.9; E4M3 cold dim 1024 78.9-86.2 -> 69.7-70.8,
   // dim 512 and fresh unchanged, warm 0-8% slower (MX tables are the large ones, as above).
+  // 2-bit rows since their decode of 2026-12-01 ~18:00 UTC (they had measured slower with it
+  // before: cold dim 1024 26.6-28.6 -> 29.6-29.9), with half the default distance (see
+  // embedding_default_prefetch), i32 / i64 unweighted, two runs, ns per row: cold dim 512 13.4-13.9
+  // -> 12.6-13.3, dim 1024 29.9-31.7 -> 22.6-23.7; fresh (1M rows, i32) 12.7-12.9 -> 11.8, 22.8-23.3
+  // -> 20.9-21.4; warm within 3%.
   const qj_dtype rt = d.row_type;
-  const bool nb_rows =
-      rt == QJ_FUSED_4BIT || rt == QJ_F16 || rt == QJ_BF16 || rt == QJ_MXFP4_E2M1 || emb_mx_split_rows(rt);
+  const bool nb_rows = rt == QJ_FUSED_4BIT || rt == QJ_FUSED_2BIT || rt == QJ_F16 || rt == QJ_BF16 ||
+                       rt == QJ_MXFP4_E2M1 || emb_mx_split_rows(rt);
   if (nb_rows && nblocks >= 2 && pf > 0 && d.pooling != QJ_POOL_NONE && k.isa >= QJ_ISA_AVX512 &&
       amd_family() >= 0x1a)
     k.param[5] = 1;
@@ -329,6 +334,11 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
     return static_cast<int32_t>(std::max<int64_t>(4, 4096 / rb));
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= budget + lines) pf *= 2;
+  // 2-bit rows of several column blocks at AVX-512 (more than 384 elements), whose blocks also
+  // prefetch the next bag's rows (bag_key), take half the distance there (fresh, with that
+  // prefetch, ns per row: dim 512 12.1-12.6 at 64 ahead, 11.8 at 32; dim 1024 22.0-22.1 at 32,
+  // 20.9-21.4 at 16).
+  if (bits == 2 && dim > 384 && amd_family() >= 0x1a) pf /= 2;
   return pf;
 }
 
