@@ -39,7 +39,8 @@
 //   E8M0 temporary (MX), rbx output row, rbp bags left.
 //   Stack: [rsp] offsets cursor, [rsp+8] block output byte offset, [rsp+16] blocks left; with
 //   next-bag prefetch [rsp+24] row steps to its next prefetch, [rsp+32] its next index position;
-//   MXFP4 / MXFP8 rows then (at [rsp+40], else [rsp+24]) the block scale's fp32 bits.
+//   MX rows then (at [rsp+40], else [rsp+24]) an unfolded block's scale bits and, 16 bytes on,
+//   MXFP4 / MXFP8 rows the table of folded scales X' per E8M0 byte (emit_mx_group).
 //   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M, Bsum).
 #include "codegen/embedding_bag.h"
 
@@ -539,9 +540,9 @@ void Emitter::emit_group(bool loop, int64_t g_abs, int acc0, int valid, bool set
 // fma(1, v, acc), which also keeps v's NaN over the accumulator's, as the FMA does). Ranges (the
 // top one: the largest value times 2^(e - 127) stays below FLT_MAX; beyond it the reference's
 // product is inf, which the fused add would not produce): E4M3 [0, 134] (X' = 2^(e - 7) finite up
-// to 134; the products would allow 246), E5M2 [0, 239] (57344), MXFP4 [0, 252] (6), MXINT8 [0,
-// 253] (|-128|), MXINT8 from 7 (its X' is computed per block and kept normal). The other scale
-// bytes (the top ones, 0xFF; MXINT8's lowest) run the unfolded block, out of line.
+// to 134; the products would allow 246), E5M2 [0, 239] (57344), MXFP4 [0, 252] (6), MXINT8 [7,
+// 253] (|-128|; its X' is computed per block and kept normal). The other scale bytes (the top
+// ones, 0xFF; MXINT8's lowest) run the unfolded block, out of line.
 void Emitter::mx_acc(int q, int acc, bool set, bool folded) {
   const Cfg& c = c_;
   if (folded && !set && !c.weighted) {
