@@ -782,9 +782,9 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // beyond it faults). Weighted / positional / unweighted pooled rows (their per-row scale, bias
 // and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact. Dims 1000 and
 // 2100 take several column blocks (2100: more than two, the run-time block loop), where the Zen 5
-// AVX-512 kernels of 4-bit, half and MX rows also prefetch the next bag's rows (and SPLIT rows'
-// scale bytes) from every block (key param[5], `nb` in the name): their index reads stop at the
-// same array end.
+// AVX-512 kernels of 4-bit, 2-bit, half and MX rows also prefetch the next bag's rows (and SPLIT
+// rows' scale bytes) from every block (key param[5], `nb` in the name; 2-bit rows then at half
+// the default distance): their index reads stop at the same array end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
@@ -831,6 +831,10 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           const bool next_bag = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a &&
                                 (f.t == QJ_FUSED_4BIT || f.t == QJ_FUSED_2BIT || f.t == QJ_F16 || is_mx(f.t));
           EXPECT_EQ(name.find("nb__") != std::string::npos, next_bag) << name;
+          if (next_bag && f.t == QJ_FUSED_2BIT) {
+            const std::string half = "_pf" + std::to_string(qj::embedding_default_prefetch(f.t, dim) / 2) + "t";
+            EXPECT_NE(name.find(half), std::string::npos) << name;
+          }
           // positional weights are read at the position in the bag (< 200, within the array)
           const float* w = wm == 0 ? nullptr : wts.data();
           std::vector<float> got(static_cast<size_t>(nbags * dim), -7.0f), want(got.size(), -7.0f);

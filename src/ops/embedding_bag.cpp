@@ -89,16 +89,20 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // warm 12.2-12.3 / 27.4-28.4 -> 13.6-13.7 / 29.4-30.9; E4M3 cold dim 1024 78.9-86.2 -> 69.7-70.8,
   // dim 512 and fresh unchanged, warm 0-8% slower (MX tables are the large ones, as above).
   // 2-bit rows since their decode of 2026-12-01 ~18:00 UTC (they had measured slower with it
-  // before: cold dim 1024 26.6-28.6 -> 29.6-29.9), with half the default distance (see
-  // embedding_default_prefetch), i32 / i64 unweighted, two runs, ns per row: cold dim 512 13.4-13.9
-  // -> 12.6-13.3, dim 1024 29.9-31.7 -> 22.6-23.7; fresh (1M rows, i32) 12.7-12.9 -> 11.8, 22.8-23.3
-  // -> 20.9-21.4; warm within 3%.
+  // before: cold dim 1024 26.6-28.6 -> 29.6-29.9), with half the default distance (the next-bag
+  // prefetch carries the rows ahead; a distance the caller chose stays), i32 / i64 unweighted, two
+  // runs, ns per row: cold dim 512 13.4-13.9 -> 12.6-13.3, dim 1024 29.9-31.7 -> 22.6-23.7; fresh
+  // (1M rows, i32) 12.7-12.9 -> 11.8, 22.8-23.3 -> 20.9-21.4; warm within 3%. Fresh with this
+  // prefetch, half against the whole default distance: dim 512 11.8 against 12.1-12.6 (32 / 64
+  // ahead), dim 1024 20.9-21.4 against 22.0-22.1 (16 / 32).
   const qj_dtype rt = d.row_type;
   const bool nb_rows = rt == QJ_FUSED_4BIT || rt == QJ_FUSED_2BIT || rt == QJ_F16 || rt == QJ_BF16 ||
                        rt == QJ_MXFP4_E2M1 || emb_mx_split_rows(rt);
   if (nb_rows && nblocks >= 2 && pf > 0 && d.pooling != QJ_POOL_NONE && k.isa >= QJ_ISA_AVX512 &&
-      amd_family() >= 0x1a)
+      amd_family() >= 0x1a) {
     k.param[5] = 1;
+    if (rt == QJ_FUSED_2BIT && d.prefetch_distance < 0) k.param[2] = static_cast<uint32_t>(pf / 2);
+  }
   return k;
 }
 
@@ -334,12 +338,7 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
     return static_cast<int32_t>(std::max<int64_t>(4, 4096 / rb));
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= budget + lines) pf *= 2;
-  // 2-bit rows of several column blocks at AVX-512 (more than 384 elements), whose blocks also
-  // prefetch the next bag's rows (bag_key), take half the distance there (fresh, with that
-  // prefetch, ns per row: dim 512 12.1-12.6 at 64 ahead, 11.8 at 32; dim 1024 22.0-22.1 at 32,
-  // 20.9-21.4 at 16).
-  if (bits == 2 && dim > 384 && amd_family() >= 0x1a) pf /= 2;
-  return pf;
+  return pf;  // (2-bit rows with the next-bag prefetch take half of it: bag_key)
 }
 
 qj_prefetch_hint embedding_default_hint(qj_dtype row_type, int64_t dim) {
@@ -392,6 +391,7 @@ qj_status embedding_bag_plan_init(const qj_embedding_bag_desc& desc, EmbeddingBa
   const qj_isa isa = max_isa();
   if (isa >= QJ_ISA_AVX2) {
     KernelKey k = bag_key(d, isa, p->prefetch);
+    p->prefetch = static_cast<int32_t>(k.param[2]);  // (the kernel's distance bounds its index reads)
     qj_status s = acquire_kernel(k, embedding_bag_family(), &p->kernel);
     if (s == QJ_OK) s = acquire_kernel(check_key(d.index_bits, isa), embedding_bag_family(), &p->check);
     if (s == QJ_OK) {
