@@ -714,13 +714,20 @@ void Emitter::emit_mx_scale_prefetch() {
 }
 
 // Prefetches the whole row `distance` indices ahead (r10 = its address): one prefetch per 64 bytes
-// plus the last byte, since rows need not be line-aligned; except for rows of a whole number of
-// lines, which are aligned in any table with a 64-byte aligned base and a natural or
-// line-multiple stride (qj_embedding_table_alloc's, PyTorch's): there the last byte shares the
-// previous prefetch's line, and that extra prefetch cost 0.15-0.2 ns per row (f32 dim 32 warm,
-// 1.50 -> 1.35 ns; prefetcht2 1.77 -> 1.57). A misaligned table of such rows misses the prefetch
-// of its rows' last partial line. Only the first column block of a bag prefetches: later blocks
-// of the same bag find the rows in L2.
+// plus the last byte, since rows need not be line-aligned; except where the row's last partial
+// step of t = rb % 64 bytes divides 64 (0 included: rows of whole lines; 8-bit rows of dims
+// 64 / 128 / 1024, 72 / 136 / 1032 bytes, t = 8; 4-bit dim 128 and 2-bit dims 256 / 1024, t = 4;
+// SPLIT MX rows, t = 0 or 32). In a table with a 64-byte aligned base and a natural or
+// line-multiple stride (qj_embedding_table_alloc's, PyTorch's) such a row starts at a multiple of
+// gcd(rb, 64) = t within its line, at most 64 - t, so its last byte lies in the line of the last
+// 64-byte step, already prefetched. That extra prefetch cost, rows of whole lines: 0.15-0.2 ns per
+// row (f32 dim 32 warm, 1.50 -> 1.35 ns; prefetcht2 1.77 -> 1.57); 8-bit rows (2026-12-01, Zen 5,
+// FBGEMM's grid warm, i32 unweighted, the two forms in one process at distances 32 / 33 and 16 /
+// 17, three runs, ns per row): dim 64 1.52-1.65 -> 1.41-1.54, dim 128 2.33-2.52 -> 2.18-2.37, dim
+// 256 4.03-4.30 -> 3.76-4.26; 4-bit dim 128 and 2-bit dim 256 (68-byte rows) unchanged; from DRAM
+// (cold / fresh, 1M rows) within the noise. A table of other alignment or stride misses the
+// prefetch of some rows' last partial line (a slower row, not a wrong one). Only the first column
+// block of a bag prefetches: later blocks of the same bag find the rows in L2.
 void Emitter::emit_prefetch(int hint) {
   const int64_t rb = row_bytes(c_);
   int64_t last = 0;
@@ -728,7 +735,8 @@ void Emitter::emit_prefetch(int hint) {
     prefetch(ptr(r10, static_cast<int32_t>(o)), hint);
     last = o;
   }
-  if (rb % 64 != 0 && rb - 1 > last) prefetch(ptr(r10, static_cast<int32_t>(rb - 1)), hint);
+  const int64_t t = rb % 64;  // bytes of the row's last, partial 64-byte step
+  if (t != 0 && 64 % t != 0 && rb - 1 > last) prefetch(ptr(r10, static_cast<int32_t>(rb - 1)), hint);
 }
 
 // Rows of several column blocks (key param[5]): the next bag's rows, one every P row steps of
