@@ -95,18 +95,18 @@ struct Cfg {
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// MX rows' folded blocks (see emit_mx_group): the E8M0 bytes lo..hi take X' = 2^(e - 127 + f).
-// MXINT8 computes X' per block (no table: lo keeps X' normal); the others read a table of X'.
+// MX rows' folded blocks (see emit_mx_group): the E8M0 bytes 0..hi take X' = 2^(e - 127 + f)
+// (subnormal below e = 1 - f), read from a table; hi keeps the largest element times X' finite
+// wherever the reference's element (value times X) is.
 struct MxFold {
-  int lo, hi, f;
+  int hi, f;
 };
 MxFold mx_fold(int mx) {
-  return mx == QJ_MXINT8       ? MxFold{7, 253, -6}
-         : mx == QJ_MXFP8_E4M3 ? MxFold{0, 134, 120}
-         : mx == QJ_MXFP8_E5M2 ? MxFold{0, 239, 0}
-                               : MxFold{0, 252, 0};  // MXFP4
+  return mx == QJ_MXINT8       ? MxFold{253, -6}
+         : mx == QJ_MXFP8_E4M3 ? MxFold{134, 120}
+         : mx == QJ_MXFP8_E5M2 ? MxFold{239, 0}
+                               : MxFold{252, 0};  // MXFP4
 }
-bool mx_xtab(int mx) { return mx && mx != QJ_MXINT8; }
 
 bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   if (k.isa < QJ_ISA_AVX2) {
@@ -572,14 +572,10 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       a_.movzx(r15d, byte_ptr(r9, static_cast<int32_t>(g * 17 + 16)));
     else
       a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
-    const MxFold fd = mx_fold(c.mx);
-    if (fd.lo) a_.sub(r15d, fd.lo);
-    a_.cmp(r15d, fd.hi - fd.lo);
-    a_.ja(us.go);  // (unsigned: also e < lo)
-    // X' from the stack table: broadcast from memory, a load with no shuffle, for MXFP4 / MXFP8
-    // (16 elements per block of 2 zmm vectors; vmovd + vpbroadcastd took one shuffle per block).
-    // MXINT8 rows measured faster with the bits computed and broadcast from a register, as
-    // before (also when the bits came from the table into a register). Measured (2026-12-01,
+    a_.cmp(r15d, mx_fold(c.mx).hi);
+    a_.ja(us.go);
+    // X' from the stack table: broadcast from memory, a load with no shuffle (16 elements per
+    // block of 2 zmm vectors; vmovd + vpbroadcastd took one shuffle per block). Measured (2026-12-01,
     // Zen 5, bench embedding, 48-row tables, i32 unweighted, ns per row, alternating): against
     // the bits computed per block (add, shl) and broadcast by vmovd + vpbroadcastd, through a
     // stack slot for MXFP4 / MXFP8: MXFP4 dims 64 / 256 / 1024 1.41-1.45 / 4.3-4.6 / 17.2-18.3 ->
@@ -589,15 +585,15 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
     // 18.9-19.9 -> 5.1-5.4 / 20.5-21.0. From DRAM (fresh, 1M rows, two runs), the table against
     // the slot: MXFP4 dims 256 / 512 / 1024 11.6-18.1 / 20.8-22.2 / 35.4-38.4 -> 10.6 / 17.6-17.9
     // / 30.4-31.1 (fewer instructions per row in flight), E5M2 dims 256 / 512 14.3-14.5 /
-    // 26.6-27.8 -> 13.0-13.1 / 24.0-24.3, E4M3 within the noise.
-    if (!mx_xtab(c.mx)) {
-      a_.add(r15d, fd.lo + fd.f);
-      a_.shl(r15d, 23);  // X' = 2^(e - 127 + f)
-      a_.vmovd(x(c.rS), r15d);
-      a_.vpbroadcastd(v(c.rS), x(c.rS));
-    } else {
-      a_.vbroadcastss(v(c.rS), dword_ptr(rsp, r15, 2, xtab_off_));
-    }
+    // 26.6-27.8 -> 13.0-13.1 / 24.0-24.3, E4M3 within the noise. MXINT8 kept the bits computed
+    // (add, shl, vmovd, vpbroadcastd; bytes 7..253 folded) until the two forms ran in one process
+    // with their calls interleaved (medians of 2700 calls each, ns per row): rows in L1 / L2
+    // dims 64 / 128 / 256 / 512 / 1024 3.15-3.19 / 5.00-5.02 / 8.39-8.40 / 18.1-18.2 / 35.4-35.8
+    // -> 2.74-2.78 / 4.31-4.33 / 6.87-6.90 / 15.1-15.2 / 29.4-29.5; from DRAM (1M rows, the same
+    // distance +-1 both ways) dims 128 / 256 / 512 / 1024 13.2-13.3 / 24.6 / 42.7-42.8 / 72.6 ->
+    // 12.0-12.8 / 21.3-24.2 / 33.6-33.9 / 63.8-64.5. (The runs above, in separate processes,
+    // had read the table form 6-8% slower.)
+    a_.vbroadcastss(v(c.rS), dword_ptr(rsp, r15, 2, xtab_off_));
     emit_mx_block(g, acc0, set, true);
     a_.bind(us.back);
     unfolded_stubs_.push_back(us);
@@ -1109,7 +1105,7 @@ bool Emitter::emit_bag_kernel() {
     c_p2m6 = full(0x3c800000u);  // 2^-6
     c_p2p120 = full(0x7b800000u);  // 2^120
     c_qnan = full(0x7fc00000u);
-    if (mx_xtab(c.mx)) {  // X' = 2^(e - 127 + f) for the folded bytes e = 0..hi (subnormal: E < 1)
+    if (c.mx) {  // X' = 2^(e - 127 + f) for the folded bytes e = 0..hi (subnormal: E < 1)
       const MxFold fd = mx_fold(c.mx);
       std::vector<uint32_t> t((fd.hi + 1 + 15) / 16 * 16, 0);
       for (int e = 0; e <= fd.hi; ++e) {
@@ -1162,7 +1158,7 @@ bool Emitter::emit_bag_kernel() {
   scale_slot_ = passes_ ? 40 : 24;  // MX rows: an unfolded block's scale bits (emit_mx_block)
   // MX rows: after the slot, the table of folded scales X' (emit_mx_group), entries 0..hi
   xtab_off_ = scale_slot_ + 16;
-  const int xtab_bytes = mx_xtab(c.mx) ? (mx_fold(c.mx).hi + 1 + 15) / 16 * 64 : 0;
+  const int xtab_bytes = c.mx ? (mx_fold(c.mx).hi + 1 + 15) / 16 * 64 : 0;
   // (a multiple of 16 with the six pushes and the return)
   const int frame = c.mx ? xtab_off_ + xtab_bytes : scale_slot_;
   a_.sub(rsp, frame);
