@@ -574,25 +574,25 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
       a_.movzx(r15d, byte_ptr(r10, static_cast<int32_t>(g)));
     a_.cmp(r15d, mx_fold(c.mx).hi);
     a_.ja(us.go);
-    // X' from the stack table: broadcast from memory, a load with no shuffle (16 elements per
-    // block of 2 zmm vectors; vmovd + vpbroadcastd took one shuffle per block). Measured (2026-12-01,
-    // Zen 5, bench embedding, 48-row tables, i32 unweighted, ns per row, alternating): against
-    // the bits computed per block (add, shl) and broadcast by vmovd + vpbroadcastd, through a
-    // stack slot for MXFP4 / MXFP8: MXFP4 dims 64 / 256 / 1024 1.41-1.45 / 4.3-4.6 / 17.2-18.3 ->
-    // 1.21-1.24 / 4.05-4.09 / 16.2-16.3, E5M2 dim 64 1.88-1.92 -> 1.67-1.74, E4M3 within 5%;
-    // before the slot (vmovd + vpbroadcastd for every type) MXFP4 dims 256 / 1024 were 4.85-5.0 /
-    // 19.2-19.8, E5M2 7.2-7.5 / 29.0-30.4. MXINT8 through memory: dims 256 / 1024 4.7-5.0 /
-    // 18.9-19.9 -> 5.1-5.4 / 20.5-21.0. From DRAM (fresh, 1M rows, two runs), the table against
-    // the slot: MXFP4 dims 256 / 512 / 1024 11.6-18.1 / 20.8-22.2 / 35.4-38.4 -> 10.6 / 17.6-17.9
-    // / 30.4-31.1 (fewer instructions per row in flight), E5M2 dims 256 / 512 14.3-14.5 /
-    // 26.6-27.8 -> 13.0-13.1 / 24.0-24.3, E4M3 within the noise. MXINT8 kept the bits computed
-    // (add, shl, vmovd, vpbroadcastd; bytes 7..253 folded) until the two forms ran in one process
-    // with their calls interleaved (medians of 2700 calls each, ns per row): rows in L1 / L2
-    // dims 64 / 128 / 256 / 512 / 1024 3.15-3.19 / 5.00-5.02 / 8.39-8.40 / 18.1-18.2 / 35.4-35.8
-    // -> 2.74-2.78 / 4.31-4.33 / 6.87-6.90 / 15.1-15.2 / 29.4-29.5; from DRAM (1M rows, the same
-    // distance +-1 both ways) dims 128 / 256 / 512 / 1024 13.2-13.3 / 24.6 / 42.7-42.8 / 72.6 ->
-    // 12.0-12.8 / 21.3-24.2 / 33.6-33.9 / 63.8-64.5. (The runs above, in separate processes,
-    // had read the table form 6-8% slower.)
+    // X' from the stack table: broadcast from memory, a load with no shuffle (16 elements per block
+    // of 2 zmm vectors; vmovd + vpbroadcastd took one shuffle per block). Measured (2026-12-01, Zen
+    // 5, bench embedding, 48-row tables, i32 unweighted, ns per row, alternating): against the bits
+    // computed per block (add, shl) and broadcast by vmovd + vpbroadcastd, through a stack slot for
+    // MXFP4 / MXFP8: MXFP4 dims 64 / 256 / 1024 1.41-1.45 / 4.3-4.6 / 17.2-18.3 -> 1.21-1.24 /
+    // 4.05-4.09 / 16.2-16.3, E5M2 dim 64 1.88-1.92 -> 1.67-1.74, E4M3 within 5%; before the slot
+    // (vmovd + vpbroadcastd for every type) MXFP4 dims 256 / 1024 were 4.85-5.0 / 19.2-19.8, E5M2
+    // 7.2-7.5 / 29.0-30.4. MXINT8 through memory: dims 256 / 1024 4.7-5.0 / 18.9-19.9 -> 5.1-5.4 /
+    // 20.5-21.0. From DRAM (fresh, 1M rows, two runs), the table against the slot: MXFP4 dims 256 /
+    // 512 / 1024 11.6-18.1 / 20.8-22.2 / 35.4-38.4 -> 10.6 / 17.6-17.9 / 30.4-31.1 (fewer
+    // instructions per row in flight), E5M2 dims 256 / 512 14.3-14.5 / 26.6-27.8 -> 13.0-13.1 /
+    // 24.0-24.3, E4M3 within the noise. MXINT8 kept the bits computed (add, shl, vmovd,
+    // vpbroadcastd; bytes 7..253 folded) until the two forms ran in one process with their calls
+    // interleaved (medians of 2700 calls each, ns per row): rows in L1 / L2 dims 64 / 128 / 256 /
+    // 512 / 1024 3.15-3.19 / 5.00-5.02 / 8.39-8.40 / 18.1-18.2 / 35.4-35.8 -> 2.74-2.78 / 4.31-4.33
+    // / 6.87-6.90 / 15.1-15.2 / 29.4-29.5; from DRAM (1M rows, the same distance +-1 both ways)
+    // dims 128 / 256 / 512 / 1024 13.2-13.3 / 24.6 / 42.7-42.8 / 72.6 -> 12.0-12.8 / 21.3-24.2 /
+    // 33.6-33.9 / 63.8-64.5. (The runs above, in separate processes, had read the table form 6-8%
+    // slower.)
     a_.vbroadcastss(v(c.rS), dword_ptr(rsp, r15, 2, xtab_off_));
     emit_mx_block(g, acc0, set, true);
     a_.bind(us.back);
@@ -607,12 +607,13 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
     // block, 125 with no test at all, 150-173 with this form; which part of the per-block test
     // costs was not isolated: a per-block vector form without a branch measured 183-189).
     // zmm: one test for each two neighbouring blocks of the row pass (64 bytes), an odd last block
-    // by itself (emit_row); ymm (AVX2): one per block. Measured against one ymm test per block (2026-12-01, Zen 5, the two
-    // forms' plans in one process, calls interleaved, medians of 2700 calls each, i32
-    // unweighted, ns per row): rows in L1 / L2 dims 64 / 256 / 1024 3.41 / 8.96 / 36.9-37.5 ->
-    // 3.32 / 8.30 / 35.0-35.5; from DRAM (1M rows, new indices every call, the same distance
-    // +-1 both ways) dim 128 9.82 -> 9.70, dim 256 16.1 -> 15.1-15.5, dim 512 29.0 -> 28.3,
-    // dim 1024 2-4% faster. (Separate processes had shown no gain: their noise, 10-30% from DRAM.)
+    // by itself (emit_row); ymm (AVX2): one per block. Measured against one ymm test per block
+    // (2026-12-01, Zen 5, the two forms' plans in one process, calls interleaved, medians of 2700
+    // calls each, i32 unweighted, ns per row): rows in L1 / L2 dims 64 / 256 / 1024 3.41 / 8.96 /
+    // 36.9-37.5 -> 3.32 / 8.30 / 35.0-35.5; from DRAM (1M rows, new indices every call, the same
+    // distance +-1 both ways) dim 128 9.82 -> 9.70, dim 256 16.1 -> 15.1-15.5, dim 512 29.0 ->
+    // 28.3, dim 1024 2-4% faster. (Separate processes had shown no gain: their noise, 10-30% from
+    // DRAM.)
     if (!c.z) {
       a_.vmovdqu(ymm(c.rT), ymmword_ptr(r9, static_cast<int32_t>(base)));
       a_.vpandn(ymm(c.rT), ymm(c.rT), ymm(c.rM));  // ~code & 0x7f
