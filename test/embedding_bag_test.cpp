@@ -853,18 +853,19 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
 }
 
 // QJ_PREFETCH_HINT_AUTO: prefetcht0 for float rows of dim <= 64, prefetcht2 for the rest, except
-// on Zen 5 (AMD family 0x1A), where quantized and MX rows take prefetcht0 (the kernel's name
-// carries the instruction); an explicit hint is kept.
+// on Zen 5 (AMD family 0x1A), where every row takes prefetcht0 (the kernel's name carries the
+// instruction); an explicit hint is kept.
 TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
   if (qj_cpu_isa() < QJ_ISA_AVX2) GTEST_SKIP() << "no JIT tier";
   const char* quantized = qj::amd_family() >= 0x1a ? "t0__" : "t2__";
+  const char* long_float = quantized;  // float rows above dim 64 follow the same rule
   struct Case {
     qj_dtype t;
     int64_t dim;
     qj_prefetch_hint hint;
     const char* want;
-  } cases[] = {{QJ_F32, 32, QJ_PREFETCH_HINT_AUTO, "t0__"},  {QJ_F32, 65, QJ_PREFETCH_HINT_AUTO, "t2__"},
-               {QJ_F16, 64, QJ_PREFETCH_HINT_AUTO, "t0__"}, {QJ_BF16, 65, QJ_PREFETCH_HINT_AUTO, "t2__"},
+  } cases[] = {{QJ_F32, 32, QJ_PREFETCH_HINT_AUTO, "t0__"},  {QJ_F32, 65, QJ_PREFETCH_HINT_AUTO, long_float},
+               {QJ_F16, 64, QJ_PREFETCH_HINT_AUTO, "t0__"}, {QJ_BF16, 65, QJ_PREFETCH_HINT_AUTO, long_float},
                {QJ_F16, 1, QJ_PREFETCH_HINT_AUTO, "t0__"},   {QJ_FUSED_8BIT, 32, QJ_PREFETCH_HINT_AUTO, quantized},
                {QJ_MXFP4_E2M1, 64, QJ_PREFETCH_HINT_AUTO, quantized}, {QJ_FUSED_4BIT, 64, QJ_PREFETCH_HINT_T2, "t2__"},
                {QJ_F32, 32, QJ_PREFETCH_HINT_T2, "t2__"},    {QJ_F32, 256, QJ_PREFETCH_HINT_T0, "t0__"}};

@@ -449,8 +449,7 @@ typedef enum qj_pooling {
 /** Which prefetch instruction brings the rows `prefetch_distance` indices ahead. */
 typedef enum qj_prefetch_hint {
   QJ_PREFETCH_HINT_AUTO = 0,  /**< the library's choice (currently T0 for f32 / f16 / bf16 rows
-                                   of dim <= 64, T2 otherwise; on AMD Zen 5 T0 for all but the
-                                   float rows above dim 64) */
+                                   of dim <= 64, T2 otherwise; on AMD Zen 5 T0 for every row) */
   QJ_PREFETCH_HINT_T0 = 1,    /**< prefetcht0: into L1 */
   QJ_PREFETCH_HINT_T1 = 2,    /**< prefetcht1 */
   QJ_PREFETCH_HINT_T2 = 3,    /**< prefetcht2: into L2 (more misses in flight than L1 allows) */

@@ -356,11 +356,18 @@ qj_prefetch_hint embedding_default_hint(qj_dtype row_type, int64_t dim) {
   // row, prefetcht0 / prefetcht2, best of two runs): warm 8-bit dims 32-1024 1.09 / 1.21, 1.49 /
   // 1.69, 2.23 / 2.49, 3.75 / 4.33, 8.48 / 9.10, 19.2 / 19.6, 4/2-bit 1.0-1.1x, MXFP4 / MXINT8 /
   // MXFP8 1.03-1.23x; cold within 1-5% (4-bit dim 32 4.49 / 12.2); fresh (DRAM) 0.95-1.10x either
-  // way, within the runs' noise. Float rows keep the rule above: prefetcht0 is faster for them
-  // warm there too (f32 dims 128 / 256 2.75 / 3.69, 5.37 / 8.59) but from DRAM it lost at f32
-  // dims 32 / 64 / 256 (11.2 / 10.3, 19.3 / 16.8, 79 / 66) and f16 dim 256 (42 / 33).
+  // way, within the runs' noise. Float rows first kept the rule above (from DRAM prefetcht0 had
+  // lost at f32 dims 32 / 64 / 256, 11.2 / 10.3, 19.3 / 16.8, 79 / 66, and f16 dim 256, 42 / 33,
+  // in separate processes), but with both hints' plans in one process, calls interleaved
+  // (2026-12-01 ~22:15 UTC, 1M-row tables, default distances, medians of 2700 calls each, ns per
+  // row, prefetcht2 / prefetcht0) it is as fast or faster for them too: fresh f32 dims 128 / 256
+  // / 512 / 1024 19.4 / 18.4, 45.5 / 42.8, 110.5 / 108.4, 275 / 273; f16 dims 128 / 256 / 1024
+  // 11.4 / 10.0, 26.8 / 23.4, 137 / 139; bf16 dims 128 / 256 / 512 / 1024 11.5 / 10.1, 21.8 /
+  // 19.0, 59.5 / 58.3, 166 / 162; rows flushed before each call within 1% (f32) or 2-10% faster
+  // (f16, bf16); the same rows every call f32 dims 128 / 256 / 512 3.87 / 2.97, 9.71 / 7.22, 23.1
+  // / 21.1, f16 / bf16 3-9% faster, dim 1024 within 1%.
+  if (amd_family() >= 0x1a) return QJ_PREFETCH_HINT_T0;
   const bool float_rows = row_type == QJ_F32 || row_type == QJ_F16 || row_type == QJ_BF16;
-  if (amd_family() >= 0x1a && !float_rows) return QJ_PREFETCH_HINT_T0;
   return float_rows && dim <= 64 ? QJ_PREFETCH_HINT_T0 : QJ_PREFETCH_HINT_T2;
 }
 
