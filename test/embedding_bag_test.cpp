@@ -857,17 +857,16 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
 // instruction); an explicit hint is kept.
 TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
   if (qj_cpu_isa() < QJ_ISA_AVX2) GTEST_SKIP() << "no JIT tier";
-  const char* quantized = qj::amd_family() >= 0x1a ? "t0__" : "t2__";
-  const char* long_float = quantized;  // float rows above dim 64 follow the same rule
+  const char* rest = qj::amd_family() >= 0x1a ? "t0__" : "t2__";  // all but float rows of dim <= 64
   struct Case {
     qj_dtype t;
     int64_t dim;
     qj_prefetch_hint hint;
     const char* want;
-  } cases[] = {{QJ_F32, 32, QJ_PREFETCH_HINT_AUTO, "t0__"},  {QJ_F32, 65, QJ_PREFETCH_HINT_AUTO, long_float},
-               {QJ_F16, 64, QJ_PREFETCH_HINT_AUTO, "t0__"}, {QJ_BF16, 65, QJ_PREFETCH_HINT_AUTO, long_float},
-               {QJ_F16, 1, QJ_PREFETCH_HINT_AUTO, "t0__"},   {QJ_FUSED_8BIT, 32, QJ_PREFETCH_HINT_AUTO, quantized},
-               {QJ_MXFP4_E2M1, 64, QJ_PREFETCH_HINT_AUTO, quantized}, {QJ_FUSED_4BIT, 64, QJ_PREFETCH_HINT_T2, "t2__"},
+  } cases[] = {{QJ_F32, 32, QJ_PREFETCH_HINT_AUTO, "t0__"},  {QJ_F32, 65, QJ_PREFETCH_HINT_AUTO, rest},
+               {QJ_F16, 64, QJ_PREFETCH_HINT_AUTO, "t0__"}, {QJ_BF16, 65, QJ_PREFETCH_HINT_AUTO, rest},
+               {QJ_F16, 1, QJ_PREFETCH_HINT_AUTO, "t0__"},   {QJ_FUSED_8BIT, 32, QJ_PREFETCH_HINT_AUTO, rest},
+               {QJ_MXFP4_E2M1, 64, QJ_PREFETCH_HINT_AUTO, rest}, {QJ_FUSED_4BIT, 64, QJ_PREFETCH_HINT_T2, "t2__"},
                {QJ_F32, 32, QJ_PREFETCH_HINT_T2, "t2__"},    {QJ_F32, 256, QJ_PREFETCH_HINT_T0, "t0__"}};
   for (const Case& c : cases) {
     qj_embedding_bag_desc d = simple_desc(c.t, c.dim);
