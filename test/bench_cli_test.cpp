@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -328,6 +329,32 @@ TEST_F(BenchCli, EmbeddingTwoThreadsSplitRows) {
   }
 }
 
+// --interleave: every (distance, hint) configuration of a case gets its own record, its own
+// kernel, its quartiles around its median, and the limit loop timed in the same series.
+TEST_F(BenchCli, EmbeddingInterleavedConfigurations) {
+  const std::string shapes = file("emb3.csv", "batch,rows,dim,avg_len\n6,3000,48,5\n");
+  const BenchRun r = bench("embedding --shapes '" + shapes +
+                           "' --rows fused8 --prefetch 0,8,16 --hint auto,t2 --mode warm,fresh --reps 9 --interleave "
+                           "--format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_TRUE(r.all_parsed) << r.out;
+  ASSERT_EQ(r.records.size(), 12u) << r.out;  // 3 distances x 2 hints x 2 modes
+  std::set<std::string> configs, kernels;
+  for (const Json& j : r.records) {
+    const std::string at = j.s("prefetch") + " " + j.s("hint") + " " + j.s("mode");
+    EXPECT_FALSE(j.has("error")) << at << ": " << j.s("error");
+    EXPECT_TRUE(configs.insert(at).second) << at << " twice";
+    kernels.insert(j.s("kernel"));
+    ASSERT_TRUE(j.has("ns_q1") && j.has("ns_q3")) << at;
+    EXPECT_LE(j.n("ns_q1"), j.n("ns_per_row") * (1 + 1e-6)) << at;
+    EXPECT_GE(j.n("ns_q3"), j.n("ns_per_row") * (1 - 1e-6)) << at;
+    EXPECT_EQ(j.has("limit_ns_per_row"), j.s("mode") == "fresh") << at;
+  }
+  // distance 0 is one kernel whatever the hint; 8 and 16 with t2 or the automatic hint (t0 here
+  // or t2) give two or four more
+  EXPECT_GE(kernels.size(), 3u) << r.out;
+}
+
 TEST_F(BenchCli, EmbeddingFbgemmGridCarriesTheFbgemmFigure) {
   const BenchRun r = bench("embedding --dims 32 --rows fused8 --mode warm --reps 3 --no-limit --format json");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -404,6 +431,7 @@ TEST_F(BenchCli, BadArgumentsAreNamed) {
       {"embedding --mode lukewarm", "--mode: 'lukewarm' is not"},
       {"embedding --index 16", "--index: '16' is not"},
       {"embedding --frobnicate 1", "unknown option '--frobnicate'"},
+      {"embedding --adagrad --interleave", "--interleave times the embedding-bag kernels"},
       {"mx-quantize --n 0", "--n: '0' is not"},
       {"mx-quantize --types mxfp5", "--types: 'mxfp5' is not"},
       {"peak --table-mib 10", "--table-mib: '10' is not"},

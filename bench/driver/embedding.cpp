@@ -30,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -197,6 +198,7 @@ struct Options {
   std::vector<std::string> modes = {"warm", "cold"};
   bool huge = true;
   bool limit = true;
+  bool interleave = false;  // time a case's distances and hints in one series, calls alternating
   bool adagrad = false;
   qj_update_mode update = QJ_UPDATE_COALESCED;  // --adagrad: --update coalesced|occurrence
   int64_t max_rows = 0;    // cap rows per table (0: the shape's)
@@ -226,6 +228,10 @@ int usage(int status = 2) {  // --help (status 0): on stdout
                "  --update U      --adagrad update mode: coalesced (default) | occurrence (FBGEMM's\n"
                "                  RowWiseSparseAdaGradFused order: one step per occurrence)\n"
                "  --no-limit      skip the random-gather limit measurement\n"
+               "  --interleave    time the --prefetch / --hint configurations of a case in one series,\n"
+               "                  their calls alternating (and the limit loop's), 1001 rounds by default;\n"
+               "                  adds the quartiles ns_q1 / ns_q3: to compare configurations on a\n"
+               "                  noisy machine\n"
                "  --reps N        timed samples per case\n"
                "  --threads N     threads per call (default 1): qj_embedding_bag_run_parallel_ex or the\n"
                "                  AdaGrad's num_threads; pin with taskset -c 0,1 ...\n"
@@ -248,6 +254,10 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
     }
     if (a == "--adagrad") {
       o->adagrad = true;
+      continue;
+    }
+    if (a == "--interleave") {
+      o->interleave = true;
       continue;
     }
     static const char* const kValueOptions[] = {
@@ -331,6 +341,8 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
   }
   if (o->types.empty()) o->types = o->adagrad ? std::vector<qj_dtype>{QJ_F32, QJ_F16}
                                               : std::vector<qj_dtype>{QJ_FUSED_8BIT, QJ_FUSED_4BIT};
+  if (o->adagrad && o->interleave)
+    return arg_error(cmd, "--interleave times the embedding-bag kernels' distances and hints, not --adagrad");
   if (o->adagrad)
     for (qj_dtype t : o->types)
       if (t != QJ_F32 && t != QJ_F16)
@@ -428,36 +440,28 @@ LimitCfg best_limit_cfg(uint8_t* table, int64_t rb, int64_t rows, int64_t n) {
   return best;
 }
 
-// Times the kernel and the limit loop interleaved, round by round (so that noise from other
-// processes on this shared machine hits both alike), each with its own fresh indices or flush.
-// Returns {kernel median, limit median} in seconds per call.
-std::pair<double, double> time_with_limit(const std::string& mode, const std::function<void()>& run,
-                                          const std::function<void(int)>& prepare, uint8_t* table, int64_t rb,
-                                          int64_t rows, int64_t n, const LimitCfg& lc, int reps) {
-  std::vector<int64_t> idx(static_cast<size_t>(n));
-  fresh_indices(idx, rows);
-  const int r_n = reps > 0 ? reps : 41;
-  std::vector<double> a, b;
-  qjb::warm_up_untimed(run, prepare);
-  for (int r = 0; r < r_n; ++r) {
-    prepare(r);
-    double t0 = now_seconds();
-    run();
-    a.push_back(now_seconds() - t0);
-    if (mode == "cold")
-      flush_rows(table, rb, idx);
-    else
-      fresh_indices(idx, rows);
-    t0 = now_seconds();
-    uint32_t s = lc.hint == _MM_HINT_T0 ? gather_rows<_MM_HINT_T0>(table, rb, idx.data(), n, lc.pf)
-                                        : gather_rows<_MM_HINT_T2>(table, rb, idx.data(), n, lc.pf);
-    b.push_back(now_seconds() - t0);
-    __asm__ volatile("" : : "r"(s));
+// The limit loop as a participant of time_rounds (so that it runs interleaved with the kernels,
+// round by round: noise from other processes on this shared machine then hits both alike), with
+// its own indices: flushed before each call in cold mode, new before each call otherwise.
+struct LimitLoop {
+  std::vector<int64_t> idx;
+  qjb::Participant participant(const std::string& mode, uint8_t* table, int64_t rb, int64_t rows,
+                               const LimitCfg& lc) {
+    fresh_indices(idx, rows);
+    return {[this, table, rb, lc] {
+              const int64_t n = static_cast<int64_t>(idx.size());
+              uint32_t s = lc.hint == _MM_HINT_T0 ? gather_rows<_MM_HINT_T0>(table, rb, idx.data(), n, lc.pf)
+                                                  : gather_rows<_MM_HINT_T2>(table, rb, idx.data(), n, lc.pf);
+              __asm__ volatile("" : : "r"(s));
+            },
+            [this, mode, table, rb, rows](int) {
+              if (mode == "cold")
+                flush_rows(table, rb, idx);
+              else
+                fresh_indices(idx, rows);
+            }};
   }
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  return {a[a.size() / 2], b[b.size() / 2]};
-}
+};
 
 struct Shape {
   int64_t bags, rows, dim, avg_len;
@@ -479,7 +483,8 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
         int ib, pf, hint, w;
         std::string mode, kernel;
         bool ok;
-        double sec, layout_ns;
+        double sec = 0, layout_ns = 0;
+        std::pair<double, double> q{0, 0};  // quartiles of an interleaved series (seconds)
       };
       std::vector<Result> res;
       double thp = 0;
@@ -502,12 +507,35 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
           }
           std::memset(scales.p, 124, scales.bytes);
         }
-        LimitCfg lc;
-        bool have_lc = false;
-        for (int ib : o.index_bits) {
-          for (int pf : o.prefetch) {
-            for (int hint : o.hints) {
+        // The case's configurations, each with its own plan and buffers, in the order
+        // (index width, distance, hint, weights); each is checked once against the reference.
+        struct Cfg {
+          int ib, pf, hint, w;
+          qj_embedding_bag_plan plan = nullptr;
+          std::vector<int64_t> cur;   // the indices (fresh mode: replaced before every call)
+          std::vector<uint8_t> idx;   // cur at the index width
+          std::vector<float> out;
+          bool ok = false;
+          ~Cfg() { qj_embedding_bag_plan_destroy(plan); }
+        };
+        auto run_case = [&](Cfg& c) {
+          qj_embedding_bag_args a{tb.p, scales.p, rows, bags, c.idx.data(), lk.n, lk.offsets.data(),
+                                  c.w ? lk.weights.data() : nullptr, c.out.data()};
+          if (o.threads > 1)
+            qj_embedding_bag_run_parallel_ex(c.plan, &a, o.threads);
+          else
+            qj_embedding_bag_run_ex(c.plan, &a, nullptr);
+        };
+        std::vector<std::unique_ptr<Cfg>> cfgs;
+        for (int ib : o.index_bits)
+          for (int pf : o.prefetch)
+            for (int hint : o.hints)
               for (int w : o.weighted) {
+                auto c = std::make_unique<Cfg>();
+                c->ib = ib;
+                c->pf = pf;
+                c->hint = hint;
+                c->w = w;
                 qj_embedding_bag_desc d;
                 std::memset(&d, 0, sizeof d);
                 d.row_type = t;
@@ -519,62 +547,86 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
                 d.out_type = QJ_F32;
                 d.prefetch_distance = pf;
                 d.prefetch_hint = static_cast<qj_prefetch_hint>(hint);
-                qj_embedding_bag_plan plan;
-                if (qj_embedding_bag_plan_create(&d, &plan) != QJ_OK) {
+                if (qj_embedding_bag_plan_create(&d, &c->plan) != QJ_OK) {
                   std::fprintf(stderr, "embedding: %s\n", qj_last_error());
                   return 1;
                 }
-                std::vector<int64_t> cur = lk.idx[0];
-                std::vector<uint8_t> idx = narrow(cur, ib);
-                std::vector<float> out(static_cast<size_t>(bags * sh.dim)), want(out.size());
-                auto run = [&] {
-                  qj_embedding_bag_args a{tb.p, scales.p, rows, bags, idx.data(), lk.n, lk.offsets.data(),
-                                          w ? lk.weights.data() : nullptr, out.data()};
-                  if (o.threads > 1)
-                    qj_embedding_bag_run_parallel_ex(plan, &a, o.threads);
-                  else
-                    qj_embedding_bag_run_ex(plan, &a, nullptr);
-                };
-                // check once against the reference
-                run();
+                c->cur = lk.idx[0];
+                c->idx = narrow(c->cur, ib);
+                c->out.resize(static_cast<size_t>(bags * sh.dim));
+                std::vector<float> want(c->out.size());
+                run_case(*c);
                 qj::ref::EmbTable rt{t, sh.dim, false, rb, tb.p, rows, scales.p};
-                qj::ref::embedding_bag(d, rt, bags, idx.data(), lk.n, lk.offsets.data(),
+                qj::ref::embedding_bag(d, rt, bags, c->idx.data(), lk.n, lk.offsets.data(),
                                        w ? lk.weights.data() : nullptr, want.data(), 0, bags);
-                const bool ok = std::memcmp(out.data(), want.data(), out.size() * 4) == 0;
-                for (const std::string& mode : o.modes) {
-                  auto prep = [&](int) {
-                    if (mode == "cold") {
-                      // FBGEMM's cold: the rows and the index, offset, weight and output arrays
-                      // are flushed before every timed call.
-                      flush_rows(tb.p, rb, cur);
-                      flush_bytes(idx.data(), idx.size());
-                      flush_bytes(lk.offsets.data(), lk.offsets.size() * 8);
-                      if (w) flush_bytes(lk.weights.data(), lk.weights.size() * 4);
-                      flush_bytes(out.data(), out.size() * 4);
-                    } else if (mode == "fresh") {
-                      fresh_indices(cur, rows);
-                      idx = narrow(cur, ib);
-                    }
-                  };
-                  double sec = 0, lim = 0;
-                  if (ok && mode != "warm" && o.limit) {
-                    if (!have_lc) {
-                      lc = best_limit_cfg(tb.p, rb, rows, lk.n);
-                      have_lc = true;
-                    }
-                    auto both = time_with_limit(mode, run, prep, tb.p, rb, rows, lk.n, lc, o.reps);
-                    sec = both.first;
-                    lim = both.second / lk.n * 1e9;
-                  } else if (ok) {
-                    sec = time_mode(mode, run, prep, o.reps);
-                  }
-                  res.push_back({ib, pf, hint, w, mode, qj_embedding_bag_plan_kernel_name(plan), ok, sec, lim});
-                  if (mode == "fresh") {
-                    cur = lk.idx[0];
-                    idx = narrow(cur, ib);
-                  }
-                }
-                qj_embedding_bag_plan_destroy(plan);
+                c->ok = std::memcmp(c->out.data(), want.data(), want.size() * 4) == 0;
+                cfgs.push_back(std::move(c));
+              }
+        // Timed groups: with --interleave the configurations of one index width and weighting
+        // (the distances and hints) in one series of rounds, their calls alternating; else each
+        // configuration by itself.
+        std::vector<std::vector<Cfg*>> groups;
+        for (auto& c : cfgs) {
+          auto g = std::find_if(groups.begin(), groups.end(), [&](const std::vector<Cfg*>& x) {
+            return o.interleave && x[0]->ib == c->ib && x[0]->w == c->w;
+          });
+          if (g == groups.end())
+            groups.push_back({c.get()});
+          else
+            g->push_back(c.get());
+        }
+        LimitCfg lc;
+        bool have_lc = false;
+        LimitLoop limit_loop;
+        limit_loop.idx.resize(static_cast<size_t>(lk.n));
+        for (const std::vector<Cfg*>& grp : groups) {
+          for (const std::string& mode : o.modes) {
+            std::vector<qjb::Participant> ps;
+            std::vector<Cfg*> timed;
+            for (Cfg* c : grp) {
+              if (!c->ok) {
+                res.push_back({c->ib, c->pf, c->hint, c->w, mode, qj_embedding_bag_plan_kernel_name(c->plan), false});
+                continue;
+              }
+              timed.push_back(c);
+              ps.push_back({[c, &run_case] { run_case(*c); }, [&, c](int) {
+                              if (mode == "cold") {
+                                // FBGEMM's cold: the rows and the index, offset, weight and output
+                                // arrays are flushed before every timed call.
+                                flush_rows(tb.p, rb, c->cur);
+                                flush_bytes(c->idx.data(), c->idx.size());
+                                flush_bytes(lk.offsets.data(), lk.offsets.size() * 8);
+                                if (c->w) flush_bytes(lk.weights.data(), lk.weights.size() * 4);
+                                flush_bytes(c->out.data(), c->out.size() * 4);
+                              } else if (mode == "fresh") {
+                                fresh_indices(c->cur, rows);
+                                c->idx = narrow(c->cur, c->ib);
+                              }
+                            }});
+            }
+            if (timed.empty()) continue;
+            const bool with_limit = mode != "warm" && o.limit;
+            if (with_limit && !have_lc) {
+              lc = best_limit_cfg(tb.p, rb, rows, lk.n);
+              have_lc = true;
+            }
+            if (with_limit) ps.push_back(limit_loop.participant(mode, tb.p, rb, rows, lc));
+            std::vector<std::vector<double>> s;
+            if (mode == "warm" && ps.size() == 1) {  // batched short calls (timing.h)
+              s = {{time_mode(mode, ps[0].run, ps[0].prepare, o.reps)}};
+            } else {
+              s = qjb::time_rounds(ps, o.reps > 0 ? o.reps : timed.size() > 1 ? 1001 : 41);
+            }
+            const double lim = with_limit ? qjb::quantile(s.back(), 0.5) / lk.n * 1e9 : 0;
+            for (size_t i = 0; i < timed.size(); ++i) {
+              Cfg* c = timed[i];
+              Result x{c->ib, c->pf, c->hint, c->w, mode, qj_embedding_bag_plan_kernel_name(c->plan), true,
+                       qjb::quantile(s[i], 0.5), lim};
+              if (timed.size() > 1) x.q = {qjb::quantile(s[i], 0.25), qjb::quantile(s[i], 0.75)};
+              res.push_back(x);
+              if (mode == "fresh") {
+                c->cur = lk.idx[0];
+                c->idx = narrow(c->cur, c->ib);
               }
             }
           }
@@ -622,6 +674,7 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
             .set("ns_per_row", ns, 2)
             .set("rows_per_s", lk.n / x.sec, 0)
             .set("gbps", lk.n * static_cast<double>(rb) / x.sec * 1e-9, 2);
+        if (x.q.second > 0) r.set("ns_q1", x.q.first / lk.n * 1e9, 2).set("ns_q3", x.q.second / lk.n * 1e9, 2);
         if (x.mode != "warm" && g.rows_per_s > 0)
           r.set("limit_ns_per_row", g.ns_per_row, 2).set("limit_fraction", (lk.n / x.sec) / g.rows_per_s, 3);
         if (x.layout_ns > 0)
@@ -756,9 +809,14 @@ int cmd_embedding(int argc, char** argv) {
   if (dlrm && oo.max_rows == 0) oo.max_rows = 4000000;
   if (o.adagrad && oo.max_rows == 0) oo.max_rows = 1000000;  // fp32 dim 1024 x 4M rows would be 16 GB
   Report rep(o.fmt);
-  rep.declare({"op", "rows_fmt", "dim", "rows", "bags", "lookups", "index_bits", "prefetch", "hint", "weighted", "mode",
-               "update", "pages", "thp_share", "seconds", "us_per_call", "ns_per_row", "rows_per_s", "gbps", "limit_ns_per_row",
-               "limit_fraction", "layout_limit_ns", "layout_fraction", "fbgemm_ns_per_row", "vs_fbgemm", "kernel"});
+  std::vector<std::string> cols = {"op",       "rows_fmt",    "dim",        "rows",       "bags",
+                                    "lookups",  "index_bits",  "prefetch",   "hint",       "weighted",
+                                    "mode",     "update",      "pages",      "thp_share",  "seconds",
+                                    "us_per_call", "ns_per_row"};
+  if (o.interleave) cols.insert(cols.end(), {"ns_q1", "ns_q3"});
+  cols.insert(cols.end(), {"rows_per_s", "gbps", "limit_ns_per_row", "limit_fraction", "layout_limit_ns",
+                           "layout_fraction", "fbgemm_ns_per_row", "vs_fbgemm", "kernel"});
+  rep.declare(cols);
   rep.hide(Format::kTable, {"seconds", "rows", "kernel", "pages", "bags", "rows_per_s", "gbps"});
   int rc = o.adagrad ? run_adagrad(oo, shapes, rep) : run_grid(oo, shapes, rep);
   if (rep.records().empty()) {  // (e.g. --dims that no shape has, or an empty shape file)

@@ -108,8 +108,40 @@ inline void warm_up_untimed(const std::function<void()>& run, const std::functio
   }
 }
 
-// Median seconds per call in `mode`: "warm" through timing.h; otherwise prepare(r) runs untimed
-// before timed call r (cold: the flush; fresh: new indices), after warm_up_untimed.
+// One participant of a timed series: prepare(r) runs untimed before its timed call r (cold: the
+// flush; fresh: new indices; nothing for warm), then run() is timed.
+struct Participant {
+  std::function<void()> run;
+  std::function<void(int)> prepare;
+};
+
+// Rounds of timed calls over several participants, their calls interleaved: round r runs every
+// participant's prepare(r) and timed run() in turn, so a burst of noise from other processes on this
+// shared machine hits all of them alike (between processes the same kernel's median moves by 10-40%
+// here; interleaved, two kernels' medians separate 3-5% effects). Each participant is warmed up
+// first (warm_up_untimed). Returns each participant's samples in seconds, sorted.
+inline std::vector<std::vector<double>> time_rounds(const std::vector<Participant>& ps, int rounds) {
+  for (const Participant& p : ps) warm_up_untimed(p.run, p.prepare);
+  std::vector<std::vector<double>> s(ps.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      ps[i].prepare(r);
+      const double t0 = bench::now_seconds();
+      ps[i].run();
+      s[i].push_back(bench::now_seconds() - t0);
+    }
+  }
+  for (std::vector<double>& v : s) std::sort(v.begin(), v.end());
+  return s;
+}
+
+// The q-quantile (0..1) of sorted samples, by the nearest lower rank (q = 0.5: the median).
+inline double quantile(const std::vector<double>& sorted, double q) {
+  return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
+}
+
+// Median seconds per call in `mode`: "warm" through timing.h (batched short calls); otherwise one
+// participant's time_rounds (reps samples, 41 by default).
 inline double time_mode(const std::string& mode, const std::function<void()>& run,
                         const std::function<void(int)>& prepare, int reps) {
   if (mode == "warm") {
@@ -117,16 +149,7 @@ inline double time_mode(const std::string& mode, const std::function<void()>& ru
     t.reps = reps;
     return bench::time_median(run, t).median;
   }
-  warm_up_untimed(run, prepare);
-  const int n = reps > 0 ? reps : 41;
-  std::vector<double> s;
-  for (int r = 0; r < n; ++r) {
-    prepare(r);
-    const double t0 = bench::now_seconds();
-    run();
-    s.push_back(bench::now_seconds() - t0);
-  }
-  std::sort(s.begin(), s.end());
+  const std::vector<double> s = time_rounds({{run, prepare}}, reps > 0 ? reps : 41)[0];
   return s[s.size() / 2];
 }
 
