@@ -783,8 +783,9 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact. Dims 1000 and
 // 2100 take several column blocks (2100: more than two, the run-time block loop), where the Zen 5
 // AVX-512 kernels of 4-bit, 2-bit, half and MX rows also prefetch the next bag's rows (and SPLIT
-// rows' scale bytes) from every block (key param[5], `nb` in the name; 2-bit rows then at half
-// the default distance): their index reads stop at the same array end.
+// rows' scale bytes) from every block (key param[5], `nb` in the name; 2-bit rows, and 4-bit
+// rows of dim 1000, then at half the default distance): their index reads stop at the same array
+// end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},

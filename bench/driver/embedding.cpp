@@ -487,7 +487,7 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
         std::pair<double, double> q{0, 0};  // quartiles of an interleaved series (seconds)
       };
       std::vector<Result> res;
-      double thp = 0;
+      double thp = 0, scales_thp = -1;  // (-1: no scale array)
       {
         Table tb(bytes, o.huge);
         if (!tb.p) {
@@ -506,6 +506,7 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
             return 1;
           }
           std::memset(scales.p, 124, scales.bytes);
+          scales_thp = thp_share(scales.p, scales.bytes);
         }
         // The case's configurations, each with its own plan and buffers, in the order
         // (index width, distance, hint, weights); each is checked once against the reference.
@@ -662,8 +663,9 @@ int run_grid(const Options& o, const std::vector<Shape>& shapes, Report& rep) {
             .set("weighted", x.w)
             .set("mode", x.mode)
             .set("pages", o.huge ? "thp" : "4k")
-            .set("thp_share", thp, 2)
-            .set("kernel", x.kernel);
+            .set("thp_share", thp, 2);
+        if (scales_thp >= 0) r.set("scales_thp_share", scales_thp, 2);
+        r.set("kernel", x.kernel);
         if (!x.ok) {
           r.set("error", "mismatch vs reference");
           rc = 1;
@@ -811,7 +813,7 @@ int cmd_embedding(int argc, char** argv) {
   Report rep(o.fmt);
   std::vector<std::string> cols = {"op",       "rows_fmt",    "dim",        "rows",       "bags",
                                     "lookups",  "index_bits",  "prefetch",   "hint",       "weighted",
-                                    "mode",     "update",      "pages",      "thp_share",  "seconds",
+                                    "mode",     "update",      "pages",      "thp_share",  "scales_thp_share", "seconds",
                                     "us_per_call", "ns_per_row"};
   if (o.interleave) cols.insert(cols.end(), {"ns_q1", "ns_q3"});
   cols.insert(cols.end(), {"rows_per_s", "gbps", "limit_ns_per_row", "limit_fraction", "layout_limit_ns",

@@ -95,13 +95,29 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // (1M rows, i32) 12.7-12.9 -> 11.8, 22.8-23.3 -> 20.9-21.4; warm within 3%. Fresh with this
   // prefetch, half against the whole default distance: dim 512 11.8 against 12.1-12.6 (32 / 64
   // ahead), dim 1024 20.9-21.4 against 22.0-22.1 (16 / 32).
+  // 4-bit and MXFP4 rows of at most 512 bytes (those of the larger Zen 5 line budget of
+  // embedding_default_prefetch) take half the default distance too since 2026-12-01 ~23:40 UTC,
+  // measured with both distances' plans in one process, calls alternating (`quantjit-bench
+  // embedding --interleave`, 1M-row tables, i32 unless stated, 1001 calls each, ns per row,
+  // default -> half): 4-bit dim 512 (32 -> 16, three runs, the third i64) fresh 23.5 / 22.0 / 16.3
+  // -> 22.1 / 20.8 / 15.0, rows flushed 23.6 / 23.1 / 19.2 -> 21.0 / 20.8 / 17.3, warm 12.2 / 12.5 /
+  // 9.2 -> 11.5 / 11.8 / 9.0; MXFP4 dim 512 (32 -> 16) fresh 27.7 / 18.5 / 19.0 -> 25.7 / 17.2 /
+  // 17.5, flushed 26.6 / 20.8 / 21.2 -> 23.5 / 18.3 / 18.4, warm 17.4 / 11.1 / 11.1 -> 17.0 / 10.7 /
+  // 10.7; two runs: 4-bit dims 640 / 768 / 1000 (32 / 32 / 16 -> half) fresh 19.8-21.7 /
+  // 26.3-28.1 / 35.8-40.2 -> 18.3-20.0 / 22.6-25.4 / 31.3-38.1, flushed 24.5-25.3 / 30.6-31.4 /
+  // 36.7-37.4 -> 21.7-22.0 / 26.0-26.8 / 31.6-31.9, warm within 3%; MXFP4 dims 640 / 768 (16 -> 8)
+  // fresh 21.1-21.5 / 27.7-28.7 -> 20.9-21.4 / 26.5-27.5, flushed 23.1-23.5 / 27.4-28.2 ->
+  // 19.7-19.9 / 22.3-23.4, warm within 3%. Longer rows keep the whole distance (4-bit dim 1024, 8
+  // -> 4: fresh 34.0 -> 36.1; MXFP4 dim 1000, 8 -> 4: fresh 34.2-34.6 -> 36.7-37.2).
   const qj_dtype rt = d.row_type;
   const bool nb_rows = rt == QJ_FUSED_4BIT || rt == QJ_FUSED_2BIT || rt == QJ_F16 || rt == QJ_BF16 ||
                        rt == QJ_MXFP4_E2M1 || emb_mx_split_rows(rt);
   if (nb_rows && nblocks >= 2 && pf > 0 && d.pooling != QJ_POOL_NONE && k.isa >= QJ_ISA_AVX512 &&
       amd_family() >= 0x1a) {
     k.param[5] = 1;
-    if (rt == QJ_FUSED_2BIT && d.prefetch_distance < 0) k.param[2] = static_cast<uint32_t>(pf / 2);
+    const bool halve = rt == QJ_FUSED_2BIT || ((rt == QJ_FUSED_4BIT || rt == QJ_MXFP4_E2M1) &&
+                                               ref::emb_row_bytes(rt, d.dim, d.scale_bias_first) <= 512);
+    if (halve && d.prefetch_distance < 0) k.param[2] = static_cast<uint32_t>(pf / 2);
   }
   return k;
 }
@@ -338,7 +354,8 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
     return static_cast<int32_t>(std::max<int64_t>(4, 4096 / rb));
   int32_t pf = 4;
   while (pf < cap && pf * 2 * lines <= budget + lines) pf *= 2;
-  return pf;  // (2-bit rows with the next-bag prefetch take half of it: bag_key)
+  return pf;  // (2-bit rows, and 4-bit / MXFP4 rows up to 512 bytes, with the next-bag prefetch
+             // take half of it: bag_key)
 }
 
 qj_prefetch_hint embedding_default_hint(qj_dtype row_type, int64_t dim) {
