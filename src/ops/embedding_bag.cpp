@@ -96,7 +96,7 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // prefetch, half against the whole default distance: dim 512 11.8 against 12.1-12.6 (32 / 64
   // ahead), dim 1024 20.9-21.4 against 22.0-22.1 (16 / 32).
   // 4-bit and MXFP4 rows of at most 512 bytes (those of the larger Zen 5 line budget of
-  // embedding_default_prefetch) take half the default distance too since 2026-12-01 ~23:40 UTC,
+  // embedding_default_prefetch) take half the default distance too since 2026-12-01 ~23:05 UTC,
   // measured with both distances' plans in one process, calls alternating (`quantjit-bench
   // embedding --interleave`, 1M-row tables, i32 unless stated, 1001 calls each, ns per row,
   // default -> half): 4-bit dim 512 (32 -> 16, three runs, the third i64) fresh 23.5 / 22.0 / 16.3
