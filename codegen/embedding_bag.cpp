@@ -593,7 +593,7 @@ void Emitter::emit_mx_group(int64_t g, int acc0, bool set) {
     // dims 128 / 256 / 512 / 1024 13.2-13.3 / 24.6 / 42.7-42.8 / 72.6 -> 12.0-12.8 / 21.3-24.2 /
     // 33.6-33.9 / 63.8-64.5. (The runs above, in separate processes, had read the table form 6-8%
     // slower.) The block's FMAs reading X' from the table with an embedded {1to16} broadcast, no
-    // vbroadcastss (unweighted sums; 2026-12-01 ~23:25 UTC, both forms in one process, calls
+    // vbroadcastss (unweighted sums; 2026-12-01 ~23:14 UTC, both forms in one process, calls
     // alternating, ns per row): warm slower, MXINT8 dims 64 / 256 / 1024 2.40 / 7.7 / 46 -> 2.77
     // / 9.4 / 51, MXFP4 1.72 / 4.70 / 27.3 -> 2.05 / 5.91 / 31.8, E4M3 / E5M2 5-15%; from DRAM
     // within 1-5% either way. Not taken.
