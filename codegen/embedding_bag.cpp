@@ -90,7 +90,8 @@ struct Cfg {
   int mx = 0;
   int64_t mx_blocks = 0;
   bool deint = false;  // accumulators hold de-interleaved elements (4/2-bit, MXFP4)
-  bool next_bag = false;  // key.param[5]: every column block also prefetches next-bag rows
+  bool next_bag = false;  // key.param[5] bit 0: every column block also prefetches next-bag rows
+  bool block_pf = false;  // key.param[5] bit 1: later column blocks prefetch their own bytes
 };
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -151,9 +152,10 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
   c->pooling = static_cast<int>(k.param[1]);
   c->pf = static_cast<int>(k.param[2]);
   c->BV = static_cast<int>(k.param[3]);
-  c->next_bag = k.param[5] == 1;
-  if (k.param[5] > 1 || (c->next_bag && (c->pf == 0 || c->pooling == QJ_POOL_NONE))) {
-    *why = "next-bag prefetch (param[5] = 1) needs a prefetch distance and pooled bags";
+  c->next_bag = k.param[5] & 1;
+  c->block_pf = k.param[5] & 2;
+  if (k.param[5] > 3 || (k.param[5] && (c->pf == 0 || c->pooling == QJ_POOL_NONE))) {
+    *why = "next-bag and block prefetch (param[5] bits 0, 1) need a prefetch distance and pooled bags";
     return false;
   }
   if (c->dim < 1) {
@@ -380,6 +382,7 @@ class Emitter {
   void emit_prefetch(int hint);
   void emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf);
   void emit_next_bag_prefetch();
+  void emit_block_prefetch(bool loop, int64_t base_group, int64_t block_elems);
   void emit_prefetch_row_at(const Gp& pos, int32_t disp);
   int64_t nan_pending_ = -1;  // E4M3, zmm: a block whose NaN-code test waits for its neighbour
   int passes_ = 0;  // column blocks per bag when they prefetch the next bag's rows (else 0)
@@ -790,6 +793,52 @@ void Emitter::emit_prefetch_row_at(const Gp& pos, int32_t disp) {
   }
 }
 
+// Rows of several column blocks (key param[5] bit 1): each block after the first prefetches, with
+// prefetcht0, its own bytes of the row `distance` indices ahead (r10 = that row; loop: plus r15,
+// the block's byte offset). The first block's whole-row prefetch brings the row in, but a bag's
+// rows (~100 KiB at 1 KiB a row) outgrow L1 before the next block's pass over them, which then
+// waited on L2 for each row. Measured on Zen 5 (2026-12-01 ~23:30 UTC, 1M-row tables, i32
+// unweighted, both forms in one process at distances d / d + 1, calls alternating, ns per row,
+// without -> with): 8-bit dim 1024 (d = 4) warm 20.5-21.3 -> 19.3-20.1, dim 512 (8) warm 9.2-9.9
+// -> 8.7-9.4, flushed 27.4-30.0 -> 25.7-28.5, fresh 32.5-38.3 -> 30.6-36.0; dim 1024 at d = 8
+// warm 26.2-32.6 -> 23.8-29.0, flushed 76-79 -> 62-64; but dim 1024 at d = 4 flushed 55-78 ->
+// 62-81 in three runs. Other rows, one run (warm / flushed / fresh ratios): f16 dim 1024 0.94 /
+// 0.76 / 0.91, bf16 dim 512 0.97 / 0.86 / 0.91, 4-bit dims 512 / 1024 0.93 / 0.94 / 0.98 and
+// 0.96 / 0.95 / 0.97, 2-bit dim 1024 0.91 / 0.95 / 1.00, MXINT8 dim 1024 0.99 / 0.89 / 0.94, E4M3
+// dim 512 0.98 / 0.95 / 0.98, MXFP4 dims 512 / 1024 0.96 / 0.93 / 0.99 and 0.90 / 0.94 / 0.96;
+// not fp32 rows (dim 512 0.99 / 0.97 / 1.01, dim 1024 1.07 / 1.09 / 1.00: blocks of 1.4 KiB). A
+// shorter distance for these prefetches (2 rows) was no better.
+void Emitter::emit_block_prefetch(bool loop, int64_t base_group, int64_t block_elems) {
+  const Cfg& c = c_;
+  Label l_nopf = a_.newLabel();
+  a_.cmp(rcx, r12);  // index position rcx + pf < num_indices
+  a_.jge(l_nopf);
+  const Gp pr = c.isz == 4 ? Gp(r10d) : Gp(r10);
+  a_.mov(pr, ptr(rdx, rcx, c.isz == 4 ? 2 : 3, c.pf * c.isz));
+  if (c.remap) a_.movsxd(r10, dword_ptr(r14, r10, 2));
+  a_.imul(r10, r11);
+  a_.add(r10, rsi);
+  if (loop) a_.add(r10, r15);
+  const int64_t e0 = loop ? 0 : base_group * c.E;  // the block's first element (loop: r15)
+  int64_t start = 0, len = 0;                      // its bytes in the row
+  if (c.bits) {
+    start = c.data_off + e0 * c.bits / 8;
+    len = div_up(block_elems * c.bits, 8);
+  } else if (c.mx == QJ_MXFP4_E2M1) {
+    start = e0 / 32 * 17;
+    len = div_up(block_elems, 32) * 17;
+  } else if (c.mx) {
+    start = e0;
+    len = block_elems;
+  } else {
+    start = e0 * c.eb;
+    len = block_elems * c.eb;
+  }
+  for (int64_t o = 0; o < len; o += 64) prefetch(ptr(r10, static_cast<int32_t>(start + o)), 0);
+  prefetch(ptr(r10, static_cast<int32_t>(start + len - 1)), 0);  // (the block need not be aligned)
+  a_.bind(l_nopf);
+}
+
 void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block_elems, bool pf) {
   const Cfg& c = c_;
   if (passes_ > 1) emit_next_bag_prefetch();
@@ -804,6 +853,7 @@ void Emitter::emit_row(bool loop, int64_t base_group, int ngroups, int64_t block
     emit_prefetch_row_at(rcx, c.pf * c.isz);
     a_.bind(l_nopf);
   }
+  if (c.pf > 0 && !pf && c.block_pf) emit_block_prefetch(loop, base_group, block_elems);
   a_.mov(idx_row, ptr(rdx, rcx, c.isz == 4 ? 2 : 3));
   if (c.remap) {
     a_.movsxd(r9, dword_ptr(r14, r9, 2));
@@ -1481,7 +1531,8 @@ std::string name_emb(const KernelKey& k) {
   std::string pf;
   if (k.param[2]) {
     static const char* hints[4] = {"t0", "t1", "t2", "nta"};
-    pf = "_pf" + std::to_string(k.param[2]) + hints[k.param[4] & 3] + (k.param[5] == 1 ? "nb" : "");
+    pf = "_pf" + std::to_string(k.param[2]) + hints[k.param[4] & 3] + (k.param[5] & 1 ? "nb" : "") +
+         (k.param[5] & 2 ? "bp" : "");
   }
   std::snprintf(buf, sizeof buf, "emb_%s_i%d_%c%d_%s%s_%s_d%u_b%u%s__%s",
                 qj_dtype_name(static_cast<qj_dtype>(k.a_type)), k.b_type,

@@ -24,16 +24,18 @@
 //   param[3]    accumulator vectors per column block (chosen by src/ops; dims wider than one
 //               block run the bag's indices once per block)
 //   param[4]    prefetch instruction: 0 prefetcht0, 1 prefetcht1, 2 prefetcht2, 3 prefetchnta
-//   param[5]    1: next-bag prefetch (pooled bags, a prefetch distance): when a bag takes P >= 2
+//   param[5]    bit 0: next-bag prefetch (pooled bags, a prefetch distance): when a bag takes P >= 2
 //               column blocks, one row step in P of all its blocks prefetches the whole next row
 //               of the next bag (and a SPLIT MX row's scale bytes; each row once, from the bag's
 //               first), so those rows load while every block of this bag runs; the first block's
-//               prefetch `distance` ahead stays. 0: that one alone
+//               prefetch `distance` ahead stays. 0: that one alone.
+//               bit 1: block prefetch (pooled bags, a prefetch distance): every column block after
+//               the first prefetches its own bytes of the row `distance` ahead (prefetcht0)
 // Everything else is zero.
 //
 // Canonical names (QJ_VERBOSE, perf map, tests, benchmark rows):
 //   emb_<row>_i<32|64>_<o|l><32|64>_<sum|mean|gather>[_w|_pw][_remap][_sbf]_<out>_d<dim>_b<acc>
-//      [_pf<dist><t0|t1|t2|nta>[nb]]__<isa>   e.g. emb_fused8_i64_o64_sum_f32_d128_b8_pf16t2__avx512
+//      [_pf<dist><t0|t1|t2|nta>[nb][bp]]__<isa>   e.g. emb_fused8_i64_o64_sum_f32_d128_b8_pf16t2__avx512
 //   emb_check_i<32|64>__<isa>           the index-range check
 #pragma once
 #include <cstdint>

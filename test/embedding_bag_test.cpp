@@ -783,9 +783,10 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // and bias sum are scalar lane-0 operations), sum and mean, every tier, bit-exact. Dims 1000 and
 // 2100 take several column blocks (2100: more than two, the run-time block loop), where the Zen 5
 // AVX-512 kernels of 4-bit, 2-bit, half and MX rows also prefetch the next bag's rows (and SPLIT
-// rows' scale bytes) from every block (key param[5], `nb` in the name; 2-bit rows, and 4-bit
-// rows of dim 1000, then at half the default distance): their index reads stop at the same array
-// end.
+// rows' scale bytes) from every block (key param[5] bit 0, `nb` in the name; 2-bit rows, and
+// 4-bit rows of dim 1000, then at half the default distance), and every block after the first
+// prefetches its own bytes of the row `distance` ahead (bit 1, `bp`; all these formats): their
+// index reads stop at the same array end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
@@ -829,9 +830,12 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
           const std::string name = qj_embedding_bag_plan_kernel_name(p);
           if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
-          const bool next_bag = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a &&
-                                (f.t == QJ_FUSED_4BIT || f.t == QJ_FUSED_2BIT || f.t == QJ_F16 || is_mx(f.t));
-          EXPECT_EQ(name.find("nb__") != std::string::npos, next_bag) << name;
+          const bool zen5_blocks = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a;
+          const bool next_bag =
+              zen5_blocks && (f.t == QJ_FUSED_4BIT || f.t == QJ_FUSED_2BIT || f.t == QJ_F16 || is_mx(f.t));
+          const std::string pf_tail = name.substr(name.rfind("_pf") + 3);  // <dist><hint>[nb][bp]__<isa>
+          EXPECT_EQ(pf_tail.find("nb") != std::string::npos, next_bag) << name;
+          EXPECT_EQ(pf_tail.find("bp__") != std::string::npos, zen5_blocks) << name;  // (no fp32 rows here)
           if (next_bag && f.t == QJ_FUSED_2BIT) {
             const std::string half = "_pf" + std::to_string(qj::embedding_default_prefetch(f.t, dim) / 2) + "t";
             EXPECT_NE(name.find(half), std::string::npos) << name;
