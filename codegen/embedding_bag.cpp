@@ -797,7 +797,7 @@ void Emitter::emit_prefetch_row_at(const Gp& pos, int32_t disp) {
 // prefetcht0, its own bytes of the row `distance` indices ahead (r10 = that row; loop: plus r15,
 // the block's byte offset). The first block's whole-row prefetch brings the row in, but a bag's
 // rows (~100 KiB at 1 KiB a row) outgrow L1 before the next block's pass over them, which then
-// waited on L2 for each row. Measured on Zen 5 (2026-12-01 ~23:30 UTC, 1M-row tables, i32
+// waited on L2 for each row. Measured on Zen 5 (2026-12-01 ~23:20 UTC, 1M-row tables, i32
 // unweighted, both forms in one process at distances d / d + 1, calls alternating, ns per row,
 // without -> with): 8-bit dim 1024 (d = 4) warm 20.5-21.3 -> 19.3-20.1, dim 512 (8) warm 9.2-9.9
 // -> 8.7-9.4, flushed 27.4-30.0 -> 25.7-28.5, fresh 32.5-38.3 -> 30.6-36.0; dim 1024 at d = 8
