@@ -1,4 +1,5 @@
 // ISA cap, status names and errors through the C API.
+#include <cpuinfo.h>
 #include <gtest/gtest.h>
 #include <quantjit/quantjit.h>
 
@@ -6,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "src/core/isa.h"
 #include "test/test_util.h"
 
 TEST(Core, StatusNames) {
@@ -34,6 +36,34 @@ TEST(Core, IsaCapBelowCpuWorksAboveIsRejected) {
 // The cache bound from QJ_CACHE_MAX_BYTES: a decimal byte count, or 64 MiB when unset or not one
 // ("-1", an overflowing count, "12x"; ctest runs this binary with such values, see
 // test/CMakeLists.txt, and checks the stderr line that reports them).
+// The library reads the CPU's features from CPUID itself (src/core/isa.cpp: another copy of
+// cpuinfo in the process can take cpuinfo's symbols, see cpuinfo_interposed_test): they must
+// agree with cpuinfo's, which is this process's own copy here.
+TEST(Core, CpuidFeaturesMatchCpuinfo) {
+  ASSERT_TRUE(cpuinfo_initialize());
+  const qj::CpuFeatures& f = qj::cpu_features();
+  EXPECT_EQ(f.avx2, cpuinfo_has_x86_avx2());
+  EXPECT_EQ(f.fma, cpuinfo_has_x86_fma3());
+  EXPECT_EQ(f.f16c, cpuinfo_has_x86_f16c());
+  EXPECT_EQ(f.bmi2, cpuinfo_has_x86_bmi2());
+  EXPECT_EQ(f.avx512f, cpuinfo_has_x86_avx512f());
+  EXPECT_EQ(f.avx512bw, cpuinfo_has_x86_avx512bw());
+  EXPECT_EQ(f.avx512vl, cpuinfo_has_x86_avx512vl());
+  EXPECT_EQ(f.avx512dq, cpuinfo_has_x86_avx512dq());
+  EXPECT_EQ(f.avx512vnni, cpuinfo_has_x86_avx512vnni());
+  EXPECT_EQ(f.avx512vbmi, cpuinfo_has_x86_avx512vbmi());
+  EXPECT_EQ(f.avx512bf16, cpuinfo_has_x86_avx512bf16());
+  // and the family, for AMD processors (0 for others)
+  const cpuinfo_core* core = cpuinfo_get_cores_count() ? cpuinfo_get_core(0) : nullptr;
+  ASSERT_NE(core, nullptr);
+  if (core->vendor == cpuinfo_vendor_amd) {
+    const int base = static_cast<int>((core->cpuid >> 8) & 0xf), ext = static_cast<int>((core->cpuid >> 20) & 0xff);
+    EXPECT_EQ(qj::amd_family(), base == 0xf ? base + ext : base);
+  } else {
+    EXPECT_EQ(qj::amd_family(), 0);
+  }
+}
+
 TEST(Core, CacheBoundFromEnvironment) {
   const char* e = std::getenv("QJ_CACHE_MAX_BYTES");
   uint64_t want = uint64_t{64} << 20;

@@ -1,8 +1,12 @@
 #include "src/core/isa.h"
 
+#include <cpuid.h>
 #include <cpuinfo.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,21 +16,64 @@
 namespace qj {
 namespace {
 
+// The CPU features straight from CPUID and XGETBV (the OS must save the AVX / AVX-512 state), not
+// through cpuinfo: in a process that also loads another copy of cpuinfo (PyTorch's libc10.so
+// exports its own, of another version), the dynamic linker binds this library's cpuinfo symbols
+// to whichever copy comes first. Measured 2026-12-01 with fbgemm-gpu's fbgemm.so and torch in one
+// process: cpuinfo_initialize and cpuinfo_isa bound to libc10's, whose struct layout differs,
+// and every plan fell back to the scalar reference, ~100x slower. test/cpuinfo_interposed_test.c
+// covers that case; core_test checks these bits against cpuinfo's where cpuinfo is our own.
 CpuFeatures detect() {
   CpuFeatures f;
-  if (!cpuinfo_initialize()) return f;
-  f.avx2 = cpuinfo_has_x86_avx2();
-  f.fma = cpuinfo_has_x86_fma3();
-  f.f16c = cpuinfo_has_x86_f16c();
-  f.bmi2 = cpuinfo_has_x86_bmi2();
-  f.avx512f = cpuinfo_has_x86_avx512f();
-  f.avx512bw = cpuinfo_has_x86_avx512bw();
-  f.avx512vl = cpuinfo_has_x86_avx512vl();
-  f.avx512dq = cpuinfo_has_x86_avx512dq();
-  f.avx512vnni = cpuinfo_has_x86_avx512vnni();
-  f.avx512vbmi = cpuinfo_has_x86_avx512vbmi();
-  f.avx512bf16 = cpuinfo_has_x86_avx512bf16();
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  const unsigned max_leaf = a;
+  __cpuid_count(1, 0, a, b, c, d);
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+  const bool fma = c & (1u << 12), f16c = c & (1u << 29);
+  uint64_t xcr0 = 0;
+  if (osxsave) {
+    uint32_t lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+  }
+  const bool ymm_os = avx && (xcr0 & 0x6) == 0x6;          // SSE and AVX state
+  const bool zmm_os = ymm_os && (xcr0 & 0xe0) == 0xe0;     // opmask, ZMM_Hi256, Hi16_ZMM
+  if (max_leaf < 7 || !ymm_os) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  const unsigned leaf7_sub = a, b7 = b, c7 = c;
+  f.avx2 = b7 & (1u << 5);
+  f.fma = fma;
+  f.f16c = f16c;
+  f.bmi2 = b7 & (1u << 8);
+  if (zmm_os) {
+    f.avx512f = b7 & (1u << 16);
+    f.avx512dq = b7 & (1u << 17);
+    f.avx512bw = b7 & (1u << 30);
+    f.avx512vl = b7 & (1u << 31);
+    f.avx512vbmi = c7 & (1u << 1);
+    f.avx512vnni = c7 & (1u << 11);
+    if (leaf7_sub >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      f.avx512bf16 = a & (1u << 5);
+    }
+  }
   return f;
+}
+
+// True if this library's cpuinfo symbols resolve to a cpuinfo library (its own dependency), not
+// to another copy that a different library exports (see detect()).
+bool own_cpuinfo() {
+  static const bool own = [] {
+    Dl_info info;
+    const bool ok = dladdr(reinterpret_cast<void*>(&cpuinfo_initialize), &info) != 0 && info.dli_fname &&
+                    std::strstr(info.dli_fname, "libcpuinfo") != nullptr;
+    if (!ok)
+      QJ_LOG(1, "cpuinfo's symbols resolve to %s, not to libcpuinfo (another copy in this process); cache sizes "
+               "from sysconf instead", info.dli_fname ? info.dli_fname : "?");
+    return ok;
+  }();
+  return static_cast<bool>(own);
 }
 
 qj_isa tier_of(const CpuFeatures& f) {
@@ -71,38 +118,45 @@ qj_isa cpu_isa() {
 namespace {
 // The size cpuinfo reports for the first cache of a level, or `fallback` when it reports none
 // (or less than `min`).
-size_t cache_size(uint32_t (*count)(), const cpuinfo_cache* (*first)(uint32_t), size_t min, size_t fallback) {
+size_t cache_size(uint32_t (*count)(), const cpuinfo_cache* (*first)(uint32_t), int sysconf_name, size_t min,
+                  size_t fallback) {
   size_t b = 0;
-  if (cpuinfo_initialize() && count() > 0) b = first(0)->size;
+  if (own_cpuinfo()) {
+    if (cpuinfo_initialize() && count() > 0) b = first(0)->size;
+  } else {
+    const long v = sysconf(sysconf_name);
+    b = v > 0 ? static_cast<size_t>(v) : 0;
+  }
   return b >= min ? b : fallback;
 }
 }  // namespace
 
 size_t l2_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, size_t(128) << 10, size_t(1) << 20);
+      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, _SC_LEVEL2_CACHE_SIZE, size_t(128) << 10, size_t(1) << 20);
   return bytes;
 }
 
 size_t l3_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, size_t(1) << 20, size_t(32) << 20);
+      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, _SC_LEVEL3_CACHE_SIZE, size_t(1) << 20, size_t(32) << 20);
   return bytes;
 }
 
 size_t l1d_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, size_t(16) << 10, size_t(32) << 10);
+      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, _SC_LEVEL1_DCACHE_SIZE, size_t(16) << 10, size_t(32) << 10);
   return bytes;
 }
 
 int amd_family() {
-  static const int family = [] {
-    if (!cpuinfo_initialize() || cpuinfo_get_cores_count() == 0) return 0;
-    const cpuinfo_core* core = cpuinfo_get_core(0);
-    if (core->vendor != cpuinfo_vendor_amd) return 0;
-    const uint32_t eax = core->cpuid;  // CPUID leaf 1
-    const int base = static_cast<int>((eax >> 8) & 0xf), ext = static_cast<int>((eax >> 20) & 0xff);
+  static const int family = [] {  // CPUID directly (see detect())
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+    if (!amd) return 0;
+    __cpuid(1, a, b, c, d);
+    const int base = static_cast<int>((a >> 8) & 0xf), ext = static_cast<int>((a >> 20) & 0xff);
     return base == 0xf ? base + ext : base;
   }();
   return family;

@@ -18,13 +18,15 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 qj_isa cpu_isa();              // best tier of this CPU
-size_t l2_cache_bytes();       // private L2 of one core (cpuinfo; 1 MiB if unknown): blocking
-size_t l1d_cache_bytes();      // L1 data cache of one core (cpuinfo; 32 KiB if unknown)
-size_t l3_cache_bytes();       // the first L3 cpuinfo reports (32 MiB if unknown)
+// Cache sizes from cpuinfo, or from sysconf where another copy of cpuinfo in the process has taken
+// its symbols (isa.cpp)
+size_t l2_cache_bytes();       // private L2 of one core (1 MiB if unknown): blocking
+size_t l1d_cache_bytes();      // L1 data cache of one core (32 KiB if unknown)
+size_t l3_cache_bytes();       // the first L3 reported (32 MiB if unknown)
 qj_isa max_isa();              // the cap in force (<= cpu_isa())
 qj_status set_max_isa(qj_isa isa);
 const char* isa_name(qj_isa isa);
-// The CPU family of an AMD processor (cpuinfo's CPUID leaf 1 value, base plus extended family: 0x19 Zen 3 / Zen 4,
+// The CPU family of an AMD processor (CPUID leaf 1, base plus extended family: 0x19 Zen 3 / Zen 4,
 // 0x1A Zen 5), 0 for other vendors. For tuning defaults measured per microarchitecture only; the
 // Debian cpuinfo (2022) does not name Zen 4 or Zen 5.
 int amd_family();
