@@ -6,8 +6,11 @@
 # is installed: about 5.5 GB on disk, no GPU needed. Not part of CI.
 # Runs quantjit-bench, bench/peers/fbgemm_peer.py (FBGEMM through torch's ops, Python overhead
 # measured) and, for FP16 GEMM, the embedding kernels and RowWiseSparseAdaGradFused, bench/peers/
-# fbgemm_direct (FBGEMM called from C++, built here) one after the other on core 1,
-# then prints bench/peers/compare.py's table. Results stay in $OUT (default build/fbgemm-compare/).
+# fbgemm_direct (FBGEMM called from C++, built here, linked with libquantjit.so) one after the
+# other on core 1, then prints bench/peers/compare.py's table. For the embedding sets
+# fbgemm_direct also times quantjit's kernel in its own process, the calls interleaved
+# (--with-quantjit): compare.py's "same process" tables, the least noisy ratios.
+# Results stay in $OUT (default build/fbgemm-compare/).
 #   scripts/bench-fbgemm.sh [fp16] [int8] [emb] [emb-fresh] [adagrad]   (default: all but emb-fresh)
 # Environment: DIMS (default 32,64,128,256,512,1024), EMB_ROWS (emb / emb-fresh row formats, default
 # fused8,fused4; also fused2, f32, f16), ADAGRAD_MODES (default warm,cold,fresh; fresh: new random
@@ -37,7 +40,7 @@ fi
 # ---- quantjit-bench (as scripts/bench.sh builds it) ----
 "$root/scripts/install-deps.sh"
 [ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j2 --target quantjit-bench >/dev/null  # (up to date with the sources)
+cmake --build "$build" -j2 --target quantjit-bench quantjit >/dev/null  # (up to date with the sources)
 qb=$build/bench/quantjit-bench
 peer=$root/bench/peers/fbgemm_peer.py
 # fbgemm_direct: links the wheel's fbgemm.so (which needs torch's libc10 / libtorch_cpu loaded and
@@ -45,9 +48,10 @@ peer=$root/bench/peers/fbgemm_peer.py
 direct=$build/fbgemm_direct
 site=$("$py" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
 if [ ! -x "$direct" ] || [ "$root/bench/peers/fbgemm_direct.cpp" -nt "$direct" ] ||
-   [ "$root/bench/driver/table_util.h" -nt "$direct" ] ||
+   [ "$root/bench/driver/table_util.h" -nt "$direct" ] || [ "$build/libquantjit.so" -nt "$direct" ] ||
    ! readelf -d "$direct" 2>/dev/null | grep -qF "$site/fbgemm_gpu"; then  # new source or other venv
-  g++ -O2 -std=c++20 -I"$root" -I"$root/bench" "$root/bench/peers/fbgemm_direct.cpp" -o "$direct" \
+  g++ -O2 -std=c++20 -I"$root" -I"$root/bench" -I"$root/include" "$root/bench/peers/fbgemm_direct.cpp" \
+    -o "$direct" "$build/libquantjit.so" -Wl,-rpath,"$build" \
     "$site/fbgemm_gpu/fbgemm.so" -Wl,--disable-new-dtags -Wl,-rpath,"$site/fbgemm_gpu" \
     -Wl,-rpath,"$site/torch/lib" -L"$site/torch/lib" -lc10 -ltorch_cpu -lcpuinfo
 fi
@@ -86,7 +90,7 @@ for w in "${what[@]}"; do
           $pin "$py" "$peer" embedding --rows $fmt --dims "$dim" --index 32,64 --weighted 0,1 --mode $modes \
             "${reps[@]}" >> "$out/fb-$w-$fmt.jsonl"
           $pin "$direct" emb --rows $fmt --dims "$dim" --index 32,64 --weighted 0,1 --prefetch 0,16 --mode $modes \
-            "${reps[@]}" >> "$out/fb-$w-$fmt-direct.jsonl"
+            --with-quantjit "${reps[@]}" >> "$out/fb-$w-$fmt-direct.jsonl"
         done; done
       done ;;
     adagrad)

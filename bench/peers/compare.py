@@ -9,6 +9,10 @@
 # Several runs of the same configuration (files from repeated runs) are combined per side with
 # --combine: min (default: the best of the runs' medians; on this shared machine a neighbour's
 # burst or a freshly allocated table can slow one whole sample set 2-3x), median, or last.
+# FBGEMM records that carry qj_seconds (fbgemm_direct --with-quantjit: quantjit's kernel timed in
+# the same process, calls interleaved) also form their own tables, "same process", whose ratio is
+# seconds / qj_seconds of one record (repeated runs: the run of the median ratio); those are the
+# least noisy ratios on a shared machine.
 # Usage: compare.py QUANTJIT.jsonl... --fbgemm FBGEMM.jsonl... [--target 1.2] [--markdown]
 # Standard library only (runs under any python3).
 import argparse
@@ -41,9 +45,12 @@ def key(r):
     return None
 
 
-def variant(r):
-    """How FBGEMM was reached: the torch op (Python) or fbgemm_direct (C++), and its prefetch."""
+def variant(r, inproc=False):
+    """How FBGEMM was reached: the torch op (Python) or fbgemm_direct (C++), and its prefetch;
+    inproc: the same-process pairing with quantjit (qj_seconds)."""
     how = "direct C++" if "(direct" in r.get("kernel", "") else "torch op"
+    if inproc:
+        how += ", quantjit in the same process"
     if r.get("op") == "emb":
         return f"{how}, prefetch {r.get('prefetch', '?')}"
     return how
@@ -83,6 +90,9 @@ def main():
     def combine(recs):
         if o.combine == "last" or len(recs) == 1:
             return recs[-1]
+        if "qj_seconds" in recs[0]:  # same-process pairs: the run of the median ratio
+            recs = sorted(recs, key=lambda r: r["seconds"] / r["qj_seconds"])
+            return dict(recs[(len(recs) - 1) // 2], runs=len(recs))
         recs = sorted(recs, key=lambda r: r["seconds"])
         pick = recs[0] if o.combine == "min" else recs[(len(recs) - 1) // 2]
         return dict(pick, runs=len(recs))
@@ -95,15 +105,19 @@ def main():
     runs = {}  # (variant, key) -> records
     for r in load(o.fbgemm):
         if r.get("peer") == "fbgemm" and "seconds" in r and key(r):
+            if r.get("qj_seconds"):
+                runs.setdefault((variant(r, True), key(r)), []).append(r)
+                r = {f: x for f, x in r.items() if not f.startswith("qj_")}
             runs.setdefault((variant(r), key(r)), []).append(r)
     peers = {}  # variant -> {key: record}
     for (v, k), recs in runs.items():
         peers.setdefault(v, {})[k] = combine(recs)
     groups = {}
     for v, peer in sorted(peers.items()):
-        for k in sorted(set(ours) & set(peer), key=lambda k: tuple(str(x).zfill(8) for x in k)):
+        inproc = "same process" in v
+        for k in sorted(set(peer) if inproc else set(ours) & set(peer), key=lambda k: tuple(str(x).zfill(8) for x in k)):
             g = group(k)
-            if k[0] == "adagrad":  # FBGEMM updates per occurrence: say which mode quantjit ran
+            if k[0] == "adagrad" and not inproc:  # FBGEMM updates per occurrence: say which mode quantjit ran
                 g += f" (quantjit {ours[k].get('update', 'coalesced')})"
             groups.setdefault(f"{g} [FBGEMM via {v}]", []).append((k, peer[k]))
     if not groups:
@@ -120,11 +134,12 @@ def main():
             print(f"{'case':<18}{'quantjit us':>12}{'FBGEMM us':>12}{'overhead us':>13}{'raw':>8}{'net':>8}")
         raws, nets = [], []
         for k, pr in ks:
-            q, p = ours[k]["seconds"] * 1e6, pr["seconds"] * 1e6
+            q = (pr["qj_seconds"] if "qj_seconds" in pr else ours[k]["seconds"]) * 1e6
+            p = pr["seconds"] * 1e6
             ov = pr.get("overhead_ns", 0) * 1e-3
             raw = p / q
             net = max(p - ov, 0) / q
-            if k[0] == "adagrad" and ours[k].get("ns_per_row") and pr.get("ns_per_row"):
+            if k[0] == "adagrad" and k in ours and ours[k].get("ns_per_row") and pr.get("ns_per_row"):
                 # the two tools draw their lookups differently (892 vs 995 rows per call at dim
                 # 128): compare per row, as the issue's target is stated
                 raw = net = pr["ns_per_row"] / ours[k]["ns_per_row"]

@@ -14,7 +14,7 @@
 // Output: JSON Lines with quantjit-bench's field names plus peer "fbgemm", overhead_ns 0.
 //
 //   fbgemm_direct emb --rows fused8,fused4,fused2,f32,f16 --dims 32,64 --index 32,64 --weighted 0,1
-//                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N]
+//                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N] [--with-quantjit]
 //   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold,fresh [--max-rows N]
 //   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold     (FP16 GEMM, cblas_gemm_compute)
 #include <immintrin.h>
@@ -30,6 +30,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <quantjit/quantjit.h>
 
 #include "driver/table_util.h"
 #include "driver/timing.h"
@@ -199,6 +201,7 @@ struct Options {
   int64_t max_rows = 0, bags = 10, shape_rows = 4000000, avg_len = 100;
   std::string shapes;  // gemm
   int reps = 0;
+  bool with_qj = false;  // emb: quantjit's kernel on the same table, its calls interleaved with FBGEMM's
 };
 
 // Reference sum of one bag (fp64), for the one-time check.
@@ -261,61 +264,139 @@ const char* emb_kernel_name(const std::string& fmt) {
   return fmt == "fused4" ? "GenerateEmbeddingSpMDMNBit(4)" : "GenerateEmbeddingSpMDMNBit(2)";
 }
 
+qj_dtype qj_row_type(const std::string& fmt) {
+  if (fmt == "fused8") return QJ_FUSED_8BIT;
+  if (fmt == "fused4") return QJ_FUSED_4BIT;
+  if (fmt == "fused2") return QJ_FUSED_2BIT;
+  return fmt == "f32" ? QJ_F32 : QJ_F16;
+}
+
+// The largest difference of out (bags x dim) from a double-precision sum of each bag, relative to
+// the sums' largest magnitude (the one-time check of each kernel).
+double rel_diff(const uint8_t* table, const std::string& fmt, int64_t dim, const Options& o, const Lookups& lk,
+                const std::vector<int64_t>& cur, bool w, const std::vector<float>& out) {
+  double rel = 0, amax = 0;
+  std::vector<double> want(static_cast<size_t>(dim));
+  for (int64_t b = 0; b < o.bags; ++b) {
+    ref_bag(table, fmt, dim, cur.data() + lk.offsets[b], lk.offsets[b + 1] - lk.offsets[b],
+            w ? lk.weights.data() + lk.offsets[b] : nullptr, want);
+    for (int64_t j = 0; j < dim; ++j) {
+      amax = std::max(amax, std::fabs(want[j]));
+      rel = std::max(rel, std::fabs(want[j] - out[b * dim + j]));
+    }
+  }
+  return rel / std::max(amax, 1e-30);
+}
+
+// With --with-quantjit, quantjit's plan (default distance and hint) on the same table and
+// lookups; its calls and FBGEMM's alternate within one series of rounds (qjb::time_rounds), so
+// each record's ratio comes from one process and one stretch of time: between processes this
+// shared machine moves a kernel's median by 10-40%. Its median goes into every FBGEMM record of
+// the series as qj_seconds / qj_ns_per_row.
 template <class In, class Idx>
 void run_emb_case(const Options& o, const std::string& fmt, int64_t dim, int64_t rows, uint8_t* table, double thp,
                   Lookups& lk) {
   const int64_t rb = row_bytes(fmt, dim);
   std::vector<int64_t> cur = lk.idx;
   std::vector<Idx> idx(cur.begin(), cur.end());
-  std::vector<float> out(static_cast<size_t>(o.bags * dim));
   for (int64_t w : o.weighted) {
-    for (int64_t pf : o.prefetch) {
-      const auto k = make_emb_kernel<In, Idx>(fmt, dim, w != 0, static_cast<int>(pf));
-      const In* input = reinterpret_cast<const In*>(table);
+    struct Fb {
+      int64_t pf;
+      typename fbgemm::EmbeddingSpMDMKernelSignature<In, Idx, int64_t, float>::Type k;
+      std::vector<float> out;
       bool ok = true;
-      auto run = [&] {
-        ok &= k(o.bags, lk.n, rows, input, idx.data(), lk.offsets.data(), w ? lk.weights.data() : nullptr, out.data());
-      };
-      run();
-      // one-time check against a double-precision sum
-      double rel = 0, amax = 0;
-      std::vector<double> want(static_cast<size_t>(dim));
-      for (int64_t b = 0; b < o.bags; ++b) {
-        ref_bag(table, fmt, dim, cur.data() + lk.offsets[b], lk.offsets[b + 1] - lk.offsets[b],
-                w ? lk.weights.data() + lk.offsets[b] : nullptr, want);
-        for (int64_t j = 0; j < dim; ++j) {
-          amax = std::max(amax, std::fabs(want[j]));
-          rel = std::max(rel, std::fabs(want[j] - out[b * dim + j]));
-        }
+      double rel = 0;
+    };
+    std::vector<Fb> fbs;
+    for (int64_t pf : o.prefetch) {
+      fbs.push_back({pf, make_emb_kernel<In, Idx>(fmt, dim, w != 0, static_cast<int>(pf)),
+                     std::vector<float>(static_cast<size_t>(o.bags * dim))});
+    }
+    const In* input = reinterpret_cast<const In*>(table);
+    std::vector<std::function<void()>> runs;
+    for (Fb& f : fbs) {
+      runs.push_back([&, fp = &f] {
+        fp->ok &= fp->k(o.bags, lk.n, rows, input, idx.data(), lk.offsets.data(), w ? lk.weights.data() : nullptr,
+                        fp->out.data());
+      });
+      runs.back()();
+      f.rel = rel_diff(table, fmt, dim, o, lk, cur, w != 0, f.out);
+    }
+    qj_embedding_bag_plan plan = nullptr;
+    std::vector<float> qj_out(static_cast<size_t>(o.bags * dim));
+    double qj_rel = 0;
+    if (o.with_qj) {
+      qj_embedding_bag_desc d;
+      std::memset(&d, 0, sizeof d);
+      d.row_type = qj_row_type(fmt);
+      d.dim = dim;
+      d.index_bits = 8 * sizeof(Idx);
+      d.offset_bits = 64;
+      d.weighted = w != 0;
+      d.pooling = QJ_POOL_SUM;
+      d.out_type = QJ_F32;
+      d.prefetch_distance = QJ_PREFETCH_AUTO;
+      d.prefetch_hint = QJ_PREFETCH_HINT_AUTO;
+      if (qj_embedding_bag_plan_create(&d, &plan) != QJ_OK) {
+        std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
+        std::exit(1);
       }
-      rel /= std::max(amax, 1e-30);
-      for (const std::string& mode : o.modes) {
-        auto prep = [&](int) {
-          if (mode == "cold") {
-            flush_rows(table, rb, cur);
-            flush_bytes(idx.data(), idx.size() * sizeof(Idx));
-            flush_bytes(lk.offsets.data(), lk.offsets.size() * 8);
-            if (w) flush_bytes(lk.weights.data(), lk.weights.size() * 4);
-            flush_bytes(out.data(), out.size() * 4);
-          } else if (mode == "fresh") {
-            for (auto& v : idx) v = static_cast<Idx>(xorshift(g_fresh) % static_cast<uint64_t>(rows));
-          }
-        };
-        const double sec = time_mode(mode, run, prep, o.reps);
-        if (mode == "fresh") std::copy(cur.begin(), cur.end(), idx.begin());
+      runs.push_back([&] {
+        qj_embedding_bag_args args{table, nullptr, rows, o.bags, idx.data(), lk.n, lk.offsets.data(),
+                                   w ? lk.weights.data() : nullptr, qj_out.data()};
+        if (qj_embedding_bag_run_ex(plan, &args, nullptr) != QJ_OK) {
+          std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
+          std::exit(1);
+        }
+      });
+      runs.back()();
+      qj_rel = rel_diff(table, fmt, dim, o, lk, cur, w != 0, qj_out);
+    }
+    for (const std::string& mode : o.modes) {
+      auto prep = [&](int) {
+        if (mode == "cold") {
+          flush_rows(table, rb, cur);
+          flush_bytes(idx.data(), idx.size() * sizeof(Idx));
+          flush_bytes(lk.offsets.data(), lk.offsets.size() * 8);
+          if (w) flush_bytes(lk.weights.data(), lk.weights.size() * 4);
+          for (const Fb& f : fbs) flush_bytes(f.out.data(), f.out.size() * 4);
+          flush_bytes(qj_out.data(), qj_out.size() * 4);
+        } else if (mode == "fresh") {
+          for (auto& v : idx) v = static_cast<Idx>(xorshift(g_fresh) % static_cast<uint64_t>(rows));
+        }
+      };
+      std::vector<double> sec(runs.size());
+      if (o.with_qj) {
+        std::vector<qjb::Participant> ps;
+        for (const auto& r : runs) ps.push_back({r, prep});
+        const auto s = qjb::time_rounds(ps, o.reps > 0 ? o.reps : 201);
+        for (size_t i = 0; i < runs.size(); ++i) sec[i] = qjb::quantile(s[i], 0.5);
+      } else {
+        for (size_t i = 0; i < runs.size(); ++i) sec[i] = time_mode(mode, runs[i], prep, o.reps);
+      }
+      if (mode == "fresh") std::copy(cur.begin(), cur.end(), idx.begin());
+      for (size_t i = 0; i < fbs.size(); ++i) {
         std::printf(
             "{\"op\": \"emb\", \"rows_fmt\": \"%s\", \"dim\": %lld, \"rows\": %lld, \"bags\": %lld, \"lookups\": %lld, "
             "\"index_bits\": %d, \"prefetch\": \"%lld\", \"weighted\": %lld, \"mode\": \"%s\", \"pages\": \"thp\", "
             "\"thp_share\": %.2f, \"seconds\": %.9g, \"us_per_call\": %.3f, \"ns_per_row\": %.3f, \"rows_per_s\": %.0f, "
             "\"gbps\": %.3f, \"peer\": \"fbgemm\", \"overhead_ns\": 0, \"ref_rel_diff\": %.3g, \"ok\": %d, "
-            "\"kernel\": \"fbgemm::%s (direct, fbgemm-gpu-cpu fbgemm.so)\"}\n",
+            "\"kernel\": \"fbgemm::%s (direct, fbgemm-gpu-cpu fbgemm.so)\"",
             fmt.c_str(), (long long)dim, (long long)rows, (long long)o.bags, (long long)lk.n, (int)(8 * sizeof(Idx)),
-            (long long)pf, (long long)w, mode.c_str(), thp, sec, sec * 1e6, sec / lk.n * 1e9, lk.n / sec,
-            lk.n * static_cast<double>(rb) / sec * 1e-9, rel, ok ? 1 : 0,
+            (long long)fbs[i].pf, (long long)w, mode.c_str(), thp, sec[i], sec[i] * 1e6, sec[i] / lk.n * 1e9,
+            lk.n / sec[i], lk.n * static_cast<double>(rb) / sec[i] * 1e-9, fbs[i].rel, fbs[i].ok ? 1 : 0,
             emb_kernel_name(fmt));
+        if (o.with_qj) {
+          const double q = sec.back();
+          std::printf(", \"qj_seconds\": %.9g, \"qj_ns_per_row\": %.3f, \"qj_ref_rel_diff\": %.3g, \"qj_kernel\": \"%s\", "
+                      "\"vs_fbgemm\": %.3f",
+                      q, q / lk.n * 1e9, qj_rel, qj_embedding_bag_plan_kernel_name(plan), sec[i] / q);
+        }
+        std::printf("}\n");
         std::fflush(stdout);
       }
     }
+    qj_embedding_bag_plan_destroy(plan);
   }
 }
 
@@ -514,6 +595,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: fbgemm_direct emb|adagrad [--rows LIST] [--dims LIST] [--index 32,64] [--weighted 0,1]\n"
                "       [--prefetch 0,16] [--mode warm,cold,fresh] [--max-rows N] [--reps N]\n"
+               "       [--with-quantjit]   (emb: quantjit's kernel timed in the same rounds, 201 by default)\n"
                "       fbgemm_direct gemm --shapes \"M,N,K;...\" [--mode warm|cold] [--reps N]   (FP16 weights)\n");
   return 2;
 }
@@ -524,8 +606,14 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   Options o;
   o.cmd = argv[1];
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--with-quantjit") {
+      o.with_qj = true;
+      continue;
+    }
+    if (i + 1 >= argc) return usage();
+    const std::string v = argv[++i];
     if (a == "--rows") o.rows = split(v);
     else if (a == "--dims") o.dims = ints(v);
     else if (a == "--index") o.index = ints(v);
