@@ -133,19 +133,22 @@ size_t cache_size(uint32_t (*count)(), const cpuinfo_cache* (*first)(uint32_t), 
 
 size_t l2_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, _SC_LEVEL2_CACHE_SIZE, size_t(128) << 10, size_t(1) << 20);
+      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, _SC_LEVEL2_CACHE_SIZE, size_t(128) << 10,
+                 size_t(1) << 20);
   return bytes;
 }
 
 size_t l3_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, _SC_LEVEL3_CACHE_SIZE, size_t(1) << 20, size_t(32) << 20);
+      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, _SC_LEVEL3_CACHE_SIZE, size_t(1) << 20,
+                 size_t(32) << 20);
   return bytes;
 }
 
 size_t l1d_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, _SC_LEVEL1_DCACHE_SIZE, size_t(16) << 10, size_t(32) << 10);
+      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, _SC_LEVEL1_DCACHE_SIZE, size_t(16) << 10,
+                 size_t(32) << 10);
   return bytes;
 }
 
