@@ -7,7 +7,7 @@
 # Runs quantjit-bench, bench/peers/fbgemm_peer.py (FBGEMM through torch's ops, Python overhead
 # measured) and, for FP16 GEMM, the embedding kernels and RowWiseSparseAdaGradFused, bench/peers/
 # fbgemm_direct (FBGEMM called from C++, built here, linked with libquantjit.so) one after the
-# other on core 1, then prints bench/peers/compare.py's table. For the embedding sets
+# other on core 1, then prints bench/peers/compare.py's table. For the embedding and AdaGrad sets
 # fbgemm_direct also times quantjit's kernel in its own process, the calls interleaved
 # (--with-quantjit): compare.py's "same process" tables, the least noisy ratios.
 # Results stay in $OUT (default build/fbgemm-compare/).
@@ -104,7 +104,7 @@ for w in "${what[@]}"; do
           --mode "${ADAGRAD_MODES:-warm,cold,fresh}" --update "${ADAGRAD_UPDATE:-coalesced}" --format json \
           "${reps[@]}" 2>/dev/null >> "$out/qj-adagrad.jsonl"
         $pin "$direct" adagrad --rows f32,f16 --dims "$dim" --index 32,64 \
-          --mode "${ADAGRAD_MODES:-warm,cold,fresh}" "${reps[@]}" >> "$out/fb-adagrad-direct.jsonl"
+          --mode "${ADAGRAD_MODES:-warm,cold,fresh}" --with-quantjit "${reps[@]}" >> "$out/fb-adagrad-direct.jsonl"
       done; done ;;
     *) echo "bench-fbgemm: unknown set '$w' (fp16 int8 emb emb-fresh adagrad)" >&2; exit 2 ;;
   esac

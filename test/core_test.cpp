@@ -36,7 +36,7 @@ TEST(Core, IsaCapBelowCpuWorksAboveIsRejected) {
 // The cache bound from QJ_CACHE_MAX_BYTES: a decimal byte count, or 64 MiB when unset or not one
 // ("-1", an overflowing count, "12x"; ctest runs this binary with such values, see
 // test/CMakeLists.txt, and checks the stderr line that reports them).
-// The library reads the CPU's features from CPUID itself (src/core/isa.cpp: another copy of
+// The library reads the CPU's features (and, where cpuinfo is not its own, the cache sizes) from CPUID itself (src/core/isa.cpp: another copy of
 // cpuinfo in the process can take cpuinfo's symbols, see cpuinfo_interposed_test): they must
 // agree with cpuinfo's, which is this process's own copy here.
 TEST(Core, CpuidFeaturesMatchCpuinfo) {
@@ -53,6 +53,10 @@ TEST(Core, CpuidFeaturesMatchCpuinfo) {
   EXPECT_EQ(f.avx512vnni, cpuinfo_has_x86_avx512vnni());
   EXPECT_EQ(f.avx512vbmi, cpuinfo_has_x86_avx512vbmi());
   EXPECT_EQ(f.avx512bf16, cpuinfo_has_x86_avx512bf16());
+  // the cache sizes (the library's fallback when another cpuinfo holds the symbols)
+  if (cpuinfo_get_l1d_caches_count()) EXPECT_EQ(qj::cpuid_cache_bytes(1), cpuinfo_get_l1d_cache(0)->size);
+  if (cpuinfo_get_l2_caches_count()) EXPECT_EQ(qj::cpuid_cache_bytes(2), cpuinfo_get_l2_cache(0)->size);
+  if (cpuinfo_get_l3_caches_count()) EXPECT_EQ(qj::cpuid_cache_bytes(3), cpuinfo_get_l3_cache(0)->size);
   // and the family, for AMD processors (0 for others)
   const cpuinfo_core* core = cpuinfo_get_cores_count() ? cpuinfo_get_core(0) : nullptr;
   ASSERT_NE(core, nullptr);

@@ -16,6 +16,7 @@
 //   fbgemm_direct emb --rows fused8,fused4,fused2,f32,f16 --dims 32,64 --index 32,64 --weighted 0,1
 //                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N] [--with-quantjit]
 //   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold,fresh [--max-rows N]
+//                     [--with-quantjit]
 //   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold     (FP16 GEMM, cblas_gemm_compute)
 #include <immintrin.h>
 #include <sys/mman.h>
@@ -488,6 +489,28 @@ void run_adagrad_case(const Options& o, const std::string& fmt, int64_t dim, int
         err = std::max(err, static_cast<double>(std::fabs(wr[j] - w0[u * dim + j]) / std::max(std::fabs(w0[u * dim + j]), 1e-6f)));
     }
   }
+  // --with-quantjit: quantjit's deterministic coalesced update (quantjit-bench's default) on the
+  // same table, momentum and lookups, its calls alternating with FBGEMM's (the two step in
+  // opposite directions by their sign conventions, which keeps the table where it is).
+  qj_rowwise_adagrad_desc qd;
+  std::memset(&qd, 0, sizeof qd);
+  qd.table_type = std::is_same_v<Data, float> ? QJ_F32 : QJ_F16;
+  qd.dim = dim;
+  qd.index_bits = 8 * sizeof(Idx);
+  qd.offset_bits = 64;
+  qd.pooling = QJ_POOL_SUM;
+  qd.optimizer = QJ_OPT_ROWWISE_ADAGRAD;
+  qd.mode = QJ_UPDATE_COALESCED;
+  qd.learning_rate = 1e-4f;
+  qd.epsilon = 1e-8f;
+  qd.stochastic_rounding = !std::is_same_v<Data, float>;
+  auto run_qj = [&] {
+    if (qj_rowwise_adagrad_fused(&qd, table, h.data(), rows, o.bags, idx.data(), lk.n, lk.offsets.data(), nullptr,
+                                 g.data(), 1, 1) != QJ_OK) {
+      std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
+      std::exit(1);
+    }
+  };
   for (const std::string& mode : o.modes) {
     // cold: rows flushed before each call; fresh: new random indices before each call.
     auto prep = [&](int) {
@@ -496,16 +519,27 @@ void run_adagrad_case(const Options& o, const std::string& fmt, int64_t dim, int
       else
         flush_rows(table, dim * eb, lk.idx);
     };
-    const double sec = time_mode(mode, run, prep, o.reps);
+    double sec = 0, qsec = 0;
+    if (o.with_qj) {
+      const auto t = qjb::time_rounds({{run, prep}, {run_qj, prep}}, o.reps > 0 ? o.reps : 201);
+      sec = qjb::quantile(t[0], 0.5);
+      qsec = qjb::quantile(t[1], 0.5);
+    } else {
+      sec = time_mode(mode, run, prep, o.reps);
+    }
     if (mode == "fresh") std::copy(lk.idx.begin(), lk.idx.end(), idx.begin());
     std::printf(
         "{\"op\": \"adagrad\", \"rows_fmt\": \"%s\", \"dim\": %lld, \"rows\": %lld, \"bags\": %lld, \"lookups\": %lld, "
         "\"index_bits\": %d, \"mode\": \"%s\", \"pages\": \"thp\", \"seconds\": %.9g, \"us_per_call\": %.3f, "
         "\"ns_per_row\": %.3f, \"rows_per_s\": %.0f, \"peer\": \"fbgemm\", \"overhead_ns\": 0, \"ok\": %d, "
         "\"update\": \"per-occurrence\", \"ref_rel_diff\": %.3g, \"kernel\": \"fbgemm::GenerateRowWiseSparseAdaGradFused (direct, 64-bit offsets, "
-        "prefetch 16)\"}\n",
+        "prefetch 16)\"",
         fmt.c_str(), (long long)dim, (long long)rows, (long long)o.bags, (long long)lk.n, (int)(8 * sizeof(Idx)),
         mode.c_str(), sec, sec * 1e6, sec / lk.n * 1e9, lk.n / sec, ok ? 1 : 0, err);
+    if (o.with_qj)
+      std::printf(", \"qj_seconds\": %.9g, \"qj_ns_per_row\": %.3f, \"qj_update\": \"coalesced\", \"vs_fbgemm\": %.3f", qsec,
+                  qsec / lk.n * 1e9, sec / qsec);
+    std::printf("}\n");
     std::fflush(stdout);
   }
 }
@@ -595,7 +629,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: fbgemm_direct emb|adagrad [--rows LIST] [--dims LIST] [--index 32,64] [--weighted 0,1]\n"
                "       [--prefetch 0,16] [--mode warm,cold,fresh] [--max-rows N] [--reps N]\n"
-               "       [--with-quantjit]   (emb: quantjit's kernel timed in the same rounds, 201 by default)\n"
+               "       [--with-quantjit]   (quantjit's kernel / update timed in the same rounds, 201 by default)\n"
                "       fbgemm_direct gemm --shapes \"M,N,K;...\" [--mode warm|cold] [--reps N]   (FP16 weights)\n");
   return 2;
 }

@@ -3,7 +3,6 @@
 #include <cpuid.h>
 #include <cpuinfo.h>
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -70,7 +69,7 @@ bool own_cpuinfo() {
                     std::strstr(info.dli_fname, "libcpuinfo") != nullptr;
     if (!ok)
       QJ_LOG(1, "cpuinfo's symbols resolve to %s, not to libcpuinfo (another copy in this process); cache sizes "
-               "from sysconf instead", info.dli_fname ? info.dli_fname : "?");
+               "from CPUID instead", info.dli_fname ? info.dli_fname : "?");
     return ok;
   }();
   return static_cast<bool>(own);
@@ -118,36 +117,65 @@ qj_isa cpu_isa() {
 namespace {
 // The size cpuinfo reports for the first cache of a level, or `fallback` when it reports none
 // (or less than `min`).
-size_t cache_size(uint32_t (*count)(), const cpuinfo_cache* (*first)(uint32_t), int sysconf_name, size_t min,
+size_t cache_size(uint32_t (*count)(), const cpuinfo_cache* (*first)(uint32_t), int level, size_t min,
                   size_t fallback) {
   size_t b = 0;
   if (own_cpuinfo()) {
     if (cpuinfo_initialize() && count() > 0) b = first(0)->size;
   } else {
-    const long v = sysconf(sysconf_name);
-    b = v > 0 ? static_cast<size_t>(v) : 0;
+    b = cpuid_cache_bytes(level);
   }
   return b >= min ? b : fallback;
 }
 }  // namespace
 
+size_t cpuid_cache_bytes(int level) {
+  // AMD: leaf 0x8000001D (with TOPOEXT), Intel: leaf 4; the same layout (EAX type and level; EBX
+  // ways, partitions and line size, ECX sets, each minus one). The size of one instance, as
+  // cpuinfo reports it. (glibc's sysconf reported 384 MiB of L3 on this guest, cpuinfo and CPUID
+  // 32 MiB.)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  const unsigned max_leaf = a;
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+  unsigned leaf = 0;
+  if (amd) {
+    __cpuid(0x80000000u, a, b, c, d);
+    if (a >= 0x8000001du) {
+      __cpuid(0x80000001u, a, b, c, d);
+      if (c & (1u << 22)) leaf = 0x8000001du;  // TOPOEXT
+    }
+  } else if (max_leaf >= 4) {
+    leaf = 4;
+  }
+  if (!leaf) return 0;
+  for (unsigned i = 0; i < 16; ++i) {
+    __cpuid_count(leaf, i, a, b, c, d);
+    const unsigned type = a & 0x1f, lv = (a >> 5) & 7;
+    if (type == 0) break;
+    if (static_cast<int>(lv) != level || (type != 1 && type != 3)) continue;  // data or unified
+    return static_cast<size_t>((b >> 22) + 1) * (((b >> 12) & 0x3ff) + 1) * ((b & 0xfff) + 1) * (size_t{c} + 1);
+  }
+  return 0;
+}
+
 size_t l2_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, _SC_LEVEL2_CACHE_SIZE, size_t(128) << 10,
+      cache_size(cpuinfo_get_l2_caches_count, cpuinfo_get_l2_cache, 2, size_t(128) << 10,
                  size_t(1) << 20);
   return bytes;
 }
 
 size_t l3_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, _SC_LEVEL3_CACHE_SIZE, size_t(1) << 20,
+      cache_size(cpuinfo_get_l3_caches_count, cpuinfo_get_l3_cache, 3, size_t(1) << 20,
                  size_t(32) << 20);
   return bytes;
 }
 
 size_t l1d_cache_bytes() {
   static const size_t bytes =
-      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, _SC_LEVEL1_DCACHE_SIZE, size_t(16) << 10,
+      cache_size(cpuinfo_get_l1d_caches_count, cpuinfo_get_l1d_cache, 1, size_t(16) << 10,
                  size_t(32) << 10);
   return bytes;
 }

@@ -18,11 +18,12 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 qj_isa cpu_isa();              // best tier of this CPU
-// Cache sizes from cpuinfo, or from sysconf where another copy of cpuinfo in the process has taken
-// its symbols (isa.cpp)
+// Cache sizes from cpuinfo, or from CPUID (cpuid_cache_bytes) where another copy of cpuinfo in the
+// process has taken its symbols (isa.cpp)
 size_t l2_cache_bytes();       // private L2 of one core (1 MiB if unknown): blocking
 size_t l1d_cache_bytes();      // L1 data cache of one core (32 KiB if unknown)
 size_t l3_cache_bytes();       // the first L3 reported (32 MiB if unknown)
+size_t cpuid_cache_bytes(int level);  // the data or unified cache of that level per CPUID, 0 if none
 qj_isa max_isa();              // the cap in force (<= cpu_isa())
 qj_status set_max_isa(qj_isa isa);
 const char* isa_name(qj_isa isa);
