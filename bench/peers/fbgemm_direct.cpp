@@ -512,11 +512,12 @@ void run_adagrad_case(const Options& o, const std::string& fmt, int64_t dim, int
     }
   };
   for (const std::string& mode : o.modes) {
-    // cold: rows flushed before each call; fresh: new random indices before each call.
+    // cold: rows flushed before each call; fresh: new random indices before each call; warm:
+    // nothing (time_rounds calls prepare in every mode).
     auto prep = [&](int) {
       if (mode == "fresh")
         for (auto& v : idx) v = static_cast<Idx>(xorshift(g_fresh) % static_cast<uint64_t>(rows));
-      else
+      else if (mode == "cold")
         flush_rows(table, dim * eb, lk.idx);
     };
     double sec = 0, qsec = 0;
