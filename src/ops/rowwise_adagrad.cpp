@@ -773,32 +773,39 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   job.seed_key = sr_seed_key(c.seed);
   job.row_bytes = d.dim * (d.table_type == QJ_F32 ? 4 : 2);
   job.multi = 0;
-  // Keep about 96 lines in flight (rows are written back too), 2 to 16 rows ahead.
+  // Keep about 96 lines in flight (rows are written back too), 2 to 16 rows ahead; on Zen 5 see
+  // below.
   const int64_t lines = (job.row_bytes + 63) / 64 + 1;
-  job.pf_dist = std::clamp<int64_t>(96 / lines, 2, 16);
+  const bool zen5 = amd_family() >= 0x1a;
   const int force = g_force_prefetch_l2.load(std::memory_order_relaxed);
   const bool big_table = static_cast<uint64_t>(c.num_rows) * static_cast<uint64_t>(job.row_bytes) > l3_cache_bytes();
-  // Zen 5 (AMD family 0x1A; the rules below were measured on Zen 4) takes prefetchw plus the far
-  // prefetcht1 for rows of every size (2026-12-01, 1M-row tables, ~1000 lookups, ns per row, the
-  // Zen 4 rule -> this, best of two runs): cold f32 dims 128 / 256 / 1024 25.0-31.0 / 50.4-62.1 /
-  // 164-171 -> 21.8 / 39.4 / 146, f16 dims 256 / 1024 27.4-101 / 99-100 -> 20.1 / 67.2; fresh
-  // within 7% either way; warm f32 / f16 dim 1024 51 / 58-59 -> 59 / 65 (FBGEMM 69 / 81).
-  const bool zen5 = amd_family() >= 0x1a;
+  // Zen 5 (AMD family 0x1A; the other rules below were measured on Zen 4): prefetchw alone, up to
+  // 48 rows ahead, about 96 lines in flight for fp32 rows and 160 for fp16 rows (whose stochastic
+  // rounding takes longer per line). Measured 2026-12-02 with the forms' calls alternating in one
+  // process (1M-row tables, ~1140 lookups; the median of the per-pair time ratios, this rule / the
+  // earlier one of prefetchw 2-16 rows ahead plus a prefetcht1 twice as far; warm / fresh / cold):
+  // fp16 dims 32 / 64 prefetchw 48 ahead 0.84 / 0.64 / 0.57 and 0.82 / 0.63 / 0.60 (24 ahead:
+  // 0.86 / 0.88 / 0.83), dim 128 32 ahead 0.90 / 0.80 / 0.79, dim 256 (10 ahead either way) 0.87 /
+  // 0.91 / 0.89, dim 512 8 ahead 0.84 / 0.97 / 0.81, dim 1024 4 ahead 0.86 / 0.96 / 0.89; fp32 dims
+  // 64 / 128 (19 / 10 ahead) 0.73-0.77 / 0.94 / 0.93 and 0.72 / 0.85-0.89 / 0.91-0.95, dims 256 -
+  // 1024 (2-5 ahead either way) 0.69-0.88 / 0.94-1.03 / 0.94-1.12, dim 32 32 ahead 0.80 / 0.86 /
+  // 0.83. The farther prefetcht1 cost cached rows 10-30% (as on Zen 4 for large rows) and brought
+  // less than a longer prefetchw distance for DRAM rows.
+  job.pf_dist = zen5 ? std::clamp<int64_t>((d.table_type == QJ_F32 ? 96 : 160) / lines, 2, 48)
+                     : std::clamp<int64_t>(96 / lines, 2, 16);
   job.pf_l2 = force >= 0 ? force == 1 : job.row_bytes >= 512 && big_table && !zen5;
-  // Rows under 512 bytes of a table larger than the L3 are also prefetched into L2 (prefetcht1)
-  // twice as far ahead: prefetchw alone keeps few rows in flight, prefetcht1 alone is bimodal on
-  // them (see prefetch_ahead). Measured 2026-12-01 (1M-row tables on 2 MiB pages, ~1000 lookups,
-  // us per call, without -> with, two runs each): new random rows every call ("fresh") fp32 dim 32
-  // 25.5-25.9 -> 18.4-19.2, dim 64 40-42 -> 30-31, fp16 dim 32 22-23 -> 15-16, dim 64 32-33 -> 23,
-  // dim 128 54-58 -> 45-48; rows flushed before each call fp16 dim 32 13.3-13.6 -> 9.1-9.4, the
-  // others the same or faster in one of the two runs (fp16 dim 64 24.4 -> 11.3 / 24.6), fp32 dim 32
-  // 19 -> 20; the same rows every call (cached) 5-23% slower: fp32 dim 32 4.9 -> 5.8, dim 64 6.1-6.2
-  // -> 7.5, fp16 dim 32 7.2 -> 8.4, dim 64 9.3 -> 10.4, dim 128 13.9 -> 14.6. Against FBGEMM
-  // (scripts/bench-fbgemm.sh adagrad, 4 runs alternating with the build before): 50-54 -> 61-65 of
-  // its 72 configurations at >= 1.0 (warm / cold / fresh, fp32 / fp16, dims 32-1024, i32 / i64).
+  // Other CPUs: rows under 512 bytes of a table larger than the L3 are also prefetched into L2
+  // (prefetcht1) twice as far ahead: prefetchw alone keeps few rows in flight, prefetcht1 alone is
+  // bimodal on them (see prefetch_ahead). Measured 2026-12-01 (1M-row tables on 2 MiB pages, ~1000
+  // lookups, us per call, without -> with, two runs each): new random rows every call ("fresh")
+  // fp32 dim 32 25.5-25.9 -> 18.4-19.2, dim 64 40-42 -> 30-31, fp16 dim 32 22-23 -> 15-16, dim 64
+  // 32-33 -> 23, dim 128 54-58 -> 45-48; rows flushed before each call fp16 dim 32 13.3-13.6 ->
+  // 9.1-9.4, the others the same or faster in one of the two runs (fp16 dim 64 24.4 -> 11.3 / 24.6),
+  // fp32 dim 32 19 -> 20; the same rows every call (cached) 5-23% slower: fp32 dim 32 4.9 -> 5.8,
+  // dim 64 6.1-6.2 -> 7.5, fp16 dim 32 7.2 -> 8.4, dim 64 9.3 -> 10.4, dim 128 13.9 -> 14.6.
   // For rows of 512 bytes and more (already prefetcht1) a second, farther prefetch made cached
   // rows 1.4-1.5x slower (fp32 dim 512 / 1024).
-  job.far_dist = (force >= 0 ? force == 2 : (job.row_bytes < 512 || zen5) && big_table) ? 2 * job.pf_dist : 0;
+  job.far_dist = (force >= 0 ? force == 2 : !zen5 && job.row_bytes < 512 && big_table) ? 2 * job.pf_dist : 0;
   const int64_t n = c.num_indices;
   const size_t nb = static_cast<size_t>(c.num_bags);
   s.bstart.resize(nb + 1);
