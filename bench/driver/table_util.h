@@ -118,21 +118,38 @@ struct Participant {
 // Rounds of timed calls over several participants, their calls interleaved: round r runs every
 // participant's prepare(r) and timed run() in turn, so a burst of noise from other processes on this
 // shared machine hits all of them alike (between processes the same kernel's median moves by 10-40%
-// here; interleaved, two kernels' medians separate 3-5% effects). Each participant is warmed up
-// first (warm_up_untimed). Returns each participant's samples in seconds, sorted.
-inline std::vector<std::vector<double>> time_rounds(const std::vector<Participant>& ps, int rounds) {
+// here; interleaved, two kernels' medians separate 3-5% effects). Odd rounds take the participants
+// in reverse order: in a fixed order, an A/A test (one AdaGrad update against itself, fresh
+// indices) put the second call 3-7% ahead. Each participant is warmed up first
+// (warm_up_untimed). Returns each participant's samples in seconds, sorted; by_round, if given,
+// receives them in round order (for paired_ratio).
+inline std::vector<std::vector<double>> time_rounds(const std::vector<Participant>& ps, int rounds,
+                                                    std::vector<std::vector<double>>* by_round = nullptr) {
   for (const Participant& p : ps) warm_up_untimed(p.run, p.prepare);
   std::vector<std::vector<double>> s(ps.size());
   for (int r = 0; r < rounds; ++r) {
-    for (size_t i = 0; i < ps.size(); ++i) {
+    for (size_t k = 0; k < ps.size(); ++k) {
+      const size_t i = r % 2 ? ps.size() - 1 - k : k;
       ps[i].prepare(r);
       const double t0 = bench::now_seconds();
       ps[i].run();
       s[i].push_back(bench::now_seconds() - t0);
     }
   }
+  if (by_round) *by_round = s;
   for (std::vector<double>& v : s) std::sort(v.begin(), v.end());
   return s;
+}
+
+// The median over rounds of a[r] / b[r] (two participants' samples in round order, time_rounds'
+// by_round). This machine's speed drifts between states for seconds at a time (the same AdaGrad
+// call at 6 or 10 ns per row); the ratio within a round follows both calls through a drift, where
+// the ratio of the two medians can land 30% off in an A/A test.
+inline double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> q(a.size());
+  for (size_t r = 0; r < a.size(); ++r) q[r] = a[r] / b[r];
+  std::sort(q.begin(), q.end());
+  return q[q.size() / 2];
 }
 
 // The q-quantile (0..1) of sorted samples, by the nearest lower rank (q = 0.5: the median).

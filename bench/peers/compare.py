@@ -11,8 +11,9 @@
 # burst or a freshly allocated table can slow one whole sample set 2-3x), median, or last.
 # FBGEMM records that carry qj_seconds (fbgemm_direct --with-quantjit: quantjit's kernel timed in
 # the same process, calls interleaved) also form their own tables, "same process", whose ratio is
-# seconds / qj_seconds of one record (repeated runs: the run of the median ratio); those are the
-# least noisy ratios on a shared machine.
+# the record's vs_fbgemm, the median of its per-round ratios (older records: seconds / qj_seconds;
+# repeated runs: the run of the median ratio); those are the least noisy ratios on a shared
+# machine. Their time columns are the two medians, whose quotient can differ from the ratio.
 # Usage: compare.py QUANTJIT.jsonl... --fbgemm FBGEMM.jsonl... [--target 1.2] [--markdown]
 # Standard library only (runs under any python3).
 import argparse
@@ -87,11 +88,15 @@ def main():
     ap.add_argument("--combine", choices=["min", "median", "last"], default="min",
                     help="how repeated runs of one configuration are combined (per side)")
     o = ap.parse_args()
+    def inproc_ratio(r):
+        # FBGEMM / quantjit in one process: vs_fbgemm, the median of the per-round ratios (older
+        # records: the ratio of the two medians)
+        return r.get("vs_fbgemm") or r["seconds"] / r["qj_seconds"]
     def combine(recs):
         if o.combine == "last" or len(recs) == 1:
             return recs[-1]
         if "qj_seconds" in recs[0]:  # same-process pairs: the run of the median ratio
-            recs = sorted(recs, key=lambda r: r["seconds"] / r["qj_seconds"])
+            recs = sorted(recs, key=inproc_ratio)
             return dict(recs[(len(recs) - 1) // 2], runs=len(recs))
         recs = sorted(recs, key=lambda r: r["seconds"])
         pick = recs[0] if o.combine == "min" else recs[(len(recs) - 1) // 2]
@@ -140,6 +145,8 @@ def main():
             ov = pr.get("overhead_ns", 0) * 1e-3
             raw = p / q
             net = max(p - ov, 0) / q
+            if "qj_seconds" in pr:  # same process: the median of the per-round ratios
+                raw = net = inproc_ratio(pr)
             if k[0] == "adagrad" and "qj_seconds" not in pr and ours[k].get("ns_per_row") and pr.get("ns_per_row"):
                 # the two tools draw their lookups differently (892 vs 995 rows per call at dim
                 # 128): compare per row, as the target is stated
