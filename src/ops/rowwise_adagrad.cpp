@@ -385,6 +385,7 @@ struct Avx512Ops {
   template <int kTable, int NV, class Next>
   QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2) {
     __m512 gv[NV];
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
     // fp16 tables: the next row's step is formed first, as in rows_f32_wide (measured warm,
     // 1000 rows: dim 64 / 128 / 256 10.9 / 16.1 / 24.5 -> 9.8 / 14.1 / 23.4 us); fp32 rows up to
@@ -396,6 +397,7 @@ struct Avx512Ops {
       const __m512 s = _mm512_set1_ps(-r.step);
       if constexpr (kTable == 0) {
         float* w = reinterpret_cast<float*>(r.w);
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) {
           prefetch_ahead(r.pf + 64 * v, l2);
           _mm512_storeu_ps(w + 16 * v, _mm512_fmadd_ps(s, gv[v], _mm512_loadu_ps(w + 16 * v)));
@@ -406,6 +408,7 @@ struct Avx512Ops {
         __m512i P = _mm512_setzero_si512();  // sr_mix of the block of 32 that vector v is in
         __m512i jg = sr_lane_golden();        // advanced by vector adds, as in upd16
         const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
+#pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) {
           if (v % 2 == 0) prefetch_ahead(r.pf + 32 * v, l2);
           if constexpr (kTable == 1) {
