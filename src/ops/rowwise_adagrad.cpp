@@ -798,16 +798,16 @@ qj_status run_tier(const qj_rowwise_adagrad_desc& d, const AdagradCall& c, int32
   const bool big_table = static_cast<uint64_t>(c.num_rows) * static_cast<uint64_t>(job.row_bytes) > l3_cache_bytes();
   // Zen 5 (AMD family 0x1A; the other rules below were measured on Zen 4): prefetchw alone, up to
   // 48 rows ahead, about 96 lines in flight for fp32 rows and 160 for fp16 rows (whose stochastic
-  // rounding takes longer per line). Measured 2026-12-02 with the forms' calls alternating in one
-  // process (1M-row tables, ~1140 lookups; the median of the per-pair time ratios, this rule / the
-  // earlier one of prefetchw 2-16 rows ahead plus a prefetcht1 twice as far; warm / fresh / cold):
-  // fp16 dims 32 / 64 prefetchw 48 ahead 0.84 / 0.64 / 0.57 and 0.82 / 0.63 / 0.60 (24 ahead:
-  // 0.86 / 0.88 / 0.83), dim 128 32 ahead 0.90 / 0.80 / 0.79, dim 256 (10 ahead either way) 0.87 /
-  // 0.91 / 0.89, dim 512 8 ahead 0.84 / 0.97 / 0.81, dim 1024 4 ahead 0.86 / 0.96 / 0.89; fp32 dims
-  // 64 / 128 (19 / 10 ahead) 0.73-0.77 / 0.94 / 0.93 and 0.72 / 0.85-0.89 / 0.91-0.95, dims 256 -
-  // 1024 (2-5 ahead either way) 0.69-0.88 / 0.94-1.03 / 0.94-1.12, dim 32 32 ahead 0.80 / 0.86 /
-  // 0.83. The farther prefetcht1 cost cached rows 10-30% (as on Zen 4 for large rows) and brought
-  // less than a longer prefetchw distance for DRAM rows.
+  // rounding takes longer per line). Measured 2026-12-02 against the earlier Zen 5 rule (prefetchw
+  // 2-16 rows ahead plus a prefetcht1 twice as far), the two builds' calls alternating in one
+  // process (1M-row tables, ~1140 lookups; the median of the per-pair time ratios new / old; warm
+  // / fresh / cold): fp16 dims 32 / 64 / 128 / 256 / 512 / 1024 (48 / 48 / 32 / 17 / 9 / 4 rows
+  // ahead) 0.86 / 0.86 / 0.64, 0.87 / 0.77 / 0.72, 0.91 / 0.80 / 0.81, 0.90 / 1.00 / 0.83, 0.95 /
+  // 0.95 / 0.89, 0.89 / 0.93 / 0.88; fp32 dims 32 / 64 / 128 / 256 / 512 / 1024 (32 / 19 / 10 / 5 /
+  // 2 / 2 ahead) 0.87 / 0.89 / 0.78, 0.79 / 0.81 / 0.92, 0.72 / 0.92 / 0.90, 0.78 / 1.04 / 1.02,
+  // 0.80 / 1.11 / 1.24, 0.68 / 0.94 / 0.98 (fp32 dim 512 loses on DRAM rows). The farther
+  // prefetcht1 cost cached rows 10-30%; in a sweep of distances without it (4-48 ahead) the longer
+  // prefetchw distances above beat 16 on DRAM rows.
   job.pf_dist = zen5 ? std::clamp<int64_t>((d.table_type == QJ_F32 ? 96 : 160) / lines, 2, 48)
                      : std::clamp<int64_t>(96 / lines, 2, 16);
   job.pf_l2 = force >= 0 ? force == 1 : job.row_bytes >= 512 && big_table && !zen5;
