@@ -648,7 +648,7 @@ TierFns tier_fns<Avx512Ops>() {
 // a multi_rows entry (in order of second occurrence) with its occurrences chained in increasing
 // position (next[], and bag[] for the chained positions). Open addressing without clearing: a
 // slot belongs to this call if it carries this call's generation; it holds the row's first
-// position. Compact slots (one uint64: row << 32 | generation << 24 | first position) when rows
+// position. Compact slots (one uint64: row << 32 | first position << 8 | generation) when rows
 // and positions fit (~1000 lookups: a 128 KiB table, 16 slots per lookup, see group_rows);
 // otherwise 16-byte slots (row, generation << 40 | first position). Rows that occur once cost the
 // probe and one byte (they are updated straight from the index array, see occurrence_range).
@@ -664,8 +664,9 @@ bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint
   int64_t nm = 0;
   uint64_t* cslots = s.cslots.data();
   Slot* slots = s.slots.data();
-  const uint64_t cgen = (s.cgen & 0xff) << 24;
+  const uint8_t cgen = static_cast<uint8_t>(s.cgen);
   const uint64_t gtag = s.gen << 40, idmask = (uint64_t{1} << 40) - 1;
+  std::memset(multi, 0, static_cast<size_t>(bstart[nbags]));  // (rows that occur once keep 0)
   for (int64_t b = 0; b < nbags; ++b) {
     for (int64_t i = bstart[b], end = bstart[b + 1]; i < end; ++i) {
       const int64_t row = idx[i];
@@ -675,13 +676,13 @@ bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint
       for (;;) {
         if constexpr (kCompact) {
           const uint64_t v = cslots[h];
-          if ((v & 0xff000000u) != cgen) {  // empty in this generation: a new row
-            cslots[h] = static_cast<uint64_t>(row) << 32 | cgen | static_cast<uint64_t>(i);
+          if (static_cast<uint8_t>(v) != cgen) {  // empty in this generation: a new row
+            cslots[h] = static_cast<uint64_t>(row) << 32 | static_cast<uint64_t>(i) << 8 | cgen;
             first = -1;
             break;
           }
           if (static_cast<int64_t>(v >> 32) == row) {
-            first = static_cast<int64_t>(v & 0xffffff);
+            first = static_cast<int64_t>((v >> 8) & 0xffffff);
             break;
           }
         } else {
@@ -699,10 +700,7 @@ bool group_rows_impl(Scratch& s, const Idx* idx, int64_t nbags, int logcap, uint
         }
         h = (h + 1) & mask;
       }
-      if (first < 0) {
-        multi[i] = 0;
-        continue;
-      }
+      if (first < 0) continue;
       multi[i] = 1;
       if (!multi[first]) {  // the row's second occurrence: its entry, with the first occurrence's bag
         multi[first] = 1;
