@@ -73,8 +73,9 @@ inline void prefetch_w(const void* p) { asm volatile("prefetchw %0" : : "m"(*sta
 // prefetchw (plus a farther prefetcht1, Job::far_dist): prefetcht1 alone was bimodal on them
 // (fp16 dim 64: 14 or 53 against 24; again 2026-12-01, 12-16 or 51-52), slow whenever
 // the table sat on 4 KiB pages (measured with --pages 4k: a prefetcht1 that misses the TLB seems
-// to be dropped, prefetchw walks the page table). The flag is a constant in each instantiation
-// of the driver, so the branch folds away.
+// to be dropped, prefetchw walks the page table). On Zen 5 every row takes prefetchw alone
+// (run_tier). The flag is a constant in each instantiation of the driver, so the branch folds
+// away.
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, bool l2) {
   if (l2)
     asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
