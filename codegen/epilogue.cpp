@@ -145,7 +145,12 @@ void scale_vec(Assembler& a, const Simd& s, const KernelKey& key, const Epilogue
       a.vmulps(A, A, T1);
     }
   }
-  if (key.has_bias) {
+  if (r.mult_v >= 0 && j == 0) {
+    if (key.has_bias)
+      a.vfmadd213ps(A, s.v(r.mult_v), s.v(r.bias_v));  // A = A * mult + bias
+    else
+      a.vmulps(A, A, s.v(r.mult_v));
+  } else if (key.has_bias) {
     a.vmovups(T0, ptr(r.mult, col_bytes));
     a.vfmadd213ps(A, T0, ptr(r.bias, col_bytes));  // A = A * mult + bias
   } else {
@@ -338,8 +343,14 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
   // conversion and the add cannot overflow, and y is never NaN).
   const bool bounded = (key.epilogue & kEpiBoundedY) != 0;
   round_q(a, s, key, r, A);
-  op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
-  if (bounded) op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
+  if (r.zp_v >= 0)
+    a.vpaddd(A, A, s.v(r.zp_v));
+  else
+    op_const(a, s, Inst::kIdVpaddd, A, r, offsetof(EpilogueConsts, c_zp), r.t0);
+  if (bounded && r.lo_v >= 0)
+    a.vpmaxsd(A, A, s.v(r.lo_v));
+  else if (bounded)
+    op_const(a, s, Inst::kIdVpmaxsd, A, r, offsetof(EpilogueConsts, q_lo), r.t0);
   if (r.narrow_n) {
     store_narrow_bytes(a, key, r, A);
     return;
@@ -364,6 +375,32 @@ void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const Ep
     else
       a.vmovq(ptr(r.c_row, c_off), xa);
   }
+}
+
+int emit_resident_consts(Assembler& a, const Simd& s, const KernelKey& key, EpilogueRegs& r, int first,
+                         int count) {
+  if (!s.zmm || key.c_type == QJ_S32) return 0;
+  int used = 0;
+  const int mb = key.has_bias ? 2 : 1;  // scale_vec takes the multipliers and bias both or neither
+  if (count >= mb) {
+    r.mult_v = first;
+    a.vmovups(s.v(r.mult_v), ptr(r.mult));
+    if (key.has_bias) {
+      r.bias_v = first + 1;
+      a.vmovups(s.v(r.bias_v), ptr(r.bias));
+    }
+    used = mb;
+  }
+  auto bcst = [&](int& field, size_t off) {
+    if (used == count) return;
+    field = first + used++;
+    a.vpbroadcastd(s.v(field), dword_ptr(r.consts, static_cast<int32_t>(off)));
+  };
+  if (key.c_type == QJ_U8 || key.c_type == QJ_S8) {
+    bcst(r.zp_v, offsetof(EpilogueConsts, c_zp));
+    if (key.epilogue & kEpiBoundedY) bcst(r.lo_v, offsetof(EpilogueConsts, q_lo));
+  }
+  return used;
 }
 
 namespace {

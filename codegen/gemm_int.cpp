@@ -359,7 +359,10 @@ void emit_bank_pipeline(Assembler& a, int mr, KBank&& k_bank, OutBank&& out_bank
   a.bind(l_done);
 }
 
-// Vector registers of the tall kernel with mr rows per bank and kg K quads (see emit_s8_tall).
+// The bound on the vector registers of the tall kernel with mr rows per bank and kg K quads that
+// chooses mr (gemm_int_tall_max_mr): the banks, B, the corrections, two A registers and two
+// temporaries. The kernel itself uses one A register and gives what is left to the output
+// stage's constants (see emit_s8_tall).
 int tall_regs(int mr, int kg) { return 2 * mr + kg + 5; }
 
 // ---------------------------------------------------------------------------------------------
@@ -391,14 +394,19 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
     *why = "tall tiles: unsupported output stage";
     return false;
   }
-  // Registers (tall_regs): two banks of mr accumulators, the kg B vectors, the column
-  // corrections, two A broadcasts, the output stage's two temporaries. (B as the multiplies'
-  // memory operand, a second 64-byte load per vpdpbusd, ran at half the speed.)
-  const int bank[2] = {0, mr}, breg = 2 * mr, corr = breg + kg, areg = corr + 1, treg = areg + 2;
+  // Registers (at most tall_regs): two banks of mr accumulators, the kg B vectors, the column
+  // corrections, the A broadcast, the output stage's two temporaries, and in the registers left
+  // the output stage's constants (emit_resident_consts; the loads bound this kernel on Zen 5).
+  // The temporaries are used only by bf16 and beta outputs and by multipliers read from memory;
+  // otherwise they alias the constants. (B as the multiplies' memory operand, a second 64-byte
+  // load per vpdpbusd, ran at half the speed.)
+  const int bank[2] = {0, mr}, breg = 2 * mr, corr = breg + kg, areg = corr + 1, free0 = areg + 1;
   if (tall_regs(mr, kg) > s.regs) {
     *why = "register tile too large for the ISA";
     return false;
   }
+  const bool alias_temps = key.c_type != QJ_BF16 && !key.has_beta && s.regs - free0 >= (key.has_bias ? 2 : 1);
+  const int treg = alias_temps ? s.regs - 2 : free0;
   const int lanes = key.n_tail ? key.n_tail : 16;
 
   cg::EpilogueRegs er = emit_bank_prologue(a, s.v(corr), treg);
@@ -407,6 +415,8 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(rdx, ARG(b));
   const int b_stride = key.param[3] ? static_cast<int>(key.param[3]) : 64;  // bytes per K quad of B
   for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, q * b_stride));
+  const int first_const = alias_temps ? free0 : free0 + 2;
+  cg::emit_resident_consts(a, s, key, er, first_const, s.regs - first_const);
   // The output stage of row i of bank b (C rows in order: rbx walks down C by ldc).
   auto out_row = [&](int b, int i) {
     cg::emit_output_vec(a, s, key, er, bank[b] + i, false, 0, 0, lanes);
@@ -414,13 +424,12 @@ bool emit_s8_tall(const KernelKey& key, Assembler& a, std::string* why) {
   };
   // The K steps of the bank of rows at rsi into register bank b, with the output stage of the
   // other register bank's rows (out_other) spread over them.
-  int next_a = 0;
   auto k_bank = [&](int b, bool out_other) {
     for (int i = 0; i < mr; ++i) a.vmovdqa32(s.v(bank[b] + i), s.v(corr));
     int done = 0;
     for (int q = 0; q < kg; ++q) {
       for (int i = 0; i < mr; ++i) {
-        const Vec av = s.v(areg + (next_a++ & 1));
+        const Vec av = s.v(areg);
         a.vpbroadcastd(av, a_row(i, 4 * q, 4));
         a.vpdpbusd(s.v(bank[b] + i), av, s.v(breg + q));
       }
@@ -486,6 +495,7 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 
   // (the column corrections sit in the d = 0 lanes)
   cg::EpilogueRegs er = emit_bank_prologue(a, rv(corr), treg);
+  cg::emit_resident_consts(a, s, key, er, treg + 4, s.regs - (treg + 4));
   er.narrow_n = n;
   er.ldc1 = r14;
   er.ldc3 = r15;
