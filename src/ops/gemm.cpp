@@ -395,6 +395,17 @@ constexpr int kTallMr = 8;
 // 64 / 128 / 256 x 4096 x 36: 0.77 -> 0.50-0.58 of the peak; f32 C at N = 1024 too), below it
 // faster (u8 C, N = 64 / 256 / 1024, M = 128 to 1024, K = 36: 0.66-0.76 -> 0.83-0.86).
 constexpr int64_t kTallMaxRowBytes = 4096;
+// Whether the tall kernels may run N > 16 columns over rows of C row_bytes apart. On Zen 5 rows a
+// multiple of 1024 bytes apart also ran far slower than the ordinary kernels (u8 C, K = 36, tall
+// / ordinary time in one process, 2026-12-02: 2000 x 1024 / 2048 / 3072 0.42 / 0.24 / 0.66 of
+// their speed, 20000 x 1024 0.46, f32 C 2000 x 256 0.71-0.73), where the other strides kept
+// their gain (u8 C N = 256 / 512 / 640 / 768 / 1536 / 2560 1.12 / 1.06 / 1.15 / 1.11 / 1.05 /
+// 1.02x the ordinary kernels' speed): 4 KiB aliasing of the column slices' stores. Zen 4 gained
+// at N = 1024 (above).
+static bool tall_row_bytes_ok(int64_t row_bytes) {
+  static const bool zen5 = amd_family() >= 0x1a;
+  return row_bytes < kTallMaxRowBytes && !(zen5 && row_bytes % 1024 == 0);
+}
 // The tall kernels (codegen/gemm_int flags bit 6, nr = 16) where the narrow-N kernel does not
 // apply (N other than 4 / 8, K < 8, bf16 output, beta), u8 A in place: they read 16 columns of
 // the packed panels (K quads nr * 4 bytes apart) and the plan's column arrays as they are: one
@@ -1331,7 +1342,7 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
   // tall kernels (split over the threads by banks), the rows left over by the ordinary kernels
   // (exact either way).
   const bool narrow =
-      p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || ldc * out_bytes < kTallMaxRowBytes);
+      p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || tall_row_bytes_ok(ldc * out_bytes));
   const int64_t m4 = narrow ? m / p.narrow_mr * p.narrow_mr : 0;
   const int64_t rest = m - m4;
   const void* const a_rest = static_cast<const uint8_t*>(a) + m4 * lda;
