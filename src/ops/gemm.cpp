@@ -400,7 +400,8 @@ constexpr int64_t kTallMaxRowBytes = 4096;
 // / ordinary time in one process, 2026-12-02: 2000 x 1024 / 2048 / 3072 0.42 / 0.24 / 0.66 of
 // their speed, 20000 x 1024 0.46, f32 C 2000 x 256 0.71-0.73), where the other strides kept
 // their gain (u8 C N = 256 / 512 / 640 / 768 / 1536 / 2560 1.12 / 1.06 / 1.15 / 1.11 / 1.05 /
-// 1.02x the ordinary kernels' speed): 4 KiB aliasing of the column slices' stores. Zen 4 gained
+// 1.02x the ordinary kernels' speed). Such rows put a column slice's stores 4 KiB apart every
+// 4 / 2 / 4 rows and into few L1 sets (which of the two costs was not measured). Zen 4 gained
 // at N = 1024 (above).
 static bool tall_row_bytes_ok(int64_t row_bytes) {
   static const bool zen5 = amd_family() >= 0x1a;
