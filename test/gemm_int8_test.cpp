@@ -21,6 +21,7 @@
 #include <set>
 #include <vector>
 
+#include "src/core/isa.h"
 #include "src/formats/half.h"
 #include "src/ops/gemm.h"
 #include "src/ops/int_weights.h"
@@ -139,6 +140,70 @@ TEST_P(GemmInt8, NTails) {
       c.m = mr(n, c.k, true) + 1;
       c.b_zp = true;
       EXPECT_CASE(with_out(c, ct));
+    }
+  }
+}
+
+// --- The s8 GEMV over weights of about L2 size: every other call walks the panels backwards, in
+// chunks (gemm.cpp kGemvChunkBytes); each call's output is the reference's, bit for bit, with a
+// partial last panel, per-channel and per-group scales, bias and ReLU. -----------------------------
+TEST_P(GemmInt8, GemvAlternatingDirections) {
+  const int64_t k = 2048, n = 1000;  // 2 MiB of packed panels (64-column panels)
+  std::mt19937 g(4242);
+  std::vector<int8_t> wq(k * n);
+  for (auto& v : wq) v = static_cast<int8_t>(static_cast<int>(g() % 256) - 128);
+  std::vector<uint8_t> a(k);
+  for (auto& v : a) v = static_cast<uint8_t>(g());
+  std::vector<float> bias(n);
+  for (auto& v : bias) v = static_cast<float>(static_cast<int>(g() % 2001) - 1000) * 0.05f;
+  for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+    const int64_t group = 128;
+    std::vector<float> scales(gran == QJ_GRAN_GROUP ? n * (k / group) : n);
+    for (auto& v : scales) v = 0.0005f + static_cast<float>(g() % 1000) * 1e-6f;
+    qj_weights_desc wd{};
+    wd.dtype = QJ_S8;
+    wd.k = k;
+    wd.n = n;
+    wd.granularity = gran;
+    wd.group_size = gran == QJ_GRAN_GROUP ? group : 0;
+    wd.scales = scales.data();
+    std::shared_ptr<qj::PackedWeights> w;
+    ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), n, isa(), &w), QJ_OK) << qj_last_error();
+    qj::ref::IntWeights rw;
+    rw.k = k;
+    rw.n = n;
+    rw.gran = gran;
+    rw.group_size = wd.group_size;
+    rw.scales = scales;
+    rw.q.assign(wq.begin(), wq.end());
+    for (qj_dtype ct : {QJ_U8, QJ_F32}) {
+      qj_gemm_desc d{};
+      d.a_type = QJ_U8;
+      d.a_scale = 0.05f;
+      d.a_zero_point = 131;
+      d.c_type = ct;
+      d.c_scale = ct == QJ_U8 ? 0.7f : 1.0f;
+      d.c_zero_point = ct == QJ_U8 ? 100 : 0;
+      d.bias = bias.data();
+      d.activation = ct == QJ_F32 ? QJ_ACT_RELU : QJ_ACT_NONE;
+      std::unique_ptr<qj::GemmPlan> p;
+      ASSERT_EQ(qj::gemm_plan_create(d, w, &p), QJ_OK) << qj_last_error();
+      const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
+      if (vnni && gran == QJ_GRAN_CHANNEL) {  // (the path the rule applies to; other tiers run it too)
+        EXPECT_TRUE(p->gemv_direct);
+        const size_t bytes = size_t{2} << 20, l2 = qj::l2_cache_bytes();
+        EXPECT_EQ(p->gemv_chunk_panels > 0, 4 * bytes >= 3 * l2 && bytes <= 4 * l2) << "L2 " << l2;
+        if (l2 == size_t{1} << 20) EXPECT_EQ(p->gemv_chunk_panels, 1);  // 128 KiB chunks of 128 KiB panels
+      }
+      const size_t ob = ct == QJ_U8 ? 1 : 4;
+      std::vector<uint8_t> ref(n * ob);
+      qj::ref::gemm_int(d, rw, 1, a.data(), k, ref.data(), n);
+      for (int call = 0; call < 4; ++call) {
+        std::vector<uint8_t> c(n * ob, static_cast<uint8_t>(0xA5 + call));
+        ASSERT_EQ(qj::gemm_run(*p, 1, a.data(), k, c.data(), n, 0, 1), QJ_OK) << qj_last_error();
+        EXPECT_EQ(0, std::memcmp(c.data(), ref.data(), c.size()))
+            << "call " << call << " gran " << gran << " c " << qj_dtype_name(ct) << " isa " << qj_isa_name(isa());
+      }
     }
   }
 }

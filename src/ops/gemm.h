@@ -6,6 +6,7 @@
 #pragma once
 #include <quantjit/quantjit.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,11 @@ struct GemmPlan {
   // and ldc, built once here; gemm_run makes one call over every panel.
   bool gemv_direct = false;
   GemmIntArgs gemv_args{};
+  // gemv_chunk_panels > 0: every other call of this plan walks the panels backwards, in chunks of
+  // that many panels (gemm.cpp, kGemvChunkBytes), so that it starts on the lines the previous
+  // call read last; gemv_calls counts the calls (relaxed: any order gives the same output).
+  int64_t gemv_chunk_panels = 0;
+  mutable std::atomic<uint32_t> gemv_calls{0};
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
   // narrow-N kernel on B and the column arrays expanded to its layout; the rows left over run
   // the ordinary kernels above (both exact: any split gives the same bits).
