@@ -314,7 +314,10 @@ static int s8_prefetch_bytes(int rows, size_t bytes) {
 // 38.5-43.9 -> 35.6-36.5; 1 x 800 x 8000 (6.4 MB) and 1 x 4096 x 4096 unchanged, 1 x 11008 x 4096
 // (45 MB, from DRAM) 611-613 -> 642-726 and weights below half of L2 1-6% slower (the extra
 // calls; 1 x 1024 x 512, 512 KB, 2.40-2.47 -> 2.42-2.55): hence weights of 3/4 L2 to 4 L2 only.
-// Chunks of 4 panels (K = 512) measured faster than 16 (2 MB: 19.0-19.3 us) or 1.
+// Chunks of 4 panels (K = 512) measured faster than 16 (2 MB: 19.0-19.3 us) or 1. The gain needs
+// the plan's calls to follow one another with little else between them (a loop over one layer,
+// a recurrent step, a benchmark); with another library's call between two of ours (the sweep's
+// --vs onednn) the times stayed as before, neither faster nor slower.
 constexpr size_t kGemvChunkBytes = size_t{128} << 10;
 
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
