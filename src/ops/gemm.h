@@ -59,7 +59,8 @@ struct GemmPlan {
   int32_t row_sum_mult = 1;
   std::vector<int> ksets;   // float kernels: accumulator sets of kernels[r - 1]
   // GEMV with u8 A read in place (s8 weights, one thread): the kernel's arguments apart from A, C
-  // and ldc, built once here; gemm_run makes one call over every panel.
+  // and ldc, built once here; gemm_run makes one call over every panel (or, see below, calls
+  // over chunks of them).
   bool gemv_direct = false;
   GemmIntArgs gemv_args{};
   // gemv_chunk_panels > 0: every other call of this plan walks the panels backwards, in chunks of
