@@ -1367,8 +1367,9 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
   const int64_t rest = m - m4;
   const void* const a_rest = static_cast<const uint8_t*>(a) + m4 * lda;
   void* const c_rest = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
-  // GEMV, u8 A in place: one call over every panel with the plan's arguments (run_tiles makes
-  // the same kernel calls per N block, after sizing scratch a GEMV does not use).
+  // GEMV, u8 A in place: one call over every panel with the plan's arguments, or every other
+  // call backwards by chunks (kGemvChunkBytes) (run_tiles makes the same kernel calls per N
+  // block, after sizing scratch a GEMV does not use).
   const bool gemv = rest == 1 && nth == 1 && p.gemv_direct;
   // The leftover rows' scratch before the narrow kernels write (run_tiles sizes it itself when
   // it is the first to write).
