@@ -55,11 +55,14 @@ void store_partial_xmm(Assembler& a, const Xmm& x, const Gp& base, int off, int 
 }
 
 // Narrow-N stores (see EpilogueRegs; zmm only). A holds the final 32-bit values (fp32 or int32):
-// vpermd puts them in row order, then one store of N dwords per row.
+// vpermd puts them in row order (unless they are: narrow_rows), then one store of N dwords per
+// row.
 void store_narrow_dwords(Assembler& a, const EpilogueRegs& r, const Vec& A) {
-  const Vec P = zmm(r.t1);
-  a.vmovdqu32(P, ptr(r.perm));
-  a.vpermd(A, P, A);
+  if (!r.narrow_rows) {
+    const Vec P = zmm(r.t1);
+    a.vmovdqu32(P, ptr(r.perm));
+    a.vpermd(A, P, A);
+  }
   if (r.narrow_compact) {
     a.vmovdqu32(ptr(r.c_row), A);
   } else if (r.narrow_n == 4) {
@@ -74,7 +77,7 @@ void store_narrow_dwords(Assembler& a, const EpilogueRegs& r, const Vec& A) {
 }
 
 // u8 / s8: the in-range int32 values narrowed to bytes (lane order), put in row order by
-// vpshufb, then one store of N bytes per row.
+// vpshufb (unless they are: narrow_rows), then one store of N bytes per row.
 void store_narrow_bytes(Assembler& a, const KernelKey& key, const EpilogueRegs& r, const Vec& A) {
   const Xmm xa = xmm(A.id());
   if (!(key.epilogue & kEpiBoundedY))
@@ -83,7 +86,7 @@ void store_narrow_bytes(Assembler& a, const KernelKey& key, const EpilogueRegs& 
     a.vpmovusdb(xa, A);
   else
     a.vpmovsdb(xa, A);
-  a.vpshufb(xa, xa, ptr(r.perm, 64));
+  if (!r.narrow_rows) a.vpshufb(xa, xa, ptr(r.perm, 64));
   if (r.narrow_compact) {
     a.vmovdqu(ptr(r.c_row), xa);
   } else if (r.narrow_n == 4) {

@@ -67,6 +67,9 @@ struct EpilogueRegs {
   // constants emit_narrow_consts placed in the code. f32 without beta, s32, u8 and s8 outputs.
   int narrow_n = 0;
   bool narrow_compact = false;  // C rows are contiguous (ldc = N elements): one store per vector
+  // The vector's lanes are already in row order (lane l: row l / N, column l % N; the narrow
+  // kernel's row-lane variant): the stores permute nothing and `perm` is unused.
+  bool narrow_rows = false;
   asmjit::x86::Gp ldc1, ldc3;
   asmjit::Label perm;
   // Packed u8 / s8 rows (zmm, four vectors per row; see emit_panel_end): the dword permutation

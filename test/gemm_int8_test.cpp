@@ -679,10 +679,14 @@ TEST_P(GemmInt8, U8AReadInPlace) {
 // groups of 8 rows and the ordinary kernels for the rows left over: K chunks of 8 with an
 // overlapping last chunk (K % 8 != 0), unrolled up to 8 chunks and looped above, every output
 // type, bias / ReLU, zero points, odd lda, contiguous and padded rows of C (the kernel's two
-// store paths), partitions. Other tiers and A types take the ordinary kernels on the same cases.
+// store paths), partitions. N = 4 with K a multiple of 4 from 16 to 36 runs its row-lane variant
+// instead (emit_s8_narrow_rows, groups of 4 rows; checked below): sets of 4 quads and of one
+// (K = 20, 36), the group's second 16 dwords masked (K = 20 to 28) or not (32, 36), rows K
+// bytes apart (vpermt2d) or not (lda_pad: 16-byte row reads). Other tiers and A types take the
+// ordinary kernels on the same cases.
 TEST_P(GemmInt8, NarrowN) {
   uint32_t seed = 2600;
-  for (int64_t k : {7, 8, 9, 12, 16, 20, 36, 64, 68, 100, 288, 1500})
+  for (int64_t k : {7, 8, 9, 12, 16, 20, 24, 28, 32, 36, 64, 68, 100, 288, 1500})
     for (int64_t n : {4, 8})
       for (int64_t m : {8, 9, 15, 16, 17, 40, 97}) {
         if (k >= 1500 && m > 17) continue;
@@ -703,6 +707,33 @@ TEST_P(GemmInt8, NarrowN) {
         c.c_type = QJ_U8;  // the FBGEMM benchmark's output stage, every case
         EXPECT_CASE(c);
       }
+  // The plan holds the row-lane variant exactly where it applies (4 rows a group; the narrow-N
+  // kernel takes 8).
+  for (int64_t k : {12, 15, 16, 20, 24, 28, 32, 36, 38, 40})
+    for (int64_t n : {4, 8}) {
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = k;
+      wd.n = n;
+      wd.layout = QJ_LAYOUT_KN;
+      wd.granularity = QJ_GRAN_CHANNEL;
+      const std::vector<float> scales(static_cast<size_t>(n), 0.01f);
+      wd.scales = scales.data();
+      std::vector<int8_t> b(static_cast<size_t>(k * n), 3);
+      std::shared_ptr<qj::PackedWeights> w;
+      ASSERT_EQ(qj::pack_int_weights(wd, b.data(), n, isa(), &w), QJ_OK) << qj_last_error();
+      qj_gemm_desc gd{};
+      gd.a_type = QJ_U8;
+      gd.a_scale = 0.1f;
+      gd.a_zero_point = 3;
+      gd.c_type = QJ_U8;
+      gd.c_scale = 0.5f;
+      std::unique_ptr<qj::GemmPlan> p;
+      ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+      const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
+      const bool rows = vnni && n == 4 && k % 4 == 0 && k >= 16 && k <= 36;
+      EXPECT_EQ(p->narrow_mr, !vnni ? 0 : rows ? 4 : 8) << "k " << k << " n " << n;
+    }
 }
 
 // u8 A in place with K a multiple of 4 up to 4 * kTallMaxKGroups (any lda, N other than the

@@ -355,10 +355,17 @@ constexpr int64_t kFp6BytesMaxA = int64_t(2) << 20;
 // K [K - 8, K) with zeros where the previous chunk already counted), qword c of a pattern holding
 // column c; the accumulators' start (column correction c in dword 2c); the multipliers and bias
 // per lane of the epilogue's narrow layout (codegen/epilogue.h). `key` is the plan's s8 key.
+// N = 4 with K a multiple of 4 from 16 to 36 tries the row-lane variant first.
+qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken);
 qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   const int n = static_cast<int>(w.n);
   const int64_t k = w.k, n_full = k / 8, chunks = n_full + (k % 8 != 0 ? 1 : 0);
+  if (n == 4 && k % 4 == 0 && k >= 16 && k <= 36) {
+    bool taken = false;
+    QJ_TRY(plan_narrow_rows(key, p, &taken));
+    if (taken) return QJ_OK;
+  }
   if (!fill_buffer(p->narrow_b, static_cast<size_t>(chunks * n) * 8) ||
       !fill_buffer(p->narrow_cols, 3 * 64))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's narrow-N operands");
@@ -423,6 +430,49 @@ static bool tall_row_bytes_ok(int64_t row_bytes) {
   static const bool zen5 = amd_family() >= 0x1a;
   return row_bytes < kTallMaxRowBytes && !(zen5 && row_bytes % 1024 == 0);
 }
+// The row-lane variant of the narrow-N kernel (codegen/gemm_int emit_s8_narrow_rows: N = 4, K a
+// multiple of 4 from 16 to 36; flags bit 6, param[4] = 1) and its operands: B_q per quad of K
+// (lane l: quad q of column l % 4), and the accumulators' start, the multipliers and the bias
+// per lane (column l % 4). *taken tells whether the kernel was generated (else plan_narrow goes on
+// to the narrow-N kernel, which overwrites these buffers). 156800 x 4 x 36 u8 C: see the kernel.
+qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
+  *taken = false;
+  const PackedWeights& w = *p->w;
+  const int64_t kg = w.k / 4;
+  if (!fill_buffer(p->narrow_b, static_cast<size_t>(kg) * 64) || !fill_buffer(p->narrow_cols, 3 * 64))
+    return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's narrow-N operands");
+  const int8_t* panel = w.packed.data<int8_t>();  // N <= nr: one panel, [K / 4][nr][4]
+  int8_t* b = p->narrow_b.data<int8_t>();
+  int32_t* corr = p->narrow_cols.data<int32_t>();
+  float* mult = reinterpret_cast<float*>(corr + 16);
+  float* bias = mult + 16;
+  for (int l = 0; l < 16; ++l) {
+    const int c = l % 4;
+    for (int64_t q = 0; q < kg; ++q)
+      for (int e = 0; e < 4; ++e) b[(q * 16 + l) * 4 + e] = panel[q * w.nr * 4 + c * 4 + e];
+    corr[l] = p->col_corr.data<int32_t>()[c];
+    mult[l] = p->col_mult.data<float>()[c];
+    bias[l] = p->col_bias.data<float>()[c];
+  }
+  key.mr = 4;
+  key.nr = 4;
+  key.flags = 64;
+  key.n_tail = 0;
+  key.param[0] = 0;
+  key.param[1] = static_cast<uint32_t>(w.k);
+  key.param[4] = 1;
+  KernelRef ref;
+  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
+    QJ_LOG(1, "gemm: row-lane narrow-N kernel declined (%s); trying the narrow-N kernel", last_error());
+    return QJ_OK;
+  }
+  p->gen_us += ref.gen_us();
+  p->narrow = std::move(ref);
+  p->narrow_mr = 4;
+  *taken = true;
+  return QJ_OK;
+}
+
 // The tall kernels (codegen/gemm_int flags bit 6, nr = 16) where the narrow-N kernel does not
 // apply (N other than 4 / 8, K < 8, bf16 output, beta), u8 A in place: they read 16 columns of
 // the packed panels (K quads nr * 4 bytes apart) and the plan's column arrays as they are: one

@@ -69,11 +69,14 @@ struct GemmPlan {
   int64_t gemv_chunk_panels = 0;
   mutable std::atomic<uint32_t> gemv_calls{0};
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
-  // narrow-N kernel on B and the column arrays expanded to its layout; the rows left over run
-  // the ordinary kernels above (both exact: any split gives the same bits).
+  // narrow-N kernel (or its row-lane variant, 4 rows a group: N = 4, K a multiple of 4 from 16
+  // to 36) on B and the column arrays expanded to its layout; the rows left over run the
+  // ordinary kernels above (both exact: any split gives the same bits).
   KernelRef narrow;
   int narrow_mr = 0;
-  AlignedBuffer narrow_b, narrow_cols;  // B patterns [chunks][N][8]; start, mult, bias vectors
+  // B patterns ([chunks][N][8]; the row-lane variant [K / 4][16 lanes][4]); start, mult, bias
+  // vectors
+  AlignedBuffer narrow_b, narrow_cols;
   // Tall (K <= 4 * kTallMaxKGroups, N not the narrow-N kernel's; codegen/gemm_int flags bit 6
   // with nr = 16): `narrow` is the software-pipelined kernel of emit_s8_tall for 16 columns (or
   // for all N when N < 16), `narrow_tail` the one for the last N % 16 columns (N > 16). gemm_run
