@@ -611,16 +611,17 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 // reduction, 2.25 multiplies a row at K = 36 against the narrow kernel's five 256-bit ones) and
 // the output stage works on 4 whole rows in row order (EpilogueRegs::narrow_rows). Per group of 4
 // rows and set of 4 quads of K, one vector G holds in 128-bit lane r the set's 4 quads of row r;
-// vpshufd (in-lane, beside the multiplies' pipes on Zen 5) broadcasts each quad across its lane,
-// and vpdpbusd multiplies it with B_q (lane l: quad q of column l % 4). G comes from one
+// vpshufd broadcasts each quad across its lane, and vpdpbusd multiplies it with B_q (lane l: quad
+// q of column l % 4). (On Zen 5 vpshufd issues four a cycle beside the multiplies: 0.01 of a
+// vpdpbusd's issue slot each in `quantjit-bench peak --only mix`, vpermd 0.16, vpermt2d 0.31,
+// vpshufb 0.15.) G comes from one
 // vpermt2d when the rows are K bytes apart (the 4 rows, at most 144 bytes, are two 64-byte
 // reads), else from four 16-byte row reads (vinserti32x4). A set of one quad (K = 4 mod 16) is
 // broadcast by the vpermt2d itself. Set s reads quads off_s .. off_s + 3 of each row, off_s =
 // min(4 s, K / 4 - 4), so that no read passes a row's end (nor the group's: the two 64-byte reads
 // of a set are placed inside its 4 K bytes). Intrinsics models of the loop (2026-12-02,
 // 156800 x 4 x 36, u8 C, ns a row): this one 0.65-0.66; all 9 quads by vpermt2d 0.71; G from 16-byte
-// reads alone 0.77-0.79; the narrow kernel 0.82-0.83 (lane-crossing permutes share the
-// multiplies' pipes here, vpshufd does not).
+// reads alone 0.77-0.79; the narrow kernel 0.82-0.83.
 // key.param[1] = K; key.mr = 4 (rows per group); key.nr = 4. B at args.b: K / 4 vectors B_q;
 // the accumulators' start, multipliers and bias per lane at args.col_corr / col_mult / col_bias.
 // The kernel runs n_panels groups of 4 rows (A rows args.lda apart, C rows ldc apart).

@@ -680,7 +680,7 @@ TEST_P(GemmInt8, U8AReadInPlace) {
 // overlapping last chunk (K % 8 != 0), unrolled up to 8 chunks and looped above, every output
 // type, bias / ReLU, zero points, odd lda, contiguous and padded rows of C (the kernel's two
 // store paths), partitions. N = 4 with K a multiple of 4 from 16 to 36 runs its row-lane variant
-// instead (emit_s8_narrow_rows, groups of 4 rows; checked below): sets of 4 quads and of one
+// instead on Zen 5 (emit_s8_narrow_rows, groups of 4 rows; checked below): sets of 4 quads and of one
 // (K = 20, 36), the group's second 16 dwords masked (K = 20 to 28) or not (32, 36), rows K
 // bytes apart (vpermt2d) or not (lda_pad: 16-byte row reads). Other tiers and A types take the
 // ordinary kernels on the same cases.
@@ -731,7 +731,7 @@ TEST_P(GemmInt8, NarrowN) {
       std::unique_ptr<qj::GemmPlan> p;
       ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
       const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
-      const bool rows = vnni && n == 4 && k % 4 == 0 && k >= 16 && k <= 36;
+      const bool rows = vnni && n == 4 && k % 4 == 0 && k >= 16 && k <= 36 && qj::amd_family() >= 0x1a;
       EXPECT_EQ(p->narrow_mr, !vnni ? 0 : rows ? 4 : 8) << "k " << k << " n " << n;
     }
 }
