@@ -237,8 +237,11 @@ const std::vector<MixOp>& mix_ops() {
       {"vpackuswb", "zmm", false, [](Assembler& a, int i) { a.vpackuswb(zmm(8 + i), zmm(25), zmm(26)); }},
       {"vpsrlw", "zmm, imm", false, [](Assembler& a, int i) { a.vpsrlw(zmm(8 + i), zmm(26), 4); }},
       {"vpshufb", "zmm", false, [](Assembler& a, int i) { a.vpshufb(zmm(8 + i), zmm(27), zmm(26)); }},
+      {"vpshufd", "zmm, imm", false, [](Assembler& a, int i) { a.vpshufd(zmm(8 + i), zmm(26), 0x55); }},
       {"vpermb", "zmm", true, [](Assembler& a, int i) { a.vpermb(zmm(8 + i), zmm(26), zmm(27)); }},
       {"vpermd", "zmm", false, [](Assembler& a, int i) { a.vpermd(zmm(8 + i), zmm(26), zmm(27)); }},
+      // (the destination is also the first table: one chain per instance, one link a loop)
+      {"vpermt2d", "zmm", false, [](Assembler& a, int i) { a.vpermt2d(zmm(8 + i), zmm(26), zmm(27)); }},
       {"vpmovzxbd", "zmm, m128", false, [](Assembler& a, int i) { a.vpmovzxbd(zmm(8 + i), xmmword_ptr(rsi, 16 * i)); }},
       {"vpbroadcastd", "zmm, m32", false, [](Assembler& a, int i) { a.vpbroadcastd(zmm(8 + i), dword_ptr(rsi, 4 * i)); }},
       {"vpmovusdb", "xmm, zmm", false, [](Assembler& a, int i) { a.vpmovusdb(xmm(8 + i), zmm(25)); }},
