@@ -606,22 +606,24 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 
 // ---------------------------------------------------------------------------------------------
 // Narrow N, row lanes (flags bit 6, key.param[4] = 1; VNNI, u8 A read in place): N = 4 and a
-// short K (16 to 36, a multiple of 4), e.g. FBGEMM's 156800 x 4 x 36. One zmm holds 4 rows x 4
+// short K (16 to 64, a multiple of 4), e.g. FBGEMM's 156800 x 4 x 36. One zmm holds 4 rows x 4
 // columns (lane l: row l / 4, column l % 4), so every vpdpbusd lane is a final sum (no pair
-// reduction, 2.25 multiplies a row at K = 36 against the narrow kernel's five 256-bit ones) and
-// the output stage works on 4 whole rows in row order (EpilogueRegs::narrow_rows). Per group of 4
+// reduction; K / 16 multiplies a row against the narrow kernel's K / 8 256-bit ones) and the
+// output stage works on 4 whole rows in row order (EpilogueRegs::narrow_rows). Per group of 4
 // rows and set of 4 quads of K, one vector G holds in 128-bit lane r the set's 4 quads of row r;
 // vpshufd broadcasts each quad across its lane, and vpdpbusd multiplies it with B_q (lane l: quad
 // q of column l % 4). (On Zen 5 vpshufd issues four a cycle beside the multiplies: 0.01 of a
 // vpdpbusd's issue slot each in `quantjit-bench peak --only mix`, vpermd 0.16, vpermt2d 0.31,
-// vpshufb 0.15.) G comes from one
-// vpermt2d when the rows are K bytes apart (the 4 rows, at most 144 bytes, are two 64-byte
-// reads), else from four 16-byte row reads (vinserti32x4). A set of one quad (K = 4 mod 16) is
-// broadcast by the vpermt2d itself. Set s reads quads off_s .. off_s + 3 of each row, off_s =
-// min(4 s, K / 4 - 4), so that no read passes a row's end (nor the group's: the two 64-byte reads
-// of a set are placed inside its 4 K bytes). Intrinsics models of the loop (2026-12-02,
-// 156800 x 4 x 36, u8 C, ns a row): this one 0.65-0.66; all 9 quads by vpermt2d 0.71; G from 16-byte
-// reads alone 0.77-0.79; the narrow kernel 0.82-0.83.
+// vpshufb 0.15.) G comes from one vpermt2d when the rows are K bytes apart and K <= 36 (the 4
+// rows, at most 144 bytes, are two 64-byte reads; there a set of one quad, K = 4 mod 16, is
+// broadcast by the vpermt2d itself), else from four 16-byte row reads (vinserti32x4). Set s reads
+// quads off_s .. off_s + 3 of each row, off_s = min(4 s, K / 4 - 4), so that no read passes a
+// row's end (nor the group's: the two 64-byte reads of a set are placed inside its 4 K bytes).
+// Intrinsics models of the loop (2026-12-02, 156800 x 4 x 36, u8 C, ns a row): this one
+// 0.65-0.66; all 9 quads by vpermt2d 0.71; G from 16-byte reads alone 0.77-0.79; the narrow
+// kernel 0.82-0.83. The kernel against the narrow kernel in one process (time ratio, u8 C):
+// 156800 x 4 x 36 0.86, 20000 x 4 x 16 / 20 / 32 0.87 / 0.95 / 0.98 (rows K bytes apart), 20000 x
+// 4 x 64 0.88 (row reads).
 // key.param[1] = K; key.mr = 4 (rows per group); key.nr = 4. B at args.b: K / 4 vectors B_q;
 // the accumulators' start, multipliers and bias per lane at args.col_corr / col_mult / col_bias.
 // The kernel runs n_panels groups of 4 rows (A rows args.lda apart, C rows ldc apart).
@@ -629,9 +631,10 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 bool emit_s8_narrow_rows(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]), kg = k / 4;
-  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 4 || kg > 9 ||
+  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 4 || kg > kNarrowRowsMaxKGroups ||
       key.mr != 4 || key.nr != 4) {
-    *why = "row-lane narrow tiles need avx512_vnni, u8 A, K a multiple of 4 from 16 to 36, 4 rows and 4 columns";
+    *why = "row-lane narrow tiles need avx512_vnni, u8 A, K a multiple of 4 from 16 to 4 * kNarrowRowsMaxKGroups, "
+           "4 rows and 4 columns";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta ||
@@ -639,32 +642,35 @@ bool emit_s8_narrow_rows(const KernelKey& key, Assembler& a, std::string* why) {
     *why = "row-lane narrow tiles: unsupported output stage";
     return false;
   }
-  const int ns = (kg + 3) / 4;  // sets of 4 quads
+  const int ns = (kg + 3) / 4;           // sets of 4 quads
+  const bool permute = kg <= 9;          // the vpermt2d path exists (rows K bytes apart)
   auto off = [&](int set) { return std::min(4 * set, kg - 4); };  // first quad a set reads
   auto single = [&](int set) { return 4 * set == kg - 1; };      // a set of one quad
   // The contiguous rows' reads of set s: dwords [o, o + 32) of the group (o <= off(s)), the
   // second 16 zero-masked when the group is shorter than 32 dwords.
   auto base = [&](int set) { return kg >= 8 ? std::min(off(set), 4 * kg - 32) : 0; };
   // Registers: B_q, the sets' permutes, the start, three accumulators, G, the broadcast quad,
-  // the output stage's two temporaries, then its constants.
-  const int breg = 0, ireg = kg, corr = ireg + ns, acc = corr + 1, nacc = 3, greg = acc + nacc,
+  // the output stage's two temporaries, then its constants (kg + ns + 8 <= 28 at K = 64).
+  const int breg = 0, ireg = kg, corr = ireg + (permute ? ns : 0), acc = corr + 1, nacc = 3, greg = acc + nacc,
             sreg = greg + 1, treg = sreg + 1;
   cg::EpilogueRegs er = emit_bank_prologue(a, s.v(corr), treg);
   cg::emit_resident_consts(a, s, key, er, treg + 2, s.regs - (treg + 2));
   a.mov(rdx, ARG(b));
   for (int q = 0; q < kg; ++q) a.vmovdqu32(s.v(breg + q), ptr(rdx, 64 * q));
   const Label l_idx = a.newLabel();
-  for (int t = 0; t < ns; ++t) a.vmovdqu32(s.v(ireg + t), ptr(l_idx, 64 * t));
-  if (kg < 8) {  // the group's dwords [16, 4 kg) (none when kg = 4)
-    a.mov(eax, (1u << (4 * kg - 16)) - 1);
-    a.kmovw(k2, eax);
+  if (permute) {
+    for (int t = 0; t < ns; ++t) a.vmovdqu32(s.v(ireg + t), ptr(l_idx, 64 * t));
+    if (kg < 8) {  // the group's dwords [16, 4 kg) (none when kg = 4)
+      a.mov(eax, (1u << (4 * kg - 16)) - 1);
+      a.kmovw(k2, eax);
+    }
   }
   er.narrow_n = 4;
   er.narrow_rows = true;
   er.ldc1 = r14;
   er.ldc3 = r15;
 
-  // One group of 4 rows at rsi; contiguous: rows K bytes apart.
+  // One group of 4 rows at rsi; contiguous: rows K bytes apart (the vpermt2d path).
   auto group = [&](bool contiguous) {
     const Vec g = s.v(greg), b = s.v(sreg);
     for (int i = 0; i < nacc; ++i) {
@@ -713,7 +719,6 @@ bool emit_s8_narrow_rows(const KernelKey& key, Assembler& a, std::string* why) {
     a.lea(rsi, ptr(rsi, r12, 2));
   };
   // The loop over the groups, for each kind of A rows and C rows.
-  const Label l_strided = a.newLabel(), l_done = a.newLabel();
   auto loop = [&](bool contiguous) {
     const Label l_any = a.newLabel(), l_end = a.newLabel();
     a.cmp(r14, 4 * cg::out_elem_bytes(key));
@@ -732,25 +737,32 @@ bool emit_s8_narrow_rows(const KernelKey& key, Assembler& a, std::string* why) {
   };
   a.mov(rsi, ARG(a));
   a.mov(rbx, ARG(c));
-  a.cmp(r12, k);
-  a.jne(l_strided);
-  loop(true);
-  a.jmp(l_done);
-  a.bind(l_strided);
-  loop(false);
-  a.bind(l_done);
+  if (permute) {
+    const Label l_strided = a.newLabel(), l_done = a.newLabel();
+    a.cmp(r12, k);
+    a.jne(l_strided);
+    loop(true);
+    a.jmp(l_done);
+    a.bind(l_strided);
+    loop(false);
+    a.bind(l_done);
+  } else {
+    loop(false);
+  }
   cg::emit_restore_and_return(a);
-  // The sets' permutes: lane (r, i) takes dword kg r + off + i of the two reads (all four lanes
-  // the quad of a single set).
-  a.align(AlignMode::kData, 64);
-  a.bind(l_idx);
-  for (int set = 0; set < ns; ++set) {
-    uint32_t d[16];
-    for (int l = 0; l < 16; ++l) {
-      const int r = l / 4, i = single(set) ? 3 : l % 4;
-      d[l] = static_cast<uint32_t>(kg * r + off(set) + i - base(set));
+  if (permute) {
+    // The sets' permutes: lane (r, i) takes dword kg r + off + i of the two reads (all four
+    // lanes the quad of a single set).
+    a.align(AlignMode::kData, 64);
+    a.bind(l_idx);
+    for (int set = 0; set < ns; ++set) {
+      uint32_t d[16];
+      for (int l = 0; l < 16; ++l) {
+        const int r = l / 4, i = single(set) ? 3 : l % 4;
+        d[l] = static_cast<uint32_t>(kg * r + off(set) + i - base(set));
+      }
+      a.embed(d, sizeof d);
     }
-    a.embed(d, sizeof d);
   }
   return true;
 }

@@ -29,7 +29,9 @@
 //                  2 quads x N columns of each 8-byte K chunk (vpbroadcastq of A); n_panels
 //                  banks of mr rows per call, software-pipelined, A rows args.lda apart, B
 //                  patterns and per-lane arrays in the plan's expanded layout, key.param[1] = K
-//                  (see emit_s8_narrow in gemm_int.cpp). With nr = 16: the tall kernel (16
+//                  (see emit_s8_narrow in gemm_int.cpp); with param[4] = 1 (N = 4, K a
+//                  multiple of 4 up to 4 * kNarrowRowsMaxKGroups) its row-lane variant: groups
+//                  of 4 rows x 4 columns per zmm (emit_s8_narrow_rows). With nr = 16: the tall kernel (16
 //                  columns of the packed panels, K <= 4 * kTallMaxKGroups, B in registers,
 //                  key.param[3] bytes between its K quads; emit_s8_tall)
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
@@ -43,7 +45,8 @@
 //                  step's two quad vectors of decoded bytes (q + offset) widened by vpshufb into
 //                  s16 pair rows, for s16 A (E3M2 A below the VNNI tier); row sums remove the offset
 //   param[4]       (decoded MXFP6 E2M3, VNNI tier) 1: the panels hold one byte per code (the run's
-//                  scratch copy of a B block, src/ops/gemm.cpp) instead of the tier's 6 bits
+//                  scratch copy of a B block, src/ops/gemm.cpp) instead of the tier's 6 bits;
+//                  (s8 narrow, flags bit 6 with nr = 4) 1: the row-lane variant (see flags bit 6)
 //   param[5]       (decoded; s8 over the whole K, not narrow / tall) how far ahead (bytes) the
 //                  kernel prefetches its weight stream, one prefetcht0 per 64-byte line of each
 //                  step (0: none; src/ops/gemm.cpp chooses it)
@@ -93,6 +96,8 @@ using GemmIntKernel = void (*)(const GemmIntArgs*);
 
 // The tall kernel (flags bit 6 with nr = 16, emit_s8_tall) keeps all of B in registers: K quads.
 constexpr int kTallMaxKGroups = 19;
+// The row-lane narrow kernel (flags bit 6, nr = 4, param[4] = 1) keeps all of B in registers too.
+constexpr int kNarrowRowsMaxKGroups = 16;
 
 const KernelFamily& gemm_int_family();
 

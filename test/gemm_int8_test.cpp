@@ -679,14 +679,14 @@ TEST_P(GemmInt8, U8AReadInPlace) {
 // groups of 8 rows and the ordinary kernels for the rows left over: K chunks of 8 with an
 // overlapping last chunk (K % 8 != 0), unrolled up to 8 chunks and looped above, every output
 // type, bias / ReLU, zero points, odd lda, contiguous and padded rows of C (the kernel's two
-// store paths), partitions. N = 4 with K a multiple of 4 from 16 to 36 runs its row-lane variant
-// instead on Zen 5 (emit_s8_narrow_rows, groups of 4 rows; checked below): sets of 4 quads and of one
-// (K = 20, 36), the group's second 16 dwords masked (K = 20 to 28) or not (32, 36), rows K
-// bytes apart (vpermt2d) or not (lda_pad: 16-byte row reads). Other tiers and A types take the
-// ordinary kernels on the same cases.
+// store paths), partitions. N = 4 with K = 4 mod 8 from 20 to 60 or K = 16 / 56 / 64 runs its
+// row-lane variant instead on Zen 5 (emit_s8_narrow_rows, groups of 4 rows; checked below): sets
+// of 4 quads and of one (K = 20, 36, 52), the group's second 16 dwords masked (K = 20, 28) or not
+// (36), rows K bytes apart (vpermt2d, K <= 36) or not (lda_pad, and K > 36: 16-byte row reads).
+// Other tiers and A types take the ordinary kernels on the same cases.
 TEST_P(GemmInt8, NarrowN) {
   uint32_t seed = 2600;
-  for (int64_t k : {7, 8, 9, 12, 16, 20, 24, 28, 32, 36, 64, 68, 100, 288, 1500})
+  for (int64_t k : {7, 8, 9, 12, 16, 20, 24, 28, 32, 36, 40, 52, 64, 68, 100, 288, 1500})
     for (int64_t n : {4, 8})
       for (int64_t m : {8, 9, 15, 16, 17, 40, 97}) {
         if (k >= 1500 && m > 17) continue;
@@ -709,7 +709,7 @@ TEST_P(GemmInt8, NarrowN) {
       }
   // The plan holds the row-lane variant exactly where it applies (4 rows a group; the narrow-N
   // kernel takes 8).
-  for (int64_t k : {12, 15, 16, 20, 24, 28, 32, 36, 38, 40})
+  for (int64_t k : {12, 15, 16, 20, 24, 28, 32, 36, 38, 40, 44, 48, 56, 60, 64, 68})
     for (int64_t n : {4, 8}) {
       qj_weights_desc wd{};
       wd.dtype = QJ_S8;
@@ -731,7 +731,8 @@ TEST_P(GemmInt8, NarrowN) {
       std::unique_ptr<qj::GemmPlan> p;
       ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
       const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
-      const bool rows = vnni && n == 4 && k % 4 == 0 && k >= 16 && k <= 36 && qj::amd_family() >= 0x1a;
+      const bool rows = vnni && n == 4 && (k % 8 == 4 ? k >= 20 && k <= 60 : k == 16 || k == 56 || k == 64) &&
+                        qj::amd_family() >= 0x1a;
       EXPECT_EQ(p->narrow_mr, !vnni ? 0 : rows ? 4 : 8) << "k " << k << " n " << n;
     }
 }

@@ -355,13 +355,13 @@ constexpr int64_t kFp6BytesMaxA = int64_t(2) << 20;
 // K [K - 8, K) with zeros where the previous chunk already counted), qword c of a pattern holding
 // column c; the accumulators' start (column correction c in dword 2c); the multipliers and bias
 // per lane of the epilogue's narrow layout (codegen/epilogue.h). `key` is the plan's s8 key.
-// N = 4 with K a multiple of 4 from 16 to 36 tries the row-lane variant first (on Zen 5).
+// N = 4 with the K of narrow_rows_k tries the row-lane variant first (on Zen 5).
 qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken);
 qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   const int n = static_cast<int>(w.n);
   const int64_t k = w.k, n_full = k / 8, chunks = n_full + (k % 8 != 0 ? 1 : 0);
-  if (n == 4 && k % 4 == 0 && k >= 16 && k <= 36 && amd_family() >= 0x1a) {
+  if (n == 4 && narrow_rows_k(k) && amd_family() >= 0x1a) {
     bool taken = false;
     QJ_TRY(plan_narrow_rows(key, p, &taken));
     if (taken) return QJ_OK;
@@ -431,7 +431,7 @@ static bool tall_row_bytes_ok(int64_t row_bytes) {
   return row_bytes < kTallMaxRowBytes && !(zen5 && row_bytes % 1024 == 0);
 }
 // The row-lane variant of the narrow-N kernel (codegen/gemm_int emit_s8_narrow_rows: N = 4, K a
-// multiple of 4 from 16 to 36; flags bit 6, param[4] = 1) and its operands: B_q per quad of K
+// multiple of 4 from 16 to 64; flags bit 6, param[4] = 1) and its operands: B_q per quad of K
 // (lane l: quad q of column l % 4), and the accumulators' start, the multipliers and the bias
 // per lane (column l % 4). *taken tells whether the kernel was generated (else plan_narrow goes on
 // to the narrow-N kernel, which overwrites these buffers). Zen 5 only (AMD family 0x1A), where it

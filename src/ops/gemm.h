@@ -33,6 +33,16 @@ struct GemmBlocking {
 // What the packed A tile and the kernels look like for the weight type.
 enum class GemmKind { kInt8, kDecoded, kFloat };
 
+// The K for which an N = 4 plan takes the row-lane variant of the narrow-N kernel (codegen/
+// gemm_int emit_s8_narrow_rows), on Zen 5: a multiple of 4 from 16 to 4 * kNarrowRowsMaxKGroups
+// where it measured faster than the narrow kernel (20000 x 4 x K, u8 C, time ratio in one
+// process): K = 4 mod 8 (K = 20 / 28 / 36 / 44 / 52 / 60: 0.95 / 0.88 / 0.83 / 0.95 / 0.85 /
+// 0.82) and K = 16 / 56 / 64 (0.87 / 0.93 / 0.89); not K = 24 / 32 / 40 / 48 (1.05 / 0.99 /
+// 1.11 / 1.02), whole 8-byte chunks of the narrow kernel.
+inline bool narrow_rows_k(int64_t k) {
+  return k % 4 == 0 && k >= 16 && k <= 4 * kNarrowRowsMaxKGroups && (k % 8 == 4 || k == 16 || k >= 56);
+}
+
 struct GemmPlan {
   GemmKind kind = GemmKind::kInt8;
   qj_gemm_desc desc{};
@@ -69,8 +79,8 @@ struct GemmPlan {
   int64_t gemv_chunk_panels = 0;
   mutable std::atomic<uint32_t> gemv_calls{0};
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
-  // narrow-N kernel (or its row-lane variant, 4 rows a group: N = 4, K a multiple of 4 from 16
-  // to 36) on B and the column arrays expanded to its layout; the rows left over run the
+  // narrow-N kernel (or its row-lane variant, 4 rows a group: N = 4, narrow_rows_k(K), on Zen
+  // 5) on B and the column arrays expanded to its layout; the rows left over run the
   // ordinary kernels above (both exact: any split gives the same bits).
   KernelRef narrow;
   int narrow_mr = 0;
