@@ -622,8 +622,9 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 // Intrinsics models of the loop (2026-12-02, 156800 x 4 x 36, u8 C, ns a row): this one
 // 0.65-0.66; all 9 quads by vpermt2d 0.71; G from 16-byte reads alone 0.77-0.79; the narrow
 // kernel 0.82-0.83. The kernel against the narrow kernel in one process (time ratio, u8 C):
-// 156800 x 4 x 36 0.86, 20000 x 4 x 16 / 20 / 32 0.87 / 0.95 / 0.98 (rows K bytes apart), 20000 x
-// 4 x 64 0.88 (row reads).
+// 156800 x 4 x 36 0.86; rows K bytes apart 20000 x 4 x 16 / 20 / 28 0.87 / 0.95 / 0.88, row reads
+// 20000 x 4 x 52 / 60 / 64 0.85 / 0.82 / 0.87-0.89 (src/ops/gemm.h narrow_rows_k: where plans
+// take it).
 // key.param[1] = K; key.mr = 4 (rows per group); key.nr = 4. B at args.b: K / 4 vectors B_q;
 // the accumulators' start, multipliers and bias per lane at args.col_corr / col_mult / col_bias.
 // The kernel runs n_panels groups of 4 rows (A rows args.lda apart, C rows ldc apart).

@@ -435,9 +435,9 @@ static bool tall_row_bytes_ok(int64_t row_bytes) {
 // (lane l: quad q of column l % 4), and the accumulators' start, the multipliers and the bias
 // per lane (column l % 4). *taken tells whether the kernel was generated (else plan_narrow goes on
 // to the narrow-N kernel, which overwrites these buffers). Zen 5 only (AMD family 0x1A), where it
-// was measured (156800 x 4 x 36, see the kernel): it trades the narrow kernel's twenty 256-bit
-// multiplies per 4 rows for nine 512-bit ones and eleven 512-bit shuffles, which on cores that
-// split 512-bit operations (Zen 4) or shuffle on one port may not pay.
+// was measured (156800 x 4 x 36, see the kernel): at K = 36 it trades the narrow kernel's twenty
+// 256-bit multiplies per 4 rows for nine 512-bit ones and eleven 512-bit shuffles, which on cores
+// that split 512-bit operations (Zen 4) or shuffle on one port may not pay.
 qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
   *taken = false;
   const PackedWeights& w = *p->w;
