@@ -675,6 +675,33 @@ TEST_P(GemmInt8, U8AReadInPlace) {
   }
 }
 
+// The plan of u8 A x K x N s8 weights (all 3, per-tensor scale) -> u8 C, for the tests of which
+// kernels a plan holds; null (and a test failure) if it cannot be made.
+std::unique_ptr<qj::GemmPlan> u8_plan(int64_t k, int64_t n, qj_isa isa) {
+  qj_weights_desc wd{};
+  wd.dtype = QJ_S8;
+  wd.k = k;
+  wd.n = n;
+  wd.layout = QJ_LAYOUT_KN;
+  wd.granularity = QJ_GRAN_TENSOR;
+  const float scale = 0.01f;
+  wd.scales = &scale;
+  std::vector<int8_t> b(static_cast<size_t>(k * n), 3);
+  std::shared_ptr<qj::PackedWeights> w;
+  std::unique_ptr<qj::GemmPlan> p;
+  qj_gemm_desc gd{};
+  gd.a_type = QJ_U8;
+  gd.a_scale = 0.1f;
+  gd.a_zero_point = 3;
+  gd.c_type = QJ_U8;
+  gd.c_scale = 0.5f;
+  if (qj::pack_int_weights(wd, b.data(), n, isa, &w) != QJ_OK || qj::gemm_plan_create(gd, w, &p) != QJ_OK) {
+    ADD_FAILURE() << "k " << k << " n " << n << ": " << qj_last_error();
+    return nullptr;
+  }
+  return p;
+}
+
 // N = 4 and 8 with u8 A on VNNI run the narrow-N kernel (codegen/gemm_int flags bit 6) for whole
 // groups of 8 rows and the ordinary kernels for the rows left over: K chunks of 8 with an
 // overlapping last chunk (K % 8 != 0), unrolled up to 8 chunks and looped above, every output
@@ -711,25 +738,8 @@ TEST_P(GemmInt8, NarrowN) {
   // kernel takes 8).
   for (int64_t k : {12, 15, 16, 20, 24, 28, 32, 36, 38, 40, 44, 48, 56, 60, 64, 68})
     for (int64_t n : {4, 8}) {
-      qj_weights_desc wd{};
-      wd.dtype = QJ_S8;
-      wd.k = k;
-      wd.n = n;
-      wd.layout = QJ_LAYOUT_KN;
-      wd.granularity = QJ_GRAN_CHANNEL;
-      const std::vector<float> scales(static_cast<size_t>(n), 0.01f);
-      wd.scales = scales.data();
-      std::vector<int8_t> b(static_cast<size_t>(k * n), 3);
-      std::shared_ptr<qj::PackedWeights> w;
-      ASSERT_EQ(qj::pack_int_weights(wd, b.data(), n, isa(), &w), QJ_OK) << qj_last_error();
-      qj_gemm_desc gd{};
-      gd.a_type = QJ_U8;
-      gd.a_scale = 0.1f;
-      gd.a_zero_point = 3;
-      gd.c_type = QJ_U8;
-      gd.c_scale = 0.5f;
-      std::unique_ptr<qj::GemmPlan> p;
-      ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+      const std::unique_ptr<qj::GemmPlan> p = u8_plan(k, n, isa());
+      ASSERT_TRUE(p);
       const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
       const bool rows = vnni && n == 4 && (k % 8 == 4 ? k >= 20 && k <= 60 : k == 16 || k == 56 || k == 64) &&
                         qj::amd_family() >= 0x1a;
@@ -794,25 +804,8 @@ TEST_P(GemmInt8, TallN) {
   // The plan holds the tall kernel exactly where it applies.
   for (int64_t k : {4, 36, 76, 80, 38})
     for (int64_t n : {3, 8, 16, 17, 200}) {
-      qj_weights_desc wd{};
-      wd.dtype = QJ_S8;
-      wd.k = k;
-      wd.n = n;
-      wd.layout = QJ_LAYOUT_KN;
-      wd.granularity = QJ_GRAN_TENSOR;
-      const float scale = 0.01f;
-      wd.scales = &scale;
-      std::vector<int8_t> b(static_cast<size_t>(k * n), 3);
-      std::shared_ptr<qj::PackedWeights> w;
-      ASSERT_EQ(qj::pack_int_weights(wd, b.data(), n, isa(), &w), QJ_OK) << qj_last_error();
-      qj_gemm_desc gd{};
-      gd.a_type = QJ_U8;
-      gd.a_scale = 0.1f;
-      gd.a_zero_point = 3;
-      gd.c_type = QJ_U8;
-      gd.c_scale = 0.5f;
-      std::unique_ptr<qj::GemmPlan> p;
-      ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+      const std::unique_ptr<qj::GemmPlan> p = u8_plan(k, n, isa());
+      ASSERT_TRUE(p);
       const bool narrow = n == 8 && k >= 8;  // the narrow-N kernel's case
       const bool tall = isa() >= QJ_ISA_AVX512_VNNI && !narrow && k % 4 == 0 && k <= 76;
       EXPECT_EQ(p->narrow_tall, tall) << "k " << k << " n " << n;
