@@ -209,6 +209,10 @@ void emit_output_row_packed(Assembler& a, const Simd& s, const KernelKey& key, c
 
 }  // namespace
 
+void emit_output_row64(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r, int acc) {
+  emit_output_row_packed(a, s, key, r, acc, false, 0);
+}
+
 void emit_output_vec(Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
                      int acc, bool acc_is_float, int row, int j, int lanes) {
   if (lanes <= 0) return;

@@ -81,6 +81,10 @@ struct EpilogueRegs {
 // (then the kernel must emit_pack_consts after its code, binding r.pack_perm).
 bool packed_rows(const Simd& s, const KernelKey& key, int nrv);
 void emit_pack_consts(asmjit::x86::Assembler& a, const EpilogueRegs& r);
+// The u8 / s8 output of one whole row of 64 columns (int32 accumulators acc..acc+3, zmm) by the
+// packed rows' stage (packed_rows); no row scale. r.t0 and r.t1 are clobbered.
+void emit_output_row64(asmjit::x86::Assembler& a, const Simd& s, const KernelKey& key, const EpilogueRegs& r,
+                       int acc);
 
 // The narrow-N vector layout: 128-bit chunk q of lane l = 4 q + e belongs to row pair
 // q / (N / 2); within the pair, chunk q % (N / 2) holds columns 2 (q % (N / 2)) + {0, 1} of its

@@ -605,6 +605,80 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Banks of 64 columns (flags bit 6 with nr = 64; VNNI, u8 A read in place, u8 / s8 C): one panel
+// of 64 columns over n_panels banks of 3 rows, software-pipelined as the tall kernel
+// (emit_bank_pipeline): two register banks of 3 rows x 4 zmm accumulators alternate, and the
+// output stage of one bank's rows (the packed rows' stage, one row after each of the first three
+// K steps) is emitted between the K steps of the next bank's, so that it issues beside the
+// multiplies instead of after them, and the ends of a tile (the last multiplies' latency, the
+// next tile's first loads) overlap too. B is read per K step (4 zmm, the panel's quads 256 bytes
+// apart), each row's quad broadcast once. The ordinary 6 x 64 kernel at 1024 x 128 x K, s32 C:
+// K = 128 873 GOPS against 903-909 at K >= 256, and u8 C 846 (2026-12-02).
+// key.param[1] = K (a multiple of 4, at least 16); key.mr = 3. The accumulators start from the
+// column corrections at args.col_corr (64 columns).
+bool emit_s8_banks(const KernelKey& key, Assembler& a, std::string* why) {
+  const cg::Simd s = cg::simd_for(key.isa);
+  const int k = static_cast<int>(key.param[1]), kg = k / 4, mr = key.mr;
+  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 4 || mr != 3 || key.nr != 64 ||
+      !(key.c_type == QJ_U8 || key.c_type == QJ_S8)) {
+    *why = "64-column banks need avx512_vnni, u8 A, u8 / s8 C, K a multiple of 4 from 16, 3 rows";
+    return false;
+  }
+  if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta || key.n_tail) {
+    *why = "64-column banks: unsupported output stage";
+    return false;
+  }
+  // Registers: two banks of 3 x 4 accumulators, B's 4 vectors of a K step, the A broadcast, the
+  // output stage's two temporaries.
+  const int bank[2] = {0, 12}, breg = 24, areg = 28, treg = 29;
+  cg::EpilogueRegs er = emit_bank_prologue(a, s.v(31), treg);  // (r8 = col_corr; zmm31 unused)
+  er.pack_perm = a.newLabel();
+  a.mov(rsi, ARG(a));
+  a.mov(rbx, ARG(c));
+  auto out_row = [&](int b, int i) {
+    cg::emit_output_row64(a, s, key, er, bank[b] + 4 * i);
+    a.add(rbx, r14);
+  };
+  // One K step of bank b: quad `q` of the rows at r10 (lda apart) with B's 64 columns at rdx.
+  auto step = [&](int b, int q) {
+    for (int j = 0; j < 4; ++j) a.vmovdqu32(s.v(breg + j), ptr(rdx, 256 * q + 64 * j));
+    for (int i = 0; i < mr; ++i) {
+      a.vpbroadcastd(s.v(areg), i == 0 ? ptr(r10, 4 * q) : ptr(r10, r12, i - 1, 4 * q));
+      for (int j = 0; j < 4; ++j) a.vpdpbusd(s.v(bank[b] + 4 * i + j), s.v(areg), s.v(breg + j));
+    }
+  };
+  // All of K for the bank of rows at rsi into register bank b: the first steps unrolled, one row
+  // of the other bank's output after each (out_other), then a loop over the rest.
+  const int unroll = mr;
+  auto k_bank = [&](int b, bool out_other) {
+    for (int i = 0; i < mr; ++i)
+      for (int j = 0; j < 4; ++j) a.vmovdqu32(s.v(bank[b] + 4 * i + j), ptr(r8, 64 * j));
+    a.mov(rdx, ARG(b));
+    a.mov(r10, rsi);
+    for (int q = 0; q < unroll; ++q) {
+      step(b, q);
+      if (out_other) out_row(1 - b, q);
+    }
+    const Label l_k = a.newLabel();
+    a.add(r10, 4 * unroll);
+    a.add(rdx, 256 * unroll);
+    a.mov(ecx, kg - unroll);
+    a.bind(l_k);
+    step(b, 0);
+    a.add(r10, 4);
+    a.add(rdx, 256);
+    a.dec(ecx);
+    a.jnz(l_k);
+  };
+  emit_bank_pipeline(a, mr, k_bank, [&](int b) {
+    for (int i = 0; i < mr; ++i) out_row(b, i);
+  });
+  cg::emit_restore_and_return(a);
+  cg::emit_pack_consts(a, er);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Narrow N, row lanes (flags bit 6, key.param[4] = 1; VNNI, u8 A read in place): N = 4 and a
 // short K (16 to 64, a multiple of 4), e.g. FBGEMM's 156800 x 4 x 36. One zmm holds 4 rows x 4
 // columns (lane l: row l / 4, column l % 4), so every vpdpbusd lane is a final sum (no pair
@@ -1351,6 +1425,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
   if (key.b_type == QJ_S8) {
     if (key.flags & 64)
       return key.nr == 16       ? emit_s8_tall(key, a, why)
+             : key.nr == 64      ? emit_s8_banks(key, a, why)
              : key.param[4] == 1 ? emit_s8_narrow_rows(key, a, why)
                                  : emit_s8_narrow(key, a, why);
     return emit_s8(key, a, why);
@@ -1396,7 +1471,7 @@ std::string name(const KernelKey& key) {
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_row_scale ? "_dyn" : "",
                 key.has_beta ? "_beta" : "", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
-                (key.flags & 64) ? (key.nr == 16 ? "_tall" : key.param[4] == 1 ? "_narrowrows" : "_narrow")
+                (key.flags & 64) ? (key.nr == 16 ? "_tall" : key.nr == 64 ? "_banks" : key.param[4] == 1 ? "_narrowrows" : "_narrow")
                 : (key.flags & 1) ? "_dual" : "",
                 key.param[0] ? ("_lda" + std::to_string(key.param[0])).c_str()
                 : (key.flags & 64) ? ("_k" + std::to_string(key.param[1]) +

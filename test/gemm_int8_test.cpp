@@ -747,6 +747,55 @@ TEST_P(GemmInt8, NarrowN) {
     }
 }
 
+// u8 A in place, u8 / s8 C, N a multiple of 64 and K a multiple of 4 above the tall kernels' (up
+// to kBanksMaxK) on VNNI run the banks kernel (codegen/gemm_int emit_s8_banks) on each 64-column
+// panel for whole banks of 3 rows, software-pipelined in two register banks, for the M of
+// banks_rows_ok, and the ordinary kernels for the rows left over: two banks to many (odd and
+// even counts: the pipeline's two ends), several panels and row blocks, padded rows of A and C,
+// bias / ReLU, A zero points, full-range values, partitions; other M, K % 4 != 0, N % 64 != 0
+// and f32 C take the ordinary kernels on the same data.
+TEST_P(GemmInt8, BanksN) {
+  uint32_t seed = 2900;
+  for (int64_t k : {80, 128, 132, 256, 384, 100, 130})
+    for (int64_t n : {64, 128, 192, 96})
+      for (int64_t m : {5, 6, 8, 9, 20, 48, 61, 128}) {
+        if ((m + n + k) % 3 == 1 && m != 6 && m != 61) continue;  // a sample of the rest
+        GemmCase c;
+        c.k = k;
+        c.n = n;
+        c.m = m;
+        c.a_type = (seed % 7 == 6) ? QJ_S8 : QJ_U8;
+        c.c_type = (seed % 4 == 1) ? QJ_S8 : (seed % 9 == 4) ? QJ_F32 : QJ_U8;
+        c.gran = (seed % 5 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
+        c.relu = seed % 3 == 1;
+        c.bias = seed % 4 != 2;
+        c.a_zp_val = (seed % 3 == 0) ? 0 : (seed % 3 == 1) ? (c.a_type == QJ_U8 ? 255 : -128) : 17;
+        c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
+        c.lda_pad = seed % 4 == 1 ? 3 : seed % 4 == 2 ? 64 : 0;
+        c.ldc_pad = seed % 3 ? 0 : 5;
+        c.threads = m >= 20 ? 1 + static_cast<int>(seed % 3) : 1;
+        c.seed = ++seed;
+        EXPECT_CASE(c);
+      }
+  // Several row blocks (GemmPlan::tall_block: a third of L1 of A rows, 42 banks at K = 128).
+  GemmCase c;
+  c.k = 128;
+  c.n = 128;
+  c.m = 400;
+  c.threads = 2;
+  c.seed = ++seed;
+  EXPECT_CASE(c);
+  // The plan holds the banks kernel exactly where it applies.
+  for (int64_t k : {76, 80, 130, 256, 384, 388})
+    for (int64_t n : {64, 96, 128}) {
+      const std::unique_ptr<qj::GemmPlan> p = u8_plan(k, n, isa());
+      ASSERT_TRUE(p);
+      const bool banks = isa() >= QJ_ISA_AVX512_VNNI && k % 4 == 0 && k > 76 && k <= 384 && n % 64 == 0;
+      EXPECT_EQ(p->narrow_tall && p->tall_cols == 64, banks) << "k " << k << " n " << n;
+      if (banks) EXPECT_EQ(p->narrow_mr, 3) << "k " << k;
+    }
+}
+
 // u8 A in place with K a multiple of 4 up to 4 * kTallMaxKGroups (any lda, N other than the
 // narrow-N kernel's 4 and 8) on VNNI run the tall kernels (codegen/gemm_int emit_s8_tall) on each
 // 16 columns of the panels in turn, for whole banks of rows, software-pipelined in two register

@@ -476,6 +476,34 @@ qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
   return QJ_OK;
 }
 
+// The banks kernel (codegen/gemm_int emit_s8_banks: flags bit 6, nr = 64): banks of 3 rows over
+// each 64-column panel in turn, software-pipelined, for K too long for the tall kernels (u8 A in
+// place, u8 / s8 C, N a multiple of 64, K a multiple of 4 up to kBanksMaxK); gemm_run takes it
+// for the M of banks_rows_ok.
+void plan_banks(KernelKey key, GemmPlan* p) {
+  const PackedWeights& w = *p->w;
+  key.mr = 3;
+  key.nr = 64;
+  key.flags = 64;
+  key.n_tail = 0;
+  key.param[0] = 0;
+  key.param[1] = static_cast<uint32_t>(w.k);
+  key.param[3] = 0;
+  key.param[4] = 0;
+  key.param[5] = 0;
+  KernelRef ref;
+  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
+    QJ_LOG(1, "gemm: banks kernel declined (%s); using the ordinary kernels", last_error());
+    return;
+  }
+  p->gen_us += ref.gen_us();
+  p->narrow = std::move(ref);
+  p->narrow_mr = 3;
+  p->narrow_tall = true;
+  p->tall_cols = 64;
+  p->tall_block = std::max<int64_t>(1, static_cast<int64_t>(l1d_cache_bytes() / 3) / (w.k * 3));
+}
+
 // The tall kernels (codegen/gemm_int flags bit 6, nr = 16) where the narrow-N kernel does not
 // apply (N other than 4 / 8, K < 8, bf16 output, beta), u8 A in place: they read 16 columns of
 // the packed panels (K quads nr * 4 bytes apart) and the plan's column arrays as they are: one
@@ -810,6 +838,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
              w->k % 4 == 0 && w->k / 4 <= kTallMaxKGroups && w->layout == PackLayout::kQuad8 && w->nr % 16 == 0 &&
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty())
       plan_tall(key, p.get());
+    else if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 &&
+             (desc.c_type == QJ_U8 || desc.c_type == QJ_S8) && w->k % 4 == 0 && w->k <= kBanksMaxK &&
+             w->layout == PackLayout::kQuad8 && w->nr == 64 && w->n % 64 == 0 &&
+             w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
+             n * c_bytes(desc.c_type) < kTallMaxRowBytes)
+      plan_banks(key, p.get());
     if (p->jit && !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k == w->kp && w->zero_points.empty()) {
       GemmIntArgs& g = p->gemv_args;
       g.consts = p->consts;
@@ -1143,18 +1177,18 @@ void run_narrow(const GemmPlan& p, int64_t m4, const void* a, int64_t lda, void*
   args.ldc = ldc * out_bytes;
   args.n_panels = r.end - r.begin;
   if (p.narrow_tall) {
-    // Blocks of tall_block banks; within a block, each 16 columns of B in turn.
-    const int64_t subs = (w.n + 15) / 16, per_panel = w.nr / 16;
+    // Blocks of tall_block banks; within a block, each tall_cols columns of B in turn.
+    const int64_t tc = p.tall_cols, subs = (w.n + tc - 1) / tc, per_panel = w.nr / tc;
     for (int64_t b0 = r.begin; b0 < r.end; b0 += p.tall_block) {
       const int64_t b1 = std::min(r.end, b0 + p.tall_block);
       args.a = static_cast<const uint8_t*>(a) + b0 * p.narrow_mr * lda;
       args.n_panels = b1 - b0;
       for (int64_t j = 0; j < subs; ++j) {
-        args.c = static_cast<uint8_t*>(c) + (b0 * p.narrow_mr * ldc + 16 * j) * out_bytes;
-        args.b = w.packed.data<uint8_t>() + (j / per_panel) * w.panel_bytes() + (j % per_panel) * 64;
-        args.col_corr = p.col_corr.data<int32_t>() + 16 * j;
-        args.col_mult = p.col_mult.data<float>() + 16 * j;
-        args.col_bias = p.col_bias.data<float>() + 16 * j;
+        args.c = static_cast<uint8_t*>(c) + (b0 * p.narrow_mr * ldc + tc * j) * out_bytes;
+        args.b = w.packed.data<uint8_t>() + (j / per_panel) * w.panel_bytes() + (j % per_panel) * tc * 4;
+        args.col_corr = p.col_corr.data<int32_t>() + tc * j;
+        args.col_mult = p.col_mult.data<float>() + tc * j;
+        args.col_bias = p.col_bias.data<float>() + tc * j;
         const KernelRef& kr = j + 1 == subs && p.narrow_tail ? p.narrow_tail : p.narrow;
         kr.fn<GemmIntKernel>()(&args);
       }
@@ -1414,8 +1448,9 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
   // Narrow N and tall (u8 A only): whole banks of narrow_mr rows in the narrow-N kernel or the
   // tall kernels (split over the threads by banks), the rows left over by the ordinary kernels
   // (exact either way).
-  const bool narrow =
-      p.narrow_mr > 0 && m >= p.narrow_mr && (!p.narrow_tall || w.n <= 16 || tall_row_bytes_ok(ldc * out_bytes));
+  const bool narrow = p.narrow_mr > 0 && m >= p.narrow_mr &&
+                      (!p.narrow_tall || w.n <= 16 || tall_row_bytes_ok(ldc * out_bytes)) &&
+                      (p.tall_cols != 64 || banks_rows_ok(m, w.k));
   const int64_t m4 = narrow ? m / p.narrow_mr * p.narrow_mr : 0;
   const int64_t rest = m - m4;
   const void* const a_rest = static_cast<const uint8_t*>(a) + m4 * lda;

@@ -43,6 +43,17 @@ inline bool narrow_rows_k(int64_t k) {
   return k % 4 == 0 && k >= 16 && k <= 4 * kNarrowRowsMaxKGroups && (k % 8 == 4 || k == 16 || k >= 56);
 }
 
+// The banks kernel (codegen/gemm_int emit_s8_banks) against the ordinary 6 x 64 kernels, new /
+// old time in one process (2026-12-02, Zen 5, u8 C): K = 128: M x N = 6 x 256 0.94, 9 x 256 0.93,
+// 12 x 256 0.94, 16 x 128 0.96, 24 x 256 0.96, 33 x 256 0.95, 128 x 128 0.93, 1024 x 128 0.93, but
+// 8 x 512 1.13 and 20 x 256 1.05 (rows left over to the ordinary kernels); K = 256: 48 / 64 / 128 /
+// 512 rows 0.96 / 0.98 / 0.96 / 0.97, 16 rows 1.07; K = 384: 256 x 256 0.98; K = 512: 64 x 768 1.00,
+// 256 x 512 1.00, 16 x 256 1.09. Plans hold it for K <= kBanksMaxK; runs take it for these M.
+constexpr int64_t kBanksMaxK = 384;
+inline bool banks_rows_ok(int64_t m, int64_t k) {
+  return (k <= 128 && m >= 6 && (m % 3 == 0 || m >= 32)) || (k <= kBanksMaxK && m >= 48);
+}
+
 struct GemmPlan {
   GemmKind kind = GemmKind::kInt8;
   qj_gemm_desc desc{};
@@ -95,6 +106,7 @@ struct GemmPlan {
   bool narrow_tall = false;
   KernelRef narrow_tail;
   int64_t tall_block = 0;
+  int tall_cols = 16;  // columns per kernel call of the tall path: 16, or 64 (the banks kernel)
   // Every kernel the plan holds (and so pins in the cache), each once.
   template <class F>
   void for_each_kernel(F&& f) const {
