@@ -33,7 +33,9 @@
 //                  multiple of 4 up to 4 * kNarrowRowsMaxKGroups) its row-lane variant: groups
 //                  of 4 rows x 4 columns per zmm (emit_s8_narrow_rows). With nr = 16: the tall kernel (16
 //                  columns of the packed panels, K <= 4 * kTallMaxKGroups, B in registers,
-//                  key.param[3] bytes between its K quads; emit_s8_tall)
+//                  key.param[3] bytes between its K quads; emit_s8_tall). With nr = 64: the
+//                  banks kernel (one 64-column panel over banks of 3 rows, the same pipeline,
+//                  B read per K step; u8 / s8 C; emit_s8_banks)
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle
