@@ -675,6 +675,25 @@ TEST_P(GemmInt8, U8AReadInPlace) {
   }
 }
 
+// A case of the tall and banks kernels' tests, varied by seed: A type and zero point (0, the
+// type's extreme, 17), granularity, bias / ReLU, full-range values, padded rows of A (3 or 64
+// bytes) and C (5).
+GemmCase varied_case(int64_t m, int64_t n, int64_t k, uint32_t seed) {
+  GemmCase c;
+  c.k = k;
+  c.n = n;
+  c.m = m;
+  c.a_type = (seed % 7 == 6) ? QJ_S8 : QJ_U8;
+  c.gran = (seed % 5 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
+  c.relu = seed % 3 == 1;
+  c.bias = seed % 4 != 2;
+  c.a_zp_val = (seed % 3 == 0) ? 0 : (seed % 3 == 1) ? (c.a_type == QJ_U8 ? 255 : -128) : 17;
+  c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
+  c.lda_pad = seed % 4 == 1 ? 3 : seed % 4 == 2 ? 64 : 0;
+  c.ldc_pad = seed % 3 ? 0 : 5;
+  return c;
+}
+
 // The plan of u8 A x K x N s8 weights (all 3, per-tensor scale) -> u8 C, for the tests of which
 // kernels a plan holds; null (and a test failure) if it cannot be made.
 std::unique_ptr<qj::GemmPlan> u8_plan(int64_t k, int64_t n, qj_isa isa) {
@@ -760,19 +779,8 @@ TEST_P(GemmInt8, BanksN) {
     for (int64_t n : {64, 128, 192, 96})
       for (int64_t m : {5, 6, 8, 9, 20, 48, 61, 128}) {
         if ((m + n + k) % 3 == 1 && m != 6 && m != 61) continue;  // a sample of the rest
-        GemmCase c;
-        c.k = k;
-        c.n = n;
-        c.m = m;
-        c.a_type = (seed % 7 == 6) ? QJ_S8 : QJ_U8;
+        GemmCase c = varied_case(m, n, k, seed);
         c.c_type = (seed % 4 == 1) ? QJ_S8 : (seed % 9 == 4) ? QJ_F32 : QJ_U8;
-        c.gran = (seed % 5 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
-        c.relu = seed % 3 == 1;
-        c.bias = seed % 4 != 2;
-        c.a_zp_val = (seed % 3 == 0) ? 0 : (seed % 3 == 1) ? (c.a_type == QJ_U8 ? 255 : -128) : 17;
-        c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
-        c.lda_pad = seed % 4 == 1 ? 3 : seed % 4 == 2 ? 64 : 0;
-        c.ldc_pad = seed % 3 ? 0 : 5;
         c.threads = m >= 20 ? 1 + static_cast<int>(seed % 3) : 1;
         c.seed = ++seed;
         EXPECT_CASE(c);
@@ -812,18 +820,7 @@ TEST_P(GemmInt8, TallN) {
       for (int64_t m : {15, 16, 17, 29, 31, 32, 33, 100}) {
         if ((m + n + k) % 2 == 1 && m != 16 && m != 33) continue;  // a sample of the rest
         if (n > 16 && (m + k) % 3 != 0) continue;
-        GemmCase c;
-        c.k = k;
-        c.n = n;
-        c.m = m;
-        c.a_type = (seed % 7 == 6) ? QJ_S8 : QJ_U8;
-        c.gran = (seed % 5 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
-        c.relu = seed % 3 == 1;
-        c.bias = seed % 4 != 2;
-        c.a_zp_val = (seed % 3 == 0) ? 0 : (seed % 3 == 1) ? (c.a_type == QJ_U8 ? 255 : -128) : 17;
-        c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
-        c.lda_pad = seed % 4 == 1 ? 3 : seed % 4 == 2 ? 64 : 0;
-        c.ldc_pad = seed % 3 ? 0 : 5;
+        GemmCase c = varied_case(m, n, k, seed);
         c.beta = (seed % 8 == 7) ? 0.5f : 0.0f;
         c.threads = m >= 32 ? 1 + static_cast<int>(seed % 3) : 1;
         c.seed = ++seed;

@@ -357,6 +357,20 @@ constexpr int64_t kFp6BytesMaxA = int64_t(2) << 20;
 // per lane of the epilogue's narrow layout (codegen/epilogue.h). `key` is the plan's s8 key.
 // N = 4 with the K of narrow_rows_k tries the row-lane variant first (on Zen 5).
 qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken);
+// Generates the kernel of `key` as the plan's narrow / tall kernel (key.mr rows per bank); false
+// (and a verbose note naming `what` and what runs instead) if the generator declines: the
+// ordinary kernels cover every row anyway, this only costs speed.
+bool take_narrow_kernel(const KernelKey& key, GemmPlan* p, const char* what, const char* instead) {
+  KernelRef ref;
+  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
+    QJ_LOG(1, "gemm: %s kernel declined (%s); %s", what, last_error(), instead);
+    return false;
+  }
+  p->gen_us += ref.gen_us();
+  p->narrow = std::move(ref);
+  p->narrow_mr = key.mr;
+  return true;
+}
 qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   const int n = static_cast<int>(w.n);
@@ -394,15 +408,7 @@ qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   key.n_tail = 0;
   key.param[0] = 0;
   key.param[1] = static_cast<uint32_t>(k);
-  KernelRef ref;
-  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
-    // The ordinary kernels already cover every row; this only costs speed.
-    QJ_LOG(1, "gemm: narrow-N kernel declined (%s); using the column-vectorized kernels", last_error());
-    return QJ_OK;
-  }
-  p->gen_us += ref.gen_us();
-  p->narrow = std::move(ref);
-  p->narrow_mr = kNarrowMr;
+  take_narrow_kernel(key, p, "narrow-N", "using the column-vectorized kernels");
   return QJ_OK;
 }
 
@@ -464,15 +470,7 @@ qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
   key.param[0] = 0;
   key.param[1] = static_cast<uint32_t>(w.k);
   key.param[4] = 1;
-  KernelRef ref;
-  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
-    QJ_LOG(1, "gemm: row-lane narrow-N kernel declined (%s); trying the narrow-N kernel", last_error());
-    return QJ_OK;
-  }
-  p->gen_us += ref.gen_us();
-  p->narrow = std::move(ref);
-  p->narrow_mr = 4;
-  *taken = true;
+  *taken = take_narrow_kernel(key, p, "row-lane narrow-N", "trying the narrow-N kernel");
   return QJ_OK;
 }
 
@@ -491,14 +489,7 @@ void plan_banks(KernelKey key, GemmPlan* p) {
   key.param[3] = 0;
   key.param[4] = 0;
   key.param[5] = 0;
-  KernelRef ref;
-  if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
-    QJ_LOG(1, "gemm: banks kernel declined (%s); using the ordinary kernels", last_error());
-    return;
-  }
-  p->gen_us += ref.gen_us();
-  p->narrow = std::move(ref);
-  p->narrow_mr = 3;
+  if (!take_narrow_kernel(key, p, "banks", "using the ordinary kernels")) return;
   p->narrow_tall = true;
   p->tall_cols = 64;
   p->tall_block = std::max<int64_t>(1, static_cast<int64_t>(l1d_cache_bytes() / 3) / (w.k * 3));
