@@ -605,23 +605,23 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Banks of 64 columns (flags bit 6 with nr = 64; VNNI, u8 A read in place, u8 / s8 C): one panel
-// of 64 columns over n_panels banks of 3 rows, software-pipelined as the tall kernel
-// (emit_bank_pipeline): two register banks of 3 rows x 4 zmm accumulators alternate, and the
-// output stage of one bank's rows (the packed rows' stage, one row after each of the first three
-// K steps) is emitted between the K steps of the next bank's, so that it issues beside the
-// multiplies instead of after them, and the ends of a tile (the last multiplies' latency, the
-// next tile's first loads) overlap too. B is read per K step (4 zmm, the panel's quads 256 bytes
-// apart), each row's quad broadcast once. The ordinary 6 x 64 kernel at 1024 x 128 x K, s32 C:
-// K = 128 873 GOPS against 903-909 at K >= 256, and u8 C 846 (2026-12-02).
+// Banks of 64 columns (flags bit 6 with nr = 64; VNNI, u8 A read in place, u8 / s8 / f32 / s32
+// C): one panel of 64 columns over n_panels banks of 3 rows, software-pipelined as the tall
+// kernel (emit_bank_pipeline): two register banks of 3 rows x 4 zmm accumulators alternate, and
+// the output stage of one bank's rows (u8 / s8: the packed rows' stage), one row after each of
+// the first three K steps, is emitted between the K steps of the next bank's, so that it issues
+// beside the multiplies instead of after them, and the ends of a tile (the last multiplies'
+// latency, the next tile's first loads) overlap too. B is read per K step (4 zmm, the panel's
+// quads 256 bytes apart), each row's quad broadcast once. The ordinary 6 x 64 kernel at 1024 x
+// 128 x K, s32 C: K = 128 873 GOPS against 903-909 at K >= 256, and u8 C 846 (2026-12-02).
 // key.param[1] = K (a multiple of 4, at least 16); key.mr = 3. The accumulators start from the
 // column corrections at args.col_corr (64 columns).
 bool emit_s8_banks(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]), kg = k / 4, mr = key.mr;
   if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 4 || mr != 3 || key.nr != 64 ||
-      !(key.c_type == QJ_U8 || key.c_type == QJ_S8)) {
-    *why = "64-column banks need avx512_vnni, u8 A, u8 / s8 C, K a multiple of 4 from 16, 3 rows";
+      !(key.c_type == QJ_U8 || key.c_type == QJ_S8 || key.c_type == QJ_F32 || key.c_type == QJ_S32)) {
+    *why = "64-column banks need avx512_vnni, u8 A, u8 / s8 / f32 / s32 C, K a multiple of 4 from 16, 3 rows";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta || key.n_tail) {
@@ -635,8 +635,12 @@ bool emit_s8_banks(const KernelKey& key, Assembler& a, std::string* why) {
   er.pack_perm = a.newLabel();
   a.mov(rsi, ARG(a));
   a.mov(rbx, ARG(c));
+  const bool packed = key.c_type == QJ_U8 || key.c_type == QJ_S8;
   auto out_row = [&](int b, int i) {
-    cg::emit_output_row64(a, s, key, er, bank[b] + 4 * i);
+    if (packed)
+      cg::emit_output_row64(a, s, key, er, bank[b] + 4 * i);
+    else
+      for (int j = 0; j < 4; ++j) cg::emit_output_vec(a, s, key, er, bank[b] + 4 * i + j, false, 0, j, s.lanes32);
     a.add(rbx, r14);
   };
   // One K step of bank b: quad `q` of the rows at r10 (lda apart) with B's 64 columns at rdx.
@@ -674,7 +678,7 @@ bool emit_s8_banks(const KernelKey& key, Assembler& a, std::string* why) {
     for (int i = 0; i < mr; ++i) out_row(b, i);
   });
   cg::emit_restore_and_return(a);
-  cg::emit_pack_consts(a, er);
+  if (packed) cg::emit_pack_consts(a, er);
   return true;
 }
 

@@ -766,13 +766,13 @@ TEST_P(GemmInt8, NarrowN) {
     }
 }
 
-// u8 A in place, u8 / s8 C, N a multiple of 64 and K a multiple of 4 above the tall kernels' (up
+// u8 A in place, u8 / s8 / f32 / s32 C, N a multiple of 64 and K a multiple of 4 above the tall kernels' (up
 // to kBanksMaxK) on VNNI run the banks kernel (codegen/gemm_int emit_s8_banks) on each 64-column
 // panel for whole banks of 3 rows, software-pipelined in two register banks, for the M of
 // banks_rows_ok, and the ordinary kernels for the rows left over: two banks to many (odd and
 // even counts: the pipeline's two ends), several panels and row blocks, padded rows of A and C,
-// bias / ReLU, A zero points, full-range values, partitions; other M, K % 4 != 0, N % 64 != 0
-// and f32 C take the ordinary kernels on the same data.
+// bias / ReLU, A zero points, full-range values, partitions; other M, K % 4 != 0 and N % 64 != 0
+// take the ordinary kernels on the same data.
 TEST_P(GemmInt8, BanksN) {
   uint32_t seed = 2900;
   for (int64_t k : {80, 128, 132, 256, 384, 100, 130})
@@ -780,11 +780,24 @@ TEST_P(GemmInt8, BanksN) {
       for (int64_t m : {5, 6, 8, 9, 20, 48, 61, 128}) {
         if ((m + n + k) % 3 == 1 && m != 6 && m != 61) continue;  // a sample of the rest
         GemmCase c = varied_case(m, n, k, seed);
-        c.c_type = (seed % 4 == 1) ? QJ_S8 : (seed % 9 == 4) ? QJ_F32 : QJ_U8;
+        const qj_dtype ct = (seed % 4 == 1) ? QJ_S8 : (seed % 9 == 4) ? QJ_F32 : (seed % 11 == 7) ? QJ_S32 : QJ_U8;
         c.threads = m >= 20 ? 1 + static_cast<int>(seed % 3) : 1;
         c.seed = ++seed;
-        EXPECT_CASE(c);
+        EXPECT_CASE(with_out(c, ct));
       }
+  // Every output type on shapes the kernel takes (banks_rows_ok).
+  for (qj_dtype ct : {QJ_F32, QJ_S32, QJ_S8, QJ_U8})
+    for (int64_t mk : {61 * 1000 + 128, 48 * 1000 + 256, 9 * 1000 + 80, 6 * 1000 + 384}) {
+      const int64_t m = mk / 1000, k = mk % 1000;
+      GemmCase c = varied_case(m, 128, k, seed);
+      if (c.a_type == QJ_S8) {  // (s8 A: the ordinary kernels)
+        c.a_type = QJ_U8;
+        if (c.a_zp_val < 0) c.a_zp_val = 255;
+      }
+      c.threads = 1 + static_cast<int>(seed % 2);
+      c.seed = ++seed;
+      EXPECT_CASE(with_out(c, ct));
+    }
   // Several row blocks (GemmPlan::tall_block: a third of L1 of A rows, 42 banks at K = 128).
   GemmCase c;
   c.k = 128;

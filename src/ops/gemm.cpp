@@ -830,7 +830,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty())
       plan_tall(key, p.get());
     else if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 &&
-             (desc.c_type == QJ_U8 || desc.c_type == QJ_S8) && w->k % 4 == 0 && w->k <= kBanksMaxK &&
+             (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32) &&
+             w->k % 4 == 0 && w->k <= kBanksMaxK &&
              w->layout == PackLayout::kQuad8 && w->nr == 64 && w->n % 64 == 0 &&
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
              n * c_bytes(desc.c_type) < kTallMaxRowBytes)
