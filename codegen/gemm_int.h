@@ -35,7 +35,7 @@
 //                  columns of the packed panels, K <= 4 * kTallMaxKGroups, B in registers,
 //                  key.param[3] bytes between its K quads; emit_s8_tall). With nr = 64: the
 //                  banks kernel (one 64-column panel over banks of 3 rows, the same pipeline,
-//                  B read per K step; u8 / s8 C; emit_s8_banks)
+//                  B read per K step; u8 / s8 / f32 / s32 C; emit_s8_banks)
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

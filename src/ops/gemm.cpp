@@ -476,8 +476,8 @@ qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
 
 // The banks kernel (codegen/gemm_int emit_s8_banks: flags bit 6, nr = 64): banks of 3 rows over
 // each 64-column panel in turn, software-pipelined, for K too long for the tall kernels (u8 A in
-// place, u8 / s8 C, N a multiple of 64, K a multiple of 4 up to kBanksMaxK); gemm_run takes it
-// for the M of banks_rows_ok.
+// place, u8 / s8 / f32 / s32 C, N a multiple of 64, K a multiple of 4 up to kBanksMaxK); gemm_run
+// takes it for the M of banks_rows_ok.
 void plan_banks(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   key.mr = 3;
