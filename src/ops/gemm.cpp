@@ -356,11 +356,11 @@ constexpr int64_t kFp6BytesMaxA = int64_t(2) << 20;
 // column c; the accumulators' start (column correction c in dword 2c); the multipliers and bias
 // per lane of the epilogue's narrow layout (codegen/epilogue.h). `key` is the plan's s8 key.
 // N = 4 with the K of narrow_rows_k tries the row-lane variant first (on Zen 5).
-qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken);
+static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken);
 // Generates the kernel of `key` as the plan's narrow / tall kernel (key.mr rows per bank); false
 // (and a verbose note naming `what` and what runs instead) if the generator declines: the
 // ordinary kernels cover every row anyway, this only costs speed.
-bool take_narrow_kernel(const KernelKey& key, GemmPlan* p, const char* what, const char* instead) {
+static bool take_narrow_kernel(const KernelKey& key, GemmPlan* p, const char* what, const char* instead) {
   KernelRef ref;
   if (acquire_kernel(key, gemm_int_family(), &ref) != QJ_OK) {
     QJ_LOG(1, "gemm: %s kernel declined (%s); %s", what, last_error(), instead);
@@ -444,7 +444,7 @@ static bool tall_row_bytes_ok(int64_t row_bytes) {
 // was measured (156800 x 4 x 36, see the kernel): at K = 36 it trades the narrow kernel's twenty
 // 256-bit multiplies per 4 rows for nine 512-bit ones and eleven 512-bit shuffles, which on cores
 // that split 512-bit operations (Zen 4) or shuffle on one port may not pay.
-qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
+static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
   *taken = false;
   const PackedWeights& w = *p->w;
   const int64_t kg = w.k / 4;
@@ -478,7 +478,7 @@ qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
 // each 64-column panel in turn, software-pipelined, for K too long for the tall kernels (u8 A in
 // place, u8 / s8 / f32 / s32 C, N a multiple of 64, K a multiple of 4 up to kBanksMaxK); gemm_run
 // takes it for the M of banks_rows_ok.
-void plan_banks(KernelKey key, GemmPlan* p) {
+static void plan_banks(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   key.mr = 3;
   key.nr = 64;
