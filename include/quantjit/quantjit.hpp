@@ -1,6 +1,6 @@
 // quantjit.hpp -- header-only C++ RAII layer over the C API (like oneDNN's dnnl.hpp).
 //
-// Errors become qj::error exceptions carrying the status and qj_last_error()'s message; the
+// Errors become qjpp::error exceptions carrying the status and qj_last_error()'s message; the
 // C API underneath never throws. Handles are move-only and destroyed automatically.
 #ifndef QUANTJIT_HPP_
 #define QUANTJIT_HPP_
