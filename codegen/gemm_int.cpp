@@ -605,8 +605,8 @@ bool emit_s8_narrow(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Banks of 64 columns (flags bit 6 with nr = 64; VNNI, u8 A read in place, u8 / s8 / f32 / s32
-// C): one panel of 64 columns over n_panels banks of 3 rows, software-pipelined as the tall
+// Banks of 64 columns (flags bit 6 with nr = 64; VNNI, u8 A read in place, u8 / s8 / f32 / s32 /
+// bf16 C): one panel of 64 columns over n_panels banks of 3 rows, software-pipelined as the tall
 // kernel (emit_bank_pipeline): two register banks of 3 rows x 4 zmm accumulators alternate, and
 // the output stage of one bank's rows (u8 / s8: the packed rows' stage), one row after each of
 // the first three K steps, is emitted between the K steps of the next bank's, so that it issues
@@ -620,8 +620,9 @@ bool emit_s8_banks(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]), kg = k / 4, mr = key.mr;
   if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 4 || mr != 3 || key.nr != 64 ||
-      !(key.c_type == QJ_U8 || key.c_type == QJ_S8 || key.c_type == QJ_F32 || key.c_type == QJ_S32)) {
-    *why = "64-column banks need avx512_vnni, u8 A, u8 / s8 / f32 / s32 C, K a multiple of 4 from 16, 3 rows";
+      !(key.c_type == QJ_U8 || key.c_type == QJ_S8 || key.c_type == QJ_F32 || key.c_type == QJ_S32 ||
+        key.c_type == QJ_BF16)) {
+    *why = "64-column banks need avx512_vnni, u8 A, u8 / s8 / f32 / s32 / bf16 C, K a multiple of 4 from 16, 3 rows";
     return false;
   }
   if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta || key.n_tail) {

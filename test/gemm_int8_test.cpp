@@ -766,7 +766,7 @@ TEST_P(GemmInt8, NarrowN) {
     }
 }
 
-// u8 A in place, u8 / s8 / f32 / s32 C, N a multiple of 64 and K a multiple of 4 above the tall kernels' (up
+// u8 A in place, u8 / s8 / f32 / s32 / bf16 C, N a multiple of 64 and K a multiple of 4 above the tall kernels' (up
 // to kBanksMaxK) on VNNI run the banks kernel (codegen/gemm_int emit_s8_banks) on each 64-column
 // panel for whole banks of 3 rows, software-pipelined in two register banks, for the M of
 // banks_rows_ok, and the ordinary kernels for the rows left over: two banks to many (odd and
@@ -780,13 +780,17 @@ TEST_P(GemmInt8, BanksN) {
       for (int64_t m : {5, 6, 8, 9, 20, 48, 61, 128}) {
         if ((m + n + k) % 3 == 1 && m != 6 && m != 61) continue;  // a sample of the rest
         GemmCase c = varied_case(m, n, k, seed);
-        const qj_dtype ct = (seed % 4 == 1) ? QJ_S8 : (seed % 9 == 4) ? QJ_F32 : (seed % 11 == 7) ? QJ_S32 : QJ_U8;
+        const qj_dtype ct = (seed % 4 == 1)    ? QJ_S8
+                            : (seed % 9 == 4)  ? QJ_F32
+                            : (seed % 11 == 7) ? QJ_S32
+                            : (seed % 13 == 5) ? QJ_BF16
+                                               : QJ_U8;
         c.threads = m >= 20 ? 1 + static_cast<int>(seed % 3) : 1;
         c.seed = ++seed;
         EXPECT_CASE(with_out(c, ct));
       }
   // Every output type on shapes the kernel takes (banks_rows_ok).
-  for (qj_dtype ct : {QJ_F32, QJ_S32, QJ_S8, QJ_U8})
+  for (qj_dtype ct : {QJ_F32, QJ_S32, QJ_S8, QJ_U8, QJ_BF16})
     for (int64_t mk : {61 * 1000 + 128, 48 * 1000 + 256, 9 * 1000 + 80, 6 * 1000 + 384}) {
       const int64_t m = mk / 1000, k = mk % 1000;
       GemmCase c = varied_case(m, 128, k, seed);

@@ -476,7 +476,7 @@ static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
 
 // The banks kernel (codegen/gemm_int emit_s8_banks: flags bit 6, nr = 64): banks of 3 rows over
 // each 64-column panel in turn, software-pipelined, for K too long for the tall kernels (u8 A in
-// place, u8 / s8 / f32 / s32 C, N a multiple of 64, K a multiple of 4 up to kBanksMaxK); gemm_run
+// place, u8 / s8 / f32 / s32 / bf16 C, N a multiple of 64, K a multiple of 4 up to kBanksMaxK); gemm_run
 // takes it for the M of banks_rows_ok.
 static void plan_banks(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
@@ -830,7 +830,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty())
       plan_tall(key, p.get());
     else if (p->jit && !decoded && p->isa >= QJ_ISA_AVX512_VNNI && desc.a_type == QJ_U8 &&
-             (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32) &&
+             (desc.c_type == QJ_U8 || desc.c_type == QJ_S8 || desc.c_type == QJ_F32 || desc.c_type == QJ_S32 ||
+              desc.c_type == QJ_BF16) &&
              w->k % 4 == 0 && w->k <= kBanksMaxK &&
              w->layout == PackLayout::kQuad8 && w->nr == 64 && w->n % 64 == 0 &&
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&

@@ -48,8 +48,10 @@ inline bool narrow_rows_k(int64_t k) {
 // 12 x 256 0.94, 16 x 128 0.96, 24 x 256 0.96, 33 x 256 0.95, 128 x 128 0.93, 1024 x 128 0.93, but
 // 8 x 512 1.13 and 20 x 256 1.05 (rows left over to the ordinary kernels); K = 256: 48 / 64 / 128 /
 // 512 rows 0.96 / 0.98 / 0.96 / 0.97, 16 rows 1.07; K = 384: 256 x 256 0.98; K = 512: 64 x 768 1.00,
-// 256 x 512 1.00, 16 x 256 1.09 (f32 / s32 C: 1024 x 128 x 128 0.90 / 0.93, K = 256 1.00). Plans
-// hold it for K <= kBanksMaxK; runs take it for these M.
+// 256 x 512 1.00, 16 x 256 1.09 (f32 / s32 C: 1024 x 128 x 128 0.90 / 0.93, K = 256 1.00; bf16 C:
+// 128 x 128 x 128 0.93, 1024 x 128 x 128 0.91, 9 x 256 x 128 0.93, 48 x 256 x 256 0.96, 60 x 192 x
+// 80, 256 x 512 x 256 and 96 x 768 x 384 1.00). Plans hold it for K <= kBanksMaxK; runs take it
+// for these M.
 constexpr int64_t kBanksMaxK = 384;
 inline bool banks_rows_ok(int64_t m, int64_t k) {
   return (k <= 128 && m >= 6 && (m % 3 == 0 || m >= 32)) || (k <= kBanksMaxK && m >= 48);
