@@ -30,6 +30,8 @@
 #include <vector>
 
 #include "src/formats/half.h"
+#include "src/core/isa.h"
+#include "src/ops/gemm.h"
 #include "src/ops/int_weights.h"
 #include "src/ref/gemm_float_ref.h"
 #include "src/ref/gemm_ref.h"
@@ -329,6 +331,41 @@ TEST(GemmF16, BasicEveryTier) {
         c.values = kExactInts;
         EXPECT_OK(check_exact(c)) << c.str();
       }
+  }
+}
+
+// Which kernels of a plan prefetch their weight stream (src/ops/gemm.cpp float_prefetch_bytes)
+// for weights below twice L2 (512 x 512, FBGEMM's FP16 shapes): on Zen 5 every f16 kernel; else
+// those of more rows than a K unit's cache lines (nr columns of 2 bytes for f16, 4 for bf16 pairs).
+// The predicate is written here, not taken from the library.
+TEST(GemmF16, WeightPrefetchRule) {
+  const int64_t k = 512, n = 512;
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX2) continue;  // (no JIT kernels below AVX2)
+    qjt::IsaCap cap(isa);
+    for (qj_dtype wt : kWTypes) {
+      qj_weights_desc wd{};
+      wd.dtype = wt;
+      wd.k = k;
+      wd.n = n;
+      wd.layout = QJ_LAYOUT_KN;
+      std::vector<uint16_t> b(static_cast<size_t>(k * n), 0x3c00);  // 1.0 in f16 (1.0078125 in bf16)
+      std::shared_ptr<qj::PackedWeights> w;
+      std::unique_ptr<qj::GemmPlan> p;
+      qj_gemm_desc gd{};
+      gd.a_type = QJ_F32;
+      gd.c_type = QJ_F32;
+      ASSERT_EQ(qj::pack_int_weights(wd, b.data(), n, isa, &w), QJ_OK) << qj_last_error();
+      ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+      ASSERT_FALSE(p->kernels.empty());
+      const int64_t unit_lines = (p->w->nr * (wt == QJ_BF16 ? 4 : 2) + 63) / 64;
+      for (size_t r = 1; r <= p->kernels.size(); ++r) {
+        const bool want = (wt == QJ_F16 && qj::amd_family() >= 0x1a) || static_cast<int64_t>(r) > unit_lines;
+        const std::string& name = p->kernels[r - 1].name();
+        EXPECT_EQ(name.find("_pf") != std::string::npos, want)
+            << qj_isa_name(isa) << " " << qj_dtype_name(wt) << " rows " << r << ": " << name;
+      }
+    }
   }
 }
 
