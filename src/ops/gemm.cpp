@@ -919,7 +919,7 @@ qj_status check_float_desc(const qj_gemm_desc& d, qj_dtype wt) {
 //    x 1024 f16 -2%, bf16 +3%; M = 64 / 256 x 4096 x 4096 within noise. Smaller weights keep the
 //    Zen 4 rule: at 512 x 512 (0.5 MB, in L2; FBGEMM's FP16 shapes; three runs) 16 KiB lost f16
 //    M = 2 / 3 8% / 4% (197-202 -> 182-184, 235-239 -> 228) and a prefetch at M = 1 8%.
-//  - Zen 5, f16 at one row too (2026-12-02 ~09:00-09:25 UTC): from DRAM (--cold, 1 x 512 x 512,
+//  - Zen 5, f16 at one row too (2026-12-02 ~08:25-08:45 UTC): from DRAM (--cold, 1 x 512 x 512,
 //    us, medians of the bench's cold calls): four rounds alternating with FBGEMM's
 //    cblas_gemm_compute, none 20.6 / 27.7 / 25.4 / 25.2 -> 3 KiB 18.9 / 19.6 / 20.7 / 22.3
 //    (FBGEMM 20.8 / 19.9 / 22.7 / 22.6); later twelve rounds alternating the two rules, medians
