@@ -105,7 +105,8 @@ struct GemmPlan {
   // with nr = 16): `narrow` is the software-pipelined kernel of emit_s8_tall for 16 columns (or
   // for all N when N < 16), `narrow_tail` the one for the last N % 16 columns (N > 16). gemm_run
   // runs them on each 16 columns of the packed panels in turn, for blocks of tall_block banks of
-  // rows (A read from L1 after the first 16 columns), with the plan's column arrays.
+  // rows (A read from L1 after the first 16 columns; one block when there is one column slice),
+  // with the plan's column arrays.
   bool narrow_tall = false;
   KernelRef narrow_tail;
   int64_t tall_block = 0;
