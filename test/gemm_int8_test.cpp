@@ -675,7 +675,7 @@ TEST_P(GemmInt8, U8AReadInPlace) {
   }
 }
 
-// A case of the tall and banks kernels' tests, varied by seed: A type and zero point (0, the
+// A case of the narrow, tall and banks kernels' tests, varied by seed: A type and zero point (0, the
 // type's extreme, 17), granularity, bias / ReLU, full-range values, padded rows of A (3 or 64
 // bytes) and C (5).
 GemmCase varied_case(int64_t m, int64_t n, int64_t k, uint32_t seed) {
@@ -736,17 +736,7 @@ TEST_P(GemmInt8, NarrowN) {
     for (int64_t n : {4, 8})
       for (int64_t m : {8, 9, 15, 16, 17, 40, 97}) {
         if (k >= 1500 && m > 17) continue;
-        GemmCase c;
-        c.k = k;
-        c.n = n;
-        c.m = m;
-        c.a_type = (seed % 5 == 4) ? QJ_S8 : QJ_U8;
-        c.gran = (seed % 7 == 3) ? QJ_GRAN_TENSOR : QJ_GRAN_CHANNEL;
-        c.relu = seed % 3 == 1;
-        c.bias = seed % 4 != 2;
-        c.values = (seed % 6 == 5) ? qjt::kExtremes : qjt::kRandom;
-        c.lda_pad = seed % 2 ? 0 : 3;
-        c.ldc_pad = seed % 3 ? 0 : 5;
+        GemmCase c = varied_case(m, n, k, seed);
         c.threads = m >= 16 ? 1 + static_cast<int>(seed % 3) : 1;
         c.seed = ++seed;
         EXPECT_CASE(with_out(c, kOutTypes[seed % 5]));

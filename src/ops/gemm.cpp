@@ -371,6 +371,19 @@ static bool take_narrow_kernel(const KernelKey& key, GemmPlan* p, const char* wh
   p->narrow_mr = key.mr;
   return true;
 }
+// The key of one of the kernels of flags bit 6 (codegen/gemm_int: narrow-N, its row-lane variant,
+// tall, banks) from the plan's s8 key: rows per bank, columns, K, the variant (param[4]); the
+// s8 kernels' other parameters (lda, K blocking, B stride, prefetch) cleared.
+static KernelKey narrow_family_key(KernelKey key, int mr, int nr, int64_t k, uint32_t variant) {
+  key.mr = static_cast<uint16_t>(mr);
+  key.nr = static_cast<uint16_t>(nr);
+  key.flags = 64;
+  key.n_tail = 0;
+  for (uint32_t& v : key.param) v = 0;
+  key.param[1] = static_cast<uint32_t>(k);
+  key.param[4] = variant;
+  return key;
+}
 qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   const int n = static_cast<int>(w.n);
@@ -402,13 +415,7 @@ qj_status plan_narrow(KernelKey key, GemmPlan* p) {
     mult[l] = p->col_mult.data<float>()[c];
     bias[l] = p->col_bias.data<float>()[c];
   }
-  key.mr = static_cast<uint16_t>(kNarrowMr);
-  key.nr = static_cast<uint16_t>(n);
-  key.flags = 64;
-  key.n_tail = 0;
-  key.param[0] = 0;
-  key.param[1] = static_cast<uint32_t>(k);
-  take_narrow_kernel(key, p, "narrow-N", "using the column-vectorized kernels");
+  take_narrow_kernel(narrow_family_key(key, kNarrowMr, n, k, 0), p, "narrow-N", "using the column-vectorized kernels");
   return QJ_OK;
 }
 
@@ -463,14 +470,8 @@ static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
     mult[l] = p->col_mult.data<float>()[c];
     bias[l] = p->col_bias.data<float>()[c];
   }
-  key.mr = 4;
-  key.nr = 4;
-  key.flags = 64;
-  key.n_tail = 0;
-  key.param[0] = 0;
-  key.param[1] = static_cast<uint32_t>(w.k);
-  key.param[4] = 1;
-  *taken = take_narrow_kernel(key, p, "row-lane narrow-N", "trying the narrow-N kernel");
+  *taken = take_narrow_kernel(narrow_family_key(key, 4, 4, w.k, 1), p, "row-lane narrow-N",
+                              "trying the narrow-N kernel");
   return QJ_OK;
 }
 
@@ -480,16 +481,7 @@ static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
 // takes it for the M of banks_rows_ok.
 static void plan_banks(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
-  key.mr = 3;
-  key.nr = 64;
-  key.flags = 64;
-  key.n_tail = 0;
-  key.param[0] = 0;
-  key.param[1] = static_cast<uint32_t>(w.k);
-  key.param[3] = 0;
-  key.param[4] = 0;
-  key.param[5] = 0;
-  if (!take_narrow_kernel(key, p, "banks", "using the ordinary kernels")) return;
+  if (!take_narrow_kernel(narrow_family_key(key, 3, 64, w.k, 0), p, "banks", "using the ordinary kernels")) return;
   p->narrow_tall = true;
   p->tall_cols = 64;
   p->tall_block = std::max<int64_t>(1, static_cast<int64_t>(l1d_cache_bytes() / 3) / (w.k * 3));
@@ -502,11 +494,7 @@ static void plan_banks(KernelKey key, GemmPlan* p) {
 void plan_tall(KernelKey key, GemmPlan* p) {
   const PackedWeights& w = *p->w;
   // rows per bank: what the registers leave beside B, at most kTallMr
-  key.mr = static_cast<uint16_t>(gemm_int_tall_max_mr(w.k, kTallMr));
-  key.nr = 16;
-  key.flags = 64;
-  key.param[0] = 0;
-  key.param[1] = static_cast<uint32_t>(w.k);
+  key = narrow_family_key(key, gemm_int_tall_max_mr(w.k, kTallMr), 16, w.k, 0);
   key.param[3] = static_cast<uint32_t>(w.nr * 4);
   KernelRef full, tail;
   key.n_tail = 0;
