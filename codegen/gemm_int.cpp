@@ -894,6 +894,11 @@ struct DPlan {
   int ndec;  // decoded-weight registers
   int acc2;  // int16 pairs with dual: pair rows 2 and 3 get their own sets (acc2, acc2 + n_acc)
   int acc_hi;  // a_split with VNNI: the sums of the hi parts of A (shifted left by 5 at the end)
+  // key.param[1] = 1 (a one-row tile of 4-bit weights that sit in L2): each A quad is broadcast
+  // once into a register, and odd K steps go to a second copy of the int32 sets
+  // [acc0, acc0 + kblock), kshift registers up, added in at the end of each group.
+  bool l2_gemv;
+  int kblock, kshift;
   int a_units;  // A units (4-byte quads / pairs) per step
 };
 
@@ -977,6 +982,11 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     return false;
   }
   p->a_units = p->dec.int16 ? p->dec.n_out : p->dec.a_quads * (p->a_split ? 2 : 1);
+  p->l2_gemv = key.param[1] == 1;
+  if (key.param[1] > 1 || (p->l2_gemv && (!p->vnni || p->dec.int16 || p->pairs || p->mr != 1))) {
+    *why = "the L2 one-row form (param[1]) is for one-row tiles of the int8 decoders on the VNNI tier";
+    return false;
+  }
   if (p->group_a && (!p->grouped || key.has_row_scale)) {
     *why = "per-group A scales need grouped weights and no row scale";
     return false;
@@ -1000,6 +1010,8 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   if (p->dual && p->dec.int16) p->acc2 = used, used += 2 * n_acc;
   p->acc_hi = -1;
   if (p->a_split && p->vnni) p->acc_hi = used, used += n_acc;
+  p->kblock = p->kshift = 0;
+  if (p->l2_gemv) p->kblock = used, p->kshift = used, used += used;
   p->facc = used, used += p->grouped ? n_acc : 0;
   // int16 pairs: each decoded vector is consumed before the next pair row is decoded; two sets
   // alternate so a decode can overlap the previous multiplies.
@@ -1042,8 +1054,9 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     // 559-561 -> 516-553 / 532-559 / 683-692. The GEMV (one row) keeps the embedded form: in
     // three alternating rounds the register form ran S4 from L2 faster (1 x 1024 x 1024 553-581 ->
     // 620-635) but from L3 slower (1 x 11008 x 4096 212-256 -> 159-196), and MXFP4 from L2 slower
-    // (426-429 -> 384-417).
-    if (p->s.zmm && p->mr >= 2 && p->nrv >= 2 && !p->dec.int16) {
+    // (426-429 -> 384-417). The L2 one-row form of 4-bit weights (param[1]) takes the register
+    // form with its second accumulator copy (src/ops/gemm.cpp has the figures).
+    if (p->s.zmm && (p->mr >= 2 || p->l2_gemv) && p->nrv >= 2 && !p->dec.int16) {
       if (p->dec.n_temps > 0) p->abc = p->dtmp;
       else if (used < p->s.regs) p->abc = used++;
     }
@@ -1197,6 +1210,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   if (p.dual) zero_regs(a, s, p.acc1, n_acc);
   if (p.acc2 >= 0) zero_regs(a, s, p.acc2, 2 * n_acc);
   if (p.acc_hi >= 0) zero_regs(a, s, p.acc_hi, n_acc);
+  if (p.kblock) zero_regs(a, s, p.acc0 + p.kshift, p.kblock);
 
   // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
   auto emit_step = [&](int u) {
@@ -1261,7 +1275,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
             if (p.abc >= 0) a.vpbroadcastd(s.v(p.abc), aq_mem);
             const Operand av = p.abc >= 0 ? Operand(s.v(p.abc)) : Operand(aq_mem._1to16());
             for (int j = 0; j < p.nrv; ++j) {
-              const int set = part ? p.acc_hi : (p.dual && (o & 1)) ? p.acc1 : p.acc0;
+              const int set = (part ? p.acc_hi : (p.dual && (o & 1)) ? p.acc1 : p.acc0) + (u & 1) * p.kshift;
               a.emit(Inst::kIdVpdpbusd, s.v(set + i * p.nrv + j), s.v(p.dec0 + o * p.nrv + j), av);
             }
           }
@@ -1297,6 +1311,26 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     for (int u = 0; u < steps; ++u) emit_step(u);
     a.add(rsi, steps * a_units * p.mr * 4);
     a.add(rdx, steps * step_bytes);
+  } else if (p.kblock) {
+    // Steps in pairs (the second into the other sets), then the odd one left.
+    Label l_k = a.newLabel(), l_odd = a.newLabel(), l_done = a.newLabel();
+    a.mov(r8, ARG(k_groups));
+    a.shr(r8, 1);
+    a.jz(l_odd);
+    a.bind(l_k);
+    emit_step(0);
+    emit_step(1);
+    a.add(rsi, 2 * a_units * p.mr * 4);
+    a.add(rdx, 2 * step_bytes);
+    a.dec(r8);
+    a.jnz(l_k);
+    a.bind(l_odd);
+    a.test(byte_ptr(rdi, static_cast<int32_t>(offsetof(GemmIntArgs, k_groups))), 1);
+    a.jz(l_done);
+    emit_step(0);
+    a.add(rsi, a_units * p.mr * 4);
+    a.add(rdx, step_bytes);
+    a.bind(l_done);
   } else {
     Label l_k = a.newLabel();
     a.mov(r8, ARG(k_groups));
@@ -1307,6 +1341,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.dec(r8);
     a.jnz(l_k);
   }
+  for (int r = 0; r < p.kblock; ++r)
+    a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc0 + p.kshift + r));
   if (p.acc2 >= 0)
     for (int r = 0; r < n_acc; ++r) {
       a.vpaddd(s.v(p.acc2 + r), s.v(p.acc2 + r), s.v(p.acc2 + n_acc + r));
@@ -1446,7 +1482,7 @@ std::string name(const KernelKey& key) {
   if (key.b_type != QJ_S8) {
     // Decoded weights: gemm_<A as the kernel reads it><weight type>_..., c<K per step>.
     const cg::DecoderInfo dec = cg::decoder_info(key.b_type);
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s%s",
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s%s%s",
                   dec.int16 || key.param[3] == 1 ? "s16" : dt(key.a_type), dt(key.b_type),
                   key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                   dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
@@ -1458,7 +1494,7 @@ std::string name(const KernelKey& key) {
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
                   (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : key.param[4] == 1 ? "_b8" : "",
-                  key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
+                  key.param[1] == 1 ? "_l2" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

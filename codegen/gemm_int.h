@@ -36,6 +36,10 @@
 //                  key.param[3] bytes between its K quads; emit_s8_tall). With nr = 64: the
 //                  banks kernel (one 64-column panel over banks of 3 rows, the same pipeline,
 //                  B read per K step; u8 / s8 / f32 / s32 C; emit_s8_banks)
+//   param[1]       (decoded, VNNI, mr = 1, int8-form decoders) 1: the one-row form for weights that
+//                  sit in L2: each A quad broadcast once into a register (not embedded in each
+//                  vpdpbusd), odd K steps accumulated in a second copy of the int32 sets (added in
+//                  per group), so a step waits neither on the last one nor on the load ports
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

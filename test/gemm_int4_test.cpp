@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "src/core/isa.h"
 #include "src/formats/half.h"
+#include "src/ops/gemm.h"
 #include "src/ops/int_weights.h"
 #include "src/ref/gemm_ref.h"
 #include "test/test_util.h"
@@ -276,6 +278,56 @@ TEST(GemmInt4, LargeAndFbgemmShapes) {
     c.seed = seed + 1000;
     EXPECT_CASE(c);
   });
+}
+
+// The one-row kernel takes its L2 form (codegen/gemm_int.h key.param[1], "_l2" in the name) on the
+// VNNI tier when the packed weights take at most 5/8 of L2, and only there; at M = 1 both forms
+// match the reference (K = 1000 per channel: an odd count of 8-K steps, the form's unpaired last).
+TEST(GemmInt4, GemvL2FormRule) {
+  const size_t l2 = qj::l2_cache_bytes();
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX2) continue;  // (no JIT kernels below AVX2)
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 300;
+    for (int64_t n : {1024, 2048})
+      for (int64_t k : {1000, 1024})
+        for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+          if (gran == QJ_GRAN_GROUP && k % 128 != 0) continue;
+          Int4Case c;
+          c.m = 1, c.n = n, c.k = k, c.gran = gran, c.group = 128, c.seed = ++seed;
+          c.w_type = (n + k + gran) % 3 ? QJ_S4 : QJ_U4;
+          c.a_type = QJ_F32;
+          c.c_type = QJ_F32;
+          EXPECT_CASE(c);
+
+          qj_weights_desc wd{};
+          wd.dtype = c.w_type;
+          wd.k = k;
+          wd.n = n;
+          wd.layout = QJ_LAYOUT_KN;
+          wd.granularity = gran;
+          wd.group_size = gran == QJ_GRAN_GROUP ? 128 : 0;
+          std::vector<float> scales(static_cast<size_t>(n * (gran == QJ_GRAN_GROUP ? k / 128 : 1)), 0.5f);
+          wd.scales = scales.data();
+          std::vector<uint8_t> nib(static_cast<size_t>(k * n / 2), 0x11);
+          std::shared_ptr<qj::PackedWeights> w;
+          std::unique_ptr<qj::GemmPlan> p;
+          qj_gemm_desc gd{};
+          gd.a_type = QJ_F32;
+          gd.c_type = QJ_F32;
+          ASSERT_EQ(qj::pack_int_weights(wd, nib.data(), n / 2, isa, &w), QJ_OK) << qj_last_error();
+          ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+          ASSERT_FALSE(p->kernels.empty());
+          const size_t bytes = w->panel_bytes() * static_cast<size_t>(w->n_panels);
+          for (size_t r = 1; r <= p->kernels.size(); ++r) {
+            const bool want = isa >= QJ_ISA_AVX512_VNNI && r == 1 && bytes * 8 <= l2 * 5;
+            const std::string& name = p->kernels[r - 1].name();
+            EXPECT_EQ(name.find("_l2") != std::string::npos, want)
+                << qj_isa_name(isa) << " " << n << " x " << k << " gran " << gran << " rows " << r << " ("
+                << bytes << " bytes, L2 " << l2 << "): " << name;
+          }
+        }
+  }
 }
 
 // Every group size along K (including the whole of K), with and without zero points, at sizes

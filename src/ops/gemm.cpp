@@ -294,6 +294,22 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
   return bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 8192;
 }
 
+// The one-row kernel of 4-bit weights of at most 5/8 of L2 takes its L2 form (key.param[1],
+// codegen/gemm_int.h): the A quads broadcast into a register and a second accumulator copy for odd
+// K steps. (Zen 5, 2026-12-02 ~10:50 UTC, f32 A, one process per figure, 3000 calls, us, two runs
+// each: S4 1 x 1024 x 1024 group 128 3.79 / 3.75 -> 3.00 / 3.02 (either change alone 0.98 / 0.90),
+// per channel 4.14 / 4.13 -> 2.72 / 2.69; U4 3.82 -> 3.15-3.20, per channel 4.17-4.21 -> 2.71-2.75;
+// 1 x 512 x 512 group 128 1.45-1.64 -> 1.37-1.42, per channel 1.26-2.18 -> 1.12-1.13. Not for
+// more: 1 x 1536 x 1024 (0.8 MB) 8.7 -> 8.4-9.0 and 7.4 -> 7.0-10.3, 1 x 2048 x 1024 and 1 x 2048
+// x 2048 0-7% slower; from L3 / DRAM, A/B in one process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per
+// channel, the register broadcast alone 1.12 / 1.04x the time (more instructions a byte leave
+// fewer weight loads in flight), the second copy alone 1.00-1.03. MXFP4, MXINT8 and E2M3 gain
+// nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their decode's shuffles, not the loads, bound them).)
+static bool decoded_l2_gemv(int rows, const PackedWeights& w, qj_isa isa) {
+  return rows == 1 && isa >= QJ_ISA_AVX512_VNNI && w.is_int4() &&
+         w.panel_bytes() * w.n_panels * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5;
+}
+
 // The same for the s8 kernels over the whole K (key.param[5]): none on Zen 4 (M = 4 / 16 cold
 // there: no gain), nor for one row (the GEMV streams near the roof: Zen 5, 1 x 11008 x 4096, 45
 // MB, 139-143 -> 119-122 GOPS with 16 KiB); 16 KiB on Zen 5 for two rows and more once the
@@ -743,6 +759,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (a_split) key.flags |= 128;
         key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
         key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
+        key.param[1] = decoded_l2_gemv(r, *w, p->isa) ? 1 : 0;
       } else {
         key.param[5] = static_cast<uint32_t>(s8_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
       }
