@@ -1011,7 +1011,7 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->acc_hi = -1;
   if (p->a_split && p->vnni) p->acc_hi = used, used += n_acc;
   p->kblock = p->kshift = 0;
-  if (p->l2_gemv) p->kblock = used, p->kshift = used, used += used;
+  if (p->l2_gemv) p->kblock = p->kshift = used - p->acc0, used += p->kblock;
   p->facc = used, used += p->grouped ? n_acc : 0;
   // int16 pairs: each decoded vector is consumed before the next pair row is decoded; two sets
   // alternate so a decode can overlap the previous multiplies.

@@ -303,7 +303,7 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 // more: 1 x 1536 x 1024 (0.8 MB) 8.7 -> 8.4-9.0 and 7.4 -> 7.0-10.3, 1 x 2048 x 1024 and 1 x 2048
 // x 2048 0-7% slower; from L3 / DRAM, A/B in one process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per
 // channel, the register broadcast alone 1.12 / 1.04x the time (more instructions a byte leave
-// fewer weight loads in flight), the second copy alone 1.00-1.03. MXFP4, MXINT8 and E2M3 gain
+// fewer weight loads in flight), the second copy alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain
 // nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their decode's shuffles, not the loads, bound them).)
 static bool decoded_l2_gemv(int rows, const PackedWeights& w, qj_isa isa) {
   return rows == 1 && isa >= QJ_ISA_AVX512_VNNI && w.is_int4() &&
