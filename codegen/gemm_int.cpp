@@ -897,7 +897,9 @@ struct DPlan {
   // key.param[1] = 1 (a one-row tile of 4-bit weights that sit in L2): each A quad is broadcast
   // once into a register, and odd K steps go to a second copy of the int32 sets
   // [acc0, acc0 + kblock), kshift registers up, added in at the end of each group.
-  bool l2_gemv;
+  // key.param[1] = 2 (one row of 4-bit weights streamed from DRAM): the decoder's masks read the
+  // packed bytes as memory operands (cg::DecodeRegs::mem_operands).
+  bool l2_gemv, stream_gemv;
   int kblock, kshift;
   int a_units;  // A units (4-byte quads / pairs) per step
 };
@@ -983,8 +985,13 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   }
   p->a_units = p->dec.int16 ? p->dec.n_out : p->dec.a_quads * (p->a_split ? 2 : 1);
   p->l2_gemv = key.param[1] == 1;
-  if (key.param[1] > 1 || (p->l2_gemv && (!p->vnni || p->dec.int16 || p->pairs || p->mr != 1))) {
-    *why = "the L2 one-row form (param[1]) is for one-row tiles of the int8 decoders on the VNNI tier";
+  p->stream_gemv = key.param[1] == 2;
+  if (key.param[1] > 2 || (p->l2_gemv && (!p->vnni || p->dec.int16 || p->pairs || p->mr != 1))) {
+    *why = "the L2 one-row form (param[1] = 1) is for one-row tiles of the int8 decoders on the VNNI tier";
+    return false;
+  }
+  if (p->stream_gemv && (!p->s.zmm || p->mr != 1 || (key.b_type != QJ_S4 && key.b_type != QJ_U4))) {
+    *why = "the streaming one-row form (param[1] = 2) is for one-row zmm tiles of S4 / U4 weights";
     return false;
   }
   if (p->group_a && (!p->grouped || key.has_row_scale)) {
@@ -1111,6 +1118,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.vbmi = p.vbmi;
   dr.fp6_dense = p.fp6_dense;
   dr.vnni = p.vnni || p.pairs;  // as decoder_info was asked
+  dr.mem_operands = p.stream_gemv;
 
   cg::emit_save_callee_regs(a);
   if (p.e2m3w) {
@@ -1494,7 +1502,7 @@ std::string name(const KernelKey& key) {
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
                   (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : key.param[4] == 1 ? "_b8" : "",
-                  key.param[1] == 1 ? "_l2" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
+                  key.param[1] == 1 ? "_l2" : key.param[1] == 2 ? "_stream" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

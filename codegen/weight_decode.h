@@ -89,6 +89,10 @@ struct DecodeRegs {
   bool vbmi = false;  // as passed to decoder_info (zmm only)
   bool fp6_dense = false;  // as passed to decoder_info
   bool vnni = true;   // as passed to decoder_info
+  // S4 / U4 on zmm, scaled outputs: each mask reads the packed bytes as its memory operand (two
+  // loads of the same 64 bytes, one instruction fewer a vector: for the one-row kernel streaming
+  // from DRAM, whose load ports are idle; from L2 / L3 the second load costs more than it saves)
+  bool mem_operands = false;
 };
 
 // Loads the decoder's constants (once per kernel; n_consts, plus scaled_consts when `scaled`).

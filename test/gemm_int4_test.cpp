@@ -280,53 +280,102 @@ TEST(GemmInt4, LargeAndFbgemmShapes) {
   });
 }
 
-// The one-row kernel takes its L2 form (codegen/gemm_int.h key.param[1], "_l2" in the name) on the
-// VNNI tier when the packed weights take at most 5/8 of L2, and only there; at M = 1 both forms
-// match the reference (K = 1000 per channel: an odd count of 8-K steps, the form's unpaired last).
-TEST(GemmInt4, GemvL2FormRule) {
+// Plans' one-row INT4 kernel names: "_l2" / "_stream" for the forms of key.param[1]
+// (codegen/gemm_int.h), r = rows of each kernel.
+std::vector<std::string> int4_kernel_names(qj_isa isa, qj_dtype wt, int64_t n, int64_t k, qj_granularity gran,
+                                           size_t* packed_bytes) {
+  qj_weights_desc wd{};
+  wd.dtype = wt;
+  wd.k = k;
+  wd.n = n;
+  wd.layout = QJ_LAYOUT_KN;
+  wd.granularity = gran;
+  wd.group_size = gran == QJ_GRAN_GROUP ? 128 : 0;
+  std::vector<float> scales(static_cast<size_t>(n * (gran == QJ_GRAN_GROUP ? k / 128 : 1)), 0.5f);
+  wd.scales = scales.data();
+  std::vector<uint8_t> nib(static_cast<size_t>(k * ((n + 1) / 2)), 0x11);
+  std::shared_ptr<qj::PackedWeights> w;
+  std::unique_ptr<qj::GemmPlan> p;
+  qj_gemm_desc gd{};
+  gd.a_type = QJ_F32;
+  gd.c_type = QJ_F32;
+  std::vector<std::string> names;
+  if (qj::pack_int_weights(wd, nib.data(), (n + 1) / 2, isa, &w) != QJ_OK ||
+      qj::gemm_plan_create(gd, w, &p) != QJ_OK) {
+    ADD_FAILURE() << qj_last_error();
+    return names;
+  }
+  *packed_bytes = w->panel_bytes() * static_cast<size_t>(w->n_panels);
+  for (const auto& ref : p->kernels) names.push_back(ref.name());
+  return names;
+}
+
+// Which one-row kernels take a form (the rule written out here): the L2 form on the VNNI tier for
+// packed weights of at most 5/8 of L2; the streaming form on the AVX-512 tiers of Zen 5 for
+// weights of at least 16 MiB and twice L2 (streamed from DRAM); neither for two rows or more.
+TEST(GemmInt4, GemvFormRule) {
   const size_t l2 = qj::l2_cache_bytes();
+  struct Size {
+    int64_t n, k;
+    qj_granularity gran;
+  };
+  const Size sizes[] = {{1024, 1024, QJ_GRAN_CHANNEL}, {1024, 1024, QJ_GRAN_GROUP}, {2048, 1024, QJ_GRAN_GROUP},
+                        {8200, 4096, QJ_GRAN_CHANNEL}};
   for (qj_isa isa : qjt::supported_isas()) {
     if (isa < QJ_ISA_AVX2) continue;  // (no JIT kernels below AVX2)
     qjt::IsaCap cap(isa);
-    uint32_t seed = 300;
-    for (int64_t n : {1024, 2048})
-      for (int64_t k : {1000, 1024})
-        for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
-          if (gran == QJ_GRAN_GROUP && k % 128 != 0) continue;
-          Int4Case c;
-          c.m = 1, c.n = n, c.k = k, c.gran = gran, c.group = 128, c.seed = ++seed;
-          c.w_type = (n + k + gran) % 3 ? QJ_S4 : QJ_U4;
-          c.a_type = QJ_F32;
-          c.c_type = QJ_F32;
-          EXPECT_CASE(c);
+    for (const Size& sz : sizes) {
+      size_t bytes = 0;
+      const auto names = int4_kernel_names(isa, QJ_S4, sz.n, sz.k, sz.gran, &bytes);
+      ASSERT_FALSE(names.empty());
+      const bool l2_form = isa >= QJ_ISA_AVX512_VNNI && bytes * 8 <= l2 * 5;
+      const bool stream_form = !l2_form && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a &&
+                               bytes >= 2 * l2 && bytes >= (size_t{16} << 20);
+      for (size_t r = 1; r <= names.size(); ++r) {
+        const std::string& name = names[r - 1];
+        const std::string where = std::string(qj_isa_name(isa)) + " " + std::to_string(sz.n) + " x " +
+                                  std::to_string(sz.k) + " (" + std::to_string(bytes) + " bytes, L2 " +
+                                  std::to_string(l2) + ") rows " + std::to_string(r) + ": " + name;
+        EXPECT_EQ(name.find("_l2") != std::string::npos, l2_form && r == 1) << where;
+        EXPECT_EQ(name.find("_stream") != std::string::npos, stream_form && r == 1) << where;
+      }
+    }
+  }
+}
 
-          qj_weights_desc wd{};
-          wd.dtype = c.w_type;
-          wd.k = k;
-          wd.n = n;
-          wd.layout = QJ_LAYOUT_KN;
-          wd.granularity = gran;
-          wd.group_size = gran == QJ_GRAN_GROUP ? 128 : 0;
-          std::vector<float> scales(static_cast<size_t>(n * (gran == QJ_GRAN_GROUP ? k / 128 : 1)), 0.5f);
-          wd.scales = scales.data();
-          std::vector<uint8_t> nib(static_cast<size_t>(k * n / 2), 0x11);
-          std::shared_ptr<qj::PackedWeights> w;
-          std::unique_ptr<qj::GemmPlan> p;
-          qj_gemm_desc gd{};
-          gd.a_type = QJ_F32;
-          gd.c_type = QJ_F32;
-          ASSERT_EQ(qj::pack_int_weights(wd, nib.data(), n / 2, isa, &w), QJ_OK) << qj_last_error();
-          ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
-          ASSERT_FALSE(p->kernels.empty());
-          const size_t bytes = w->panel_bytes() * static_cast<size_t>(w->n_panels);
-          for (size_t r = 1; r <= p->kernels.size(); ++r) {
-            const bool want = isa >= QJ_ISA_AVX512_VNNI && r == 1 && bytes * 8 <= l2 * 5;
-            const std::string& name = p->kernels[r - 1].name();
-            EXPECT_EQ(name.find("_l2") != std::string::npos, want)
-                << qj_isa_name(isa) << " " << n << " x " << k << " gran " << gran << " rows " << r << " ("
-                << bytes << " bytes, L2 " << l2 << "): " << name;
+// Every one-row form (forced, qj::gemm_force_int4_gemv_form) against the reference at M = 1, bit
+// for bit, at every tier that has it: tails of N, per channel K = 1000 (an odd count of 8-K steps:
+// the L2 form's unpaired last step), groups, zero points, S4 and U4.
+TEST(GemmInt4, GemvForms) {
+  struct ForceForm {
+    explicit ForceForm(int f) { qj::gemm_force_int4_gemv_form(f); }
+    ~ForceForm() { qj::gemm_force_int4_gemv_form(-1); }
+  };
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (int form : {0, 1, 2}) {
+      if ((form == 1 && isa < QJ_ISA_AVX512_VNNI) || (form == 2 && isa < QJ_ISA_AVX512)) continue;
+      ForceForm force(form);
+      uint32_t seed = 300 + static_cast<uint32_t>(form);
+      for (int64_t n : {200, 1024})
+        for (int64_t k : {1000, 1024})
+          for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+            if (gran == QJ_GRAN_GROUP && k % 128 != 0) continue;
+            Int4Case c;
+            c.m = 1, c.n = n, c.k = k, c.gran = gran, c.group = 128, c.seed = ++seed;
+            c.w_type = (n + k + gran) % 3 ? QJ_S4 : QJ_U4;
+            c.zp = n == 200;
+            c.a_type = gran == QJ_GRAN_GROUP ? QJ_F32 : QJ_U8;
+            c.c_type = QJ_F32;
+            EXPECT_EQ(run_case(c), "") << c.str() << " form " << form;
           }
-        }
+      if (isa >= QJ_ISA_AVX2 && form > 0) {  // the forced form is the one that ran
+        size_t bytes = 0;
+        const auto names = int4_kernel_names(isa, QJ_U4, 200, 1000, QJ_GRAN_CHANNEL, &bytes);
+        ASSERT_FALSE(names.empty());
+        EXPECT_NE(names[0].find(form == 1 ? "_l2" : "_stream"), std::string::npos) << names[0];
+      }
+    }
   }
 }
 

@@ -23,10 +23,12 @@ namespace qj {
 namespace {
 std::atomic<int> g_fp8_mode{-1};  // gemm_fp8_force_block_accumulators
 std::atomic<int64_t> g_force_kc{-1};  // gemm_force_k_block
+std::atomic<int> g_int4_gemv_form{-1};  // gemm_force_int4_gemv_form
 }  // namespace
 
 void gemm_fp8_force_block_accumulators(int mode) { g_fp8_mode.store(mode, std::memory_order_relaxed); }
 void gemm_force_k_block(int64_t kc) { g_force_kc.store(kc, std::memory_order_relaxed); }
+void gemm_force_int4_gemv_form(int form) { g_int4_gemv_form.store(form, std::memory_order_relaxed); }
 
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels, int kg) {
   GemmBlocking b;
@@ -294,7 +296,7 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
   return bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 8192;
 }
 
-// The one-row kernel of 4-bit weights of at most 5/8 of L2 takes its L2 form (key.param[1],
+// The one-row kernel of 4-bit weights of at most 5/8 of L2 takes its L2 form (key.param[1] = 1,
 // codegen/gemm_int.h): the A quads broadcast into a register and a second accumulator copy for odd
 // K steps. (Zen 5, 2026-12-02 ~10:50 UTC, f32 A, one process per figure, 3000 calls, us, two runs
 // each: S4 1 x 1024 x 1024 group 128 3.79 / 3.75 -> 3.00 / 3.02 (either change alone 0.98 / 0.90),
@@ -305,9 +307,26 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 // channel, the register broadcast alone 1.12 / 1.04x the time (more instructions a byte leave
 // fewer weight loads in flight), the second copy alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain
 // nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their decode's shuffles, not the loads, bound them).)
-static bool decoded_l2_gemv(int rows, const PackedWeights& w, qj_isa isa) {
-  return rows == 1 && isa >= QJ_ISA_AVX512_VNNI && w.is_int4() &&
-         w.panel_bytes() * w.n_panels * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5;
+//
+// Weights streamed from DRAM (where the one-row prefetch goes 16 KiB ahead, above) take the
+// streaming form instead (key.param[1] = 2, AVX-512 tiers): the nibble masks read the packed bytes
+// as memory operands, one instruction fewer per 64 bytes. (2026-12-02 ~11:00 UTC, S4 group 128,
+// per channel in one process, A/B in both orders, time new / old: 1 x 11008 x 4096 0.97 / 0.98 and
+// 0.96 / 0.98, 1 x 4096 x 14336 0.97 / 0.97 and 0.98 / 0.97; `quantjit-bench gemm` three runs
+// each, us: 1 x 11008 x 4096 297-302 -> 288-294, 1 x 4096 x 11008 284-286 -> 276-282, 1 x 14336 x
+// 4096 442-459 -> 428-445, 1 x 4096 x 14336 438-457 -> 432-440; --cold, two runs, S4 / U4 1 x
+// 4096 x 14336 830-842 / 889-894 -> 814-831 / 866-889. From L2 / L3 it was slower: 1 x 1536 x
+// 1024 +15%, 1 x 2048 x 1024 / 2048 +7%, 1 x 4096 x 4096 +4%.)
+static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa) {
+  if (rows != 1 || !w.is_int4()) return 0;
+  const int forced = g_int4_gemv_form.load(std::memory_order_relaxed);
+  if (forced == 1) return isa >= QJ_ISA_AVX512_VNNI ? 1 : 0;
+  if (forced == 2) return isa >= QJ_ISA_AVX512 ? 2 : 0;
+  if (forced == 0) return 0;
+  const size_t bytes = w.panel_bytes() * w.n_panels;
+  if (isa >= QJ_ISA_AVX512_VNNI && bytes * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5) return 1;
+  if (isa >= QJ_ISA_AVX512 && decoded_prefetch_bytes(rows, bytes) == kFarWeightPrefetchBytes) return 2;
+  return 0;
 }
 
 // The same for the s8 kernels over the whole K (key.param[5]): none on Zen 4 (M = 4 / 16 cold
@@ -759,7 +778,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (a_split) key.flags |= 128;
         key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
         key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
-        key.param[1] = decoded_l2_gemv(r, *w, p->isa) ? 1 : 0;
+        key.param[1] = static_cast<uint32_t>(decoded_gemv_form(r, *w, p->isa));
       } else {
         key.param[5] = static_cast<uint32_t>(s8_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
       }

@@ -147,6 +147,12 @@ qj_status gemm_run_parallel(const GemmPlan& p, int64_t m, const void* a, int64_t
 // For tests and experiments: both ways are exact to the same bound.
 void gemm_fp8_force_block_accumulators(int mode);
 
+// The one-row INT4 kernel's form in plans created from now on (key.param[1], codegen/gemm_int.h):
+// -1 the plan's rule (default: the L2 form for weights of at most 5/8 of L2, the streaming form
+// for weights streamed from DRAM), 0 / 1 / 2 that form wherever the tier has it (tests use it to
+// run every form on any machine; the forms compute identical results).
+void gemm_force_int4_gemv_form(int form);
+
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
                              int kg);
