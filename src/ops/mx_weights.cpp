@@ -9,6 +9,10 @@
 // touched. The element codes are kept as given (read back by mx_code).
 #include "src/ops/mx_weights.h"
 
+// GCC 12's AVX512-VBMI intrinsic headers trip -Wmaybe-uninitialized on their own "undefined"
+// vector temporaries ('__Y') once inlined into fp6_vectors_vbmi; the values are never used.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
