@@ -310,7 +310,7 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 //
 // Weights streamed from DRAM (where the one-row prefetch goes 16 KiB ahead, above) take the
 // streaming form instead (key.param[1] = 2, AVX-512 tiers): the nibble masks read the packed bytes
-// as memory operands, one instruction fewer per 64 bytes. (2026-12-02 ~11:00 UTC, S4 group 128,
+// as memory operands, one instruction fewer per 64 bytes. (2026-12-02 ~10:50 UTC, S4 group 128,
 // per channel in one process, A/B in both orders, time new / old: 1 x 11008 x 4096 0.97 / 0.98 and
 // 0.96 / 0.98, 1 x 4096 x 14336 0.97 / 0.97 and 0.98 / 0.97; `quantjit-bench gemm` three runs
 // each, us: 1 x 11008 x 4096 297-302 -> 288-294, 1 x 4096 x 11008 284-286 -> 276-282, 1 x 14336 x
