@@ -298,7 +298,7 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 
 // The one-row kernel of 4-bit weights of at most 5/8 of L2 takes its L2 form (key.param[1] = 1,
 // codegen/gemm_int.h): the A quads broadcast into a register and a second accumulator copy for odd
-// K steps. (Zen 5, 2026-12-02 ~10:50 UTC, f32 A, one process per figure, 3000 calls, us, two runs
+// K steps. (Zen 5, 2026-12-02 ~10:15 UTC, f32 A, one process per figure, 3000 calls, us, two runs
 // each: S4 1 x 1024 x 1024 group 128 3.79 / 3.75 -> 3.00 / 3.02 (either change alone 0.98 / 0.90),
 // per channel 4.14 / 4.13 -> 2.72 / 2.69; U4 3.82 -> 3.15-3.20, per channel 4.17-4.21 -> 2.71-2.75;
 // 1 x 512 x 512 group 128 1.45-1.64 -> 1.37-1.42, per channel 1.26-2.18 -> 1.12-1.13. Not for
