@@ -280,8 +280,8 @@ TEST(GemmInt4, LargeAndFbgemmShapes) {
   });
 }
 
-// Plans' one-row INT4 kernel names: "_l2" / "_stream" for the forms of key.param[1]
-// (codegen/gemm_int.h), r = rows of each kernel.
+// The kernel names of an fp32-A plan over S4 / U4 weights (names[r - 1]: the kernel of r rows;
+// "_l2" / "_stream" mark the one-row forms of key.param[1], codegen/gemm_int.h).
 std::vector<std::string> int4_kernel_names(qj_isa isa, qj_dtype wt, int64_t n, int64_t k, qj_granularity gran,
                                            size_t* packed_bytes) {
   qj_weights_desc wd{};
