@@ -302,8 +302,11 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 // each: S4 1 x 1024 x 1024 group 128 3.79 / 3.75 -> 3.00 / 3.02 (either change alone 0.98 / 0.90),
 // per channel 4.14 / 4.13 -> 2.72 / 2.69; U4 3.82 -> 3.15-3.20, per channel 4.17-4.21 -> 2.71-2.75;
 // 1 x 512 x 512 group 128 1.45-1.64 -> 1.37-1.42, per channel 1.26-2.18 -> 1.12-1.13. Not for
-// more: 1 x 1536 x 1024 (0.8 MB) 8.7 -> 8.4-9.0 and 7.4 -> 7.0-10.3, 1 x 2048 x 1024 and 1 x 2048
-// x 2048 0-7% slower; from L3 / DRAM, A/B in one process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per
+// more: at 1 x 1536 x 1024 (0.8 MB; ~11:10 UTC, four alternating runs) such runs gained (group 128
+// 5.91-6.14 -> 5.26-5.48, once 6.80; per channel 5.96-6.11 -> 4.42-5.49) but `quantjit-bench
+// gemm` did not (three alternating runs, S4 / U4: 5.93-6.18 / 6.51-8.83 -> 5.66-6.25 /
+// 6.61-9.05); 1 x 2048 x 1024 mixed, 1 x 2048 x 2048 0-7% slower; from L3 / DRAM, A/B in one
+// process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per
 // channel, the register broadcast alone 1.12 / 1.04x the time (more instructions a byte leave
 // fewer weight loads in flight), the second copy alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain
 // nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their decode's shuffles, not the loads, bound them).)
