@@ -897,8 +897,8 @@ struct DPlan {
   // key.param[1] = 1 (a one-row tile of 4-bit weights that sit in L2): each A quad is broadcast
   // once into a register, and odd K steps go to a second copy of the int32 sets
   // [acc0, acc0 + kblock), kshift registers up, added in at the end of each group.
-  // key.param[1] = 2 (one row of 4-bit weights streamed from DRAM): the decoder's masks read the
-  // packed bytes as memory operands (cg::DecodeRegs::mem_operands).
+  // key.param[1] = 2 (one row of 4-bit weights streamed from DRAM, scaled high nibbles): the
+  // decoder's masks read the packed bytes as memory operands (cg::DecodeRegs::mem_operands).
   bool l2_gemv, stream_gemv;
   int kblock, kshift;
   int a_units;  // A units (4-byte quads / pairs) per step
@@ -990,8 +990,8 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
     *why = "the L2 one-row form (param[1] = 1) is for one-row tiles of the int8 decoders on the VNNI tier";
     return false;
   }
-  if (p->stream_gemv && (!p->s.zmm || p->mr != 1 || (key.b_type != QJ_S4 && key.b_type != QJ_U4))) {
-    *why = "the streaming one-row form (param[1] = 2) is for one-row zmm tiles of S4 / U4 weights";
+  if (p->stream_gemv && (!p->scaled || p->mr != 1 || (key.b_type != QJ_S4 && key.b_type != QJ_U4))) {
+    *why = "the streaming one-row form (param[1] = 2) is for one-row scaled tiles of S4 / U4 weights";
     return false;
   }
   if (p->group_a && (!p->grouped || key.has_row_scale)) {

@@ -40,9 +40,9 @@
 //                  sit in L2: each A quad broadcast once into a register (not embedded in each
 //                  vpdpbusd), odd K steps accumulated in a second copy of the int32 sets (added in
 //                  per group), so a step waits neither on the last one nor on the load ports;
-//                  2 (S4 / U4, zmm, mr = 1): the form for weights streamed from DRAM: with scaled
-//                  high nibbles (flags bit 3) the nibble masks read the packed bytes as memory
-//                  operands (one instruction fewer a vector)
+//                  2 (S4 / U4, mr = 1, scaled high nibbles: flags bit 3): the form for weights
+//                  streamed from DRAM: the nibble masks read the packed bytes as memory operands
+//                  (one instruction fewer a vector)
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

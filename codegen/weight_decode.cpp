@@ -500,7 +500,7 @@ void emit_decode(Assembler& a, const Simd& s, int b_type, const Mem& src, const 
     case QJ_S4:
     case QJ_U4: {
       const Vec lo = s.v(out[0]), hi = s.v(out[1]), mask = s.v(r.consts), mask_hi = s.v(r.consts + 1);
-      if (s.zmm && r.mem_operands && scaled) {
+      if (r.mem_operands && s.zmm && scaled) {
         a.vpandd(hi, mask_hi, src);
         a.vpandd(lo, mask, src);
       } else if (s.zmm) {

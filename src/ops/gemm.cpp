@@ -306,29 +306,27 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 // 5.91-6.14 -> 5.26-5.48, once 6.80; per channel 5.96-6.11 -> 4.42-5.49) but `quantjit-bench
 // gemm` did not (three alternating runs, S4 / U4: 5.93-6.18 / 6.51-8.83 -> 5.66-6.25 /
 // 6.61-9.05); 1 x 2048 x 1024 mixed, 1 x 2048 x 2048 0-7% slower; from L3 / DRAM, A/B in one
-// process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per
-// channel, the register broadcast alone 1.12 / 1.04x the time (more instructions a byte leave
-// fewer weight loads in flight), the second copy alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain
+// process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per channel, the register broadcast alone 1.12 /
+// 1.04x the time (more instructions a byte leave fewer weight loads in flight), the second copy
+// alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain
 // nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their decode's shuffles, not the loads, bound them).)
 //
 // Weights streamed from DRAM (where the one-row prefetch goes 16 KiB ahead, above) take the
-// streaming form instead (key.param[1] = 2, AVX-512 tiers): the nibble masks read the packed bytes
-// as memory operands, one instruction fewer per 64 bytes. (2026-12-02 ~10:50 UTC, S4 group 128,
+// streaming form instead (key.param[1] = 2; the VNNI tier's scaled high nibbles, key flags bit 3):
+// the nibble masks read the packed bytes as memory operands, one instruction fewer per 64 bytes. (2026-12-02 ~10:50 UTC, S4 group 128,
 // per channel in one process, A/B in both orders, time new / old: 1 x 11008 x 4096 0.97 / 0.98 and
 // 0.96 / 0.98, 1 x 4096 x 14336 0.97 / 0.97 and 0.98 / 0.97; `quantjit-bench gemm` three runs
 // each, us: 1 x 11008 x 4096 297-302 -> 288-294, 1 x 4096 x 11008 284-286 -> 276-282, 1 x 14336 x
 // 4096 442-459 -> 428-445, 1 x 4096 x 14336 438-457 -> 432-440; --cold, two runs, S4 / U4 1 x
 // 4096 x 14336 830-842 / 889-894 -> 814-831 / 866-889. From L2 / L3 it was slower: 1 x 1536 x
 // 1024 +15%, 1 x 2048 x 1024 / 2048 +7%, 1 x 4096 x 4096 +4%.)
-static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa) {
-  if (rows != 1 || !w.is_int4()) return 0;
+static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool scaled) {
+  if (rows != 1 || !w.is_int4() || isa < QJ_ISA_AVX512_VNNI) return 0;
   const int forced = g_int4_gemv_form.load(std::memory_order_relaxed);
-  if (forced == 1) return isa >= QJ_ISA_AVX512_VNNI ? 1 : 0;
-  if (forced == 2) return isa >= QJ_ISA_AVX512 ? 2 : 0;
-  if (forced == 0) return 0;
+  if (forced >= 0) return forced == 2 && !scaled ? 0 : forced;
   const size_t bytes = w.panel_bytes() * w.n_panels;
-  if (isa >= QJ_ISA_AVX512_VNNI && bytes * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5) return 1;
-  if (isa >= QJ_ISA_AVX512 && decoded_prefetch_bytes(rows, bytes) == kFarWeightPrefetchBytes) return 2;
+  if (bytes * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5) return 1;
+  if (scaled && decoded_prefetch_bytes(rows, bytes) == kFarWeightPrefetchBytes) return 2;
   return 0;
 }
 
@@ -781,7 +779,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (a_split) key.flags |= 128;
         key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
         key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
-        key.param[1] = static_cast<uint32_t>(decoded_gemv_form(r, *w, p->isa));
+        key.param[1] = static_cast<uint32_t>(decoded_gemv_form(r, *w, p->isa, (key.flags & 8) != 0));
       } else {
         key.param[5] = static_cast<uint32_t>(s8_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
       }

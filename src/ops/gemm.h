@@ -149,8 +149,9 @@ void gemm_fp8_force_block_accumulators(int mode);
 
 // The one-row INT4 kernel's form in plans created from now on (key.param[1], codegen/gemm_int.h):
 // -1 the plan's rule (default: the L2 form for weights of at most 5/8 of L2, the streaming form
-// for weights streamed from DRAM), 0 / 1 / 2 that form wherever the tier has it (tests use it to
-// run every form on any machine; the forms compute identical results).
+// for weights streamed from DRAM), 0 / 1 / 2 that form wherever it applies (the VNNI tier; the
+// streaming form with scaled high nibbles). Tests use it to run every form on any machine; the
+// forms compute identical results.
 void gemm_force_int4_gemv_form(int form);
 
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
