@@ -232,14 +232,15 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
       return false;
     }
   }
-  // A's element for row i: broadcast into abc once, then FMAs from registers; at zmm with one
-  // column vector straight from memory ({1to16}). On Zen 5 an FMA with an embedded broadcast
-  // costs more than a register FMA, so two of them per A element lost to one vbroadcastss
+  // A's element for row i: at zmm from memory in each FMA ({1to16}), or (key.flags bit 3, two
+  // or more column vectors) broadcast into abc once, then FMAs from registers; at ymm always
+  // abc. src/ops/gemm.cpp sets bit 3 on Zen 5, where an FMA with an embedded broadcast costs
+  // more than a register FMA, so two of them per A element lost to one vbroadcastss
   // (2026-12-01, EPYC family 0x1A, warm 512 x 512, GFLOPS, embedded -> register; FMA peak 262):
   // f16 M = 8 / 64 / 119 215-222 -> 254-256 / 228-234 -> 252-259 / 231-235 -> 253-259, M = 1
   // 120 -> 140; bf16 (whose tile is then 13 rows, not 14) M = 64 228 -> 256, M = 1 116-125 ->
   // 163; MXFP8 E4M3 / E5M2 M = 64 210 / 211-214 -> 230 / 245, M = 1-8 within 2% (or +10% E5M2).
-  p->abc = p->s.zmm && p->nrv < 2 ? -1 : used++;
+  p->abc = p->s.zmm && !(p->nrv >= 2 && (key.flags & 8)) ? -1 : used++;
   if (used > p->s.regs) {
     *why = "register tile too large for the ISA";
     return false;
@@ -884,12 +885,12 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
 
 std::string name(const KernelKey& key) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s%s__%s_%dx%d%s%s%s",
+  std::snprintf(buf, sizeof buf, "gemm_f32%s_accf32_%s%s%s%s%s%s%s%s__%s_%dx%d%s%s%s",
                 qj_dtype_name(static_cast<qj_dtype>(key.b_type)),
                 qj_dtype_name(static_cast<qj_dtype>(key.c_type)), key.has_bias ? "_bias" : "",
                 key.activation == QJ_ACT_RELU ? "_relu" : "", key.has_beta ? "_beta" : "",
                 (key.flags & 1) ? "_da" : "", (key.flags & 2) ? "_ba" : "", (key.flags & 4) ? "_vbmi" : "",
-                isa_suffix(key.isa), key.mr, key.nr,
+                (key.flags & 8) ? "_rb" : "", isa_suffix(key.isa), key.mr, key.nr,
                 key.n_tail ? ("_t" + std::to_string(key.n_tail)).c_str() : "",
                 key.param[0] > 1 ? ("_k" + std::to_string(key.param[0])).c_str() : "",
                 key.param[1] ? ("_pf" + std::to_string(key.param[1])).c_str() : "");

@@ -10,7 +10,8 @@
 // BDR weights (int8, MX9 int16) by vpmovsx + vcvtdq2ps in blocks of 16; MXINT8 / MXFP6 E2M3
 // (kMxByte; E2M3 first to q = 8v by vpermb or vpshufb), MXFP4 (kMxNibble) and MXFP6 E3M2 (kMx16)
 // codes in place, by shifts + vcvtdq2ps, by vpermps of a value table and through fp16. A values
-// are embedded broadcasts (AVX-512) or vbroadcastss (AVX2) from the packed tile.
+// are embedded broadcasts (AVX-512; flags bit 3: vbroadcastss) or vbroadcastss (AVX2) from the
+// packed tile.
 // Key fields used:
 //   isa            avx2 (ymm, 16 registers) or avx512 / avx512_vnni (zmm, 32 registers)
 //   b_type         QJ_F16, QJ_BF16, QJ_MXFP8_E4M3, QJ_MXFP8_E5M2, QJ_MXFP4_E2M1, QJ_MXINT8,
@@ -29,6 +30,9 @@
 //                  scales)
 //   flags bit 2    MXFP6 E2M3 and 6-bit dense panels (E3M2, MX6) only: the CPU has AVX512-VBMI
 //                  (zmm: one vpermb decodes a chunk / unpacks the codes)
+//   flags bit 3    zmm with two or more column vectors: each A element broadcast into a register
+//                  once (vbroadcastss), the FMAs from registers (else embedded {1to16}
+//                  broadcasts; src/ops/gemm.cpp sets it on Zen 5)
 // MX weights: k_main counts blocks (32 k, BDR 16; k_rem unused); the units of a block are
 // interleaved over the param[0] sets (which must divide the block).
 #pragma once

@@ -24,11 +24,18 @@ namespace {
 std::atomic<int> g_fp8_mode{-1};  // gemm_fp8_force_block_accumulators
 std::atomic<int64_t> g_force_kc{-1};  // gemm_force_k_block
 std::atomic<int> g_int4_gemv_form{-1};  // gemm_force_int4_gemv_form
+std::atomic<int> g_register_bcast{-1};  // gemm_force_register_broadcast
+// The forced A-broadcast form, or the CPU's rule `rule`.
+bool register_broadcast(bool rule) {
+  const int forced = g_register_bcast.load(std::memory_order_relaxed);
+  return forced >= 0 ? forced == 1 : rule;
+}
 }  // namespace
 
 void gemm_fp8_force_block_accumulators(int mode) { g_fp8_mode.store(mode, std::memory_order_relaxed); }
 void gemm_force_k_block(int64_t kc) { g_force_kc.store(kc, std::memory_order_relaxed); }
 void gemm_force_int4_gemv_form(int form) { g_int4_gemv_form.store(form, std::memory_order_relaxed); }
+void gemm_force_register_broadcast(int mode) { g_register_bcast.store(mode, std::memory_order_relaxed); }
 
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels, int kg) {
   GemmBlocking b;
@@ -997,6 +1004,19 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
     if (mx_blocks && (blockacc_needed || fp8_block_accumulators(p->isa, 14))) key.flags |= 2;
     // E2M3 decoded by vpermb; dense E3M2 / MX6 unpacked by vpermb (else vpermd + vpshufb)
     if ((w->dtype == QJ_MXFP6_E2M3 || w->fp6_dense()) && has_vbmi()) key.flags |= 4;
+    // Each A element broadcast into a register (flags bit 3) on Zen 5 (codegen/gemm_float.cpp
+    // has the measurements), elsewhere embedded broadcasts but for one-row bf16 tiles. Zen 4
+    // (2026-12-02, EPYC family 0x19, 512 x 512 warm, fraction of the FMA peak, three alternating
+    // runs, register -> embedded): f16 M = 1 0.41-0.42 -> 0.49-0.51 (one run 0.34), M = 2
+    // 0.60-0.61 -> 0.77-0.78 (the same run 0.50), M = 4 0.73-0.75 -> 0.94-0.95, M = 8-119
+    // 0.83-0.91 -> 0.93-1.00, 64 x 4096 x 4096 0.61-0.86 -> 0.90-0.96; MXFP8 E4M3 / E5M2 M = 8
+    // 0.65-0.66 / 0.69-0.71 -> 0.81-0.82 / 0.88-0.90, M = 64 0.70 / 0.52-0.74 -> 0.91-0.92 /
+    // 0.93-0.94 (two runs); bf16 M = 8 / 64 0.92-0.94 / 0.94-0.96 -> 0.98 / 0.98, but M = 1
+    // 0.59-0.63 -> 0.51-0.54 (five runs; M = 2 0.82 -> 0.76-0.82).
+    auto register_bcast = [&](int r) {
+      return register_broadcast(amd_family() >= 0x1a || (w->dtype == QJ_BF16 && r == 1));
+    };
+    if (register_bcast(14)) key.flags |= 8;
     const int mr = std::max(1, gemm_float_max_mr(key, 14));
     p->blk = float_blocking(*w, mr);
     p->n_pad = w->n_panels * w->nr;
@@ -1031,8 +1051,9 @@ qj_status float_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Pack
       key.mr = static_cast<uint8_t>(r);
       key.param[0] = static_cast<uint32_t>(sets);
       if (!mx_blocks) key.param[1] = static_cast<uint32_t>(float_prefetch_bytes(*w, r));
+      key.flags = static_cast<uint8_t>((key.flags & ~8) | (register_bcast(r) ? 8 : 0));
       if (mx_blocks)
-        key.flags = (key.flags & 5) | (blockacc_needed || fp8_block_accumulators(p->isa, r) ? 2 : 0);
+        key.flags = (key.flags & 13) | (blockacc_needed || fp8_block_accumulators(p->isa, r) ? 2 : 0);
       while (sets > 1 && gemm_float_max_mr(key, r) < r) key.param[0] = sets /= 2;
       KernelRef ref;
       qj_status st = acquire_kernel(key, gemm_float_family(), &ref);

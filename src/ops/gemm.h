@@ -154,6 +154,12 @@ void gemm_fp8_force_block_accumulators(int mode);
 // forms compute identical results.
 void gemm_force_int4_gemv_form(int form);
 
+// How the float-weight kernels (f16, bf16, MX through fp32) take A at zmm (tests): -1 (default)
+// the CPU's rule (see gemm.cpp), 0 an embedded {1to16} broadcast in each FMA, 1 each A element
+// broadcast into a register once (codegen/gemm_float.h flags bit 3). The forms compute identical
+// results.
+void gemm_force_register_broadcast(int mode);
+
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
                              int kg);
