@@ -369,6 +369,60 @@ TEST(GemmF16, WeightPrefetchRule) {
   }
 }
 
+// Both ways the zmm kernels take A (src/ops/gemm.cpp: an embedded {1to16} broadcast in each FMA,
+// or each A element broadcast into a register once; the CPU picks one, the hook forces either)
+// against the reference at every tile height, bit for bit on integer data; the kernels' names
+// tell which way ran (`_rb`), and the default rule is the one written here (register broadcasts
+// on Zen 5, elsewhere for one-row bf16 tiles only).
+TEST(GemmF16, ABroadcastForms) {
+  struct Force {
+    explicit Force(int mode) { qj::gemm_force_register_broadcast(mode); }
+    ~Force() { qj::gemm_force_register_broadcast(-1); }
+  };
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX512) continue;  // (ymm kernels always broadcast into a register)
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 900;
+    for (int mode : {-1, 0, 1}) {
+      Force force(mode);
+      for (qj_dtype wt : kWTypes) {
+        for (int64_t m : {1, 2, 5, 13, 14, 15})
+          for (int64_t n : {17, 64})
+            for (int64_t k : {33, 256}) {
+              FloatCase c;
+              c.w_type = wt, c.m = m, c.n = n, c.k = k, c.seed = ++seed;
+              c.c_type = seed % 2 ? QJ_BF16 : QJ_F32;
+              c.relu = seed % 3 == 0;
+              EXPECT_OK(check_case(c)) << c.str() << " mode " << mode;
+              c.values = kExactInts;
+              EXPECT_OK(check_exact(c)) << c.str() << " mode " << mode;
+            }
+        qj_weights_desc wd{};
+        wd.dtype = wt;
+        wd.k = 256;
+        wd.n = 64;
+        wd.layout = QJ_LAYOUT_KN;
+        std::vector<uint16_t> b(static_cast<size_t>(wd.k * wd.n), 0x3c00);
+        std::shared_ptr<qj::PackedWeights> w;
+        std::unique_ptr<qj::GemmPlan> p;
+        qj_gemm_desc gd{};
+        gd.a_type = QJ_F32;
+        gd.c_type = QJ_F32;
+        ASSERT_EQ(qj::pack_int_weights(wd, b.data(), wd.n, isa, &w), QJ_OK) << qj_last_error();
+        ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+        ASSERT_FALSE(p->kernels.empty());
+        for (size_t r = 1; r <= p->kernels.size(); ++r) {
+          const bool rule = qj::amd_family() >= 0x1a || (wt == QJ_BF16 && r == 1);
+          const bool want = mode < 0 ? rule : mode == 1;
+          const std::string& name = p->kernels[r - 1].name();
+          EXPECT_EQ(name.find("_rb") != std::string::npos, want)
+              << qj_isa_name(isa) << " " << qj_dtype_name(wt) << " mode " << mode << " rows " << r << ": " << name;
+        }
+      }
+    }
+  }
+}
+
 TEST(GemmF16, ShapeSweep) {
   const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 29};
   const int64_t ns[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65};

@@ -408,6 +408,35 @@ TEST(GemmMxFp8, ShapeSweep) {
   }
 }
 
+// Both ways the zmm kernels take A (an embedded {1to16} broadcast in each FMA, or each A element
+// broadcast into a register once: qj::gemm_force_register_broadcast), with both ways of applying
+// the scales, at every tile height.
+TEST(GemmMxFp8, ABroadcastForms) {
+  struct Force {
+    explicit Force(int mode) { qj::gemm_force_register_broadcast(mode); }
+    ~Force() { qj::gemm_force_register_broadcast(-1); }
+  };
+  for (qj_isa isa : qjt::supported_isas()) {
+    if (isa < QJ_ISA_AVX512) continue;  // (ymm kernels always broadcast into a register)
+    qjt::IsaCap cap(isa);
+    uint32_t seed = 7000;
+    for (int mode : {0, 1})
+      for (int scales : {0, 1}) {
+        Force force(mode);
+        Fp8Mode fm(scales);
+        for (qj_dtype wt : kTypes)
+          for (int64_t m : {1, 2, 7, 13, 14, 15})
+            for (int64_t n : {17, 64}) {
+              Fp8Case t;
+              t.w = wt, t.m = m, t.n = n, t.k = n == 17 ? 32 : 256, t.seed = ++seed;
+              t.c_type = seed % 2 ? QJ_BF16 : QJ_F32;
+              t.bias = seed % 3 != 0;
+              EXPECT_EQ(run_case(t), "") << t.str() << " mode " << mode << " scales " << scales;
+            }
+      }
+  }
+}
+
 // The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes, K rounded up to whole blocks), both
 // weight types in turn, at every tier.
 TEST(GemmMxFp8, LargeAndFbgemmShapes) {
