@@ -375,16 +375,12 @@ TEST(GemmF16, WeightPrefetchRule) {
 // tell which way ran (`_rb`), and the default rule is the one written here (register broadcasts
 // on Zen 5, elsewhere for one-row bf16 tiles only).
 TEST(GemmF16, ABroadcastForms) {
-  struct Force {
-    explicit Force(int mode) { qj::gemm_force_register_broadcast(mode); }
-    ~Force() { qj::gemm_force_register_broadcast(-1); }
-  };
   for (qj_isa isa : qjt::supported_isas()) {
     if (isa < QJ_ISA_AVX512) continue;  // (ymm kernels always broadcast into a register)
     qjt::IsaCap cap(isa);
     uint32_t seed = 900;
     for (int mode : {-1, 0, 1}) {
-      Force force(mode);
+      qj::ScopedRegisterBroadcast force(mode);
       for (qj_dtype wt : kWTypes) {
         for (int64_t m : {1, 2, 5, 13, 14, 15})
           for (int64_t n : {17, 64})

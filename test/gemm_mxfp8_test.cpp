@@ -412,17 +412,13 @@ TEST(GemmMxFp8, ShapeSweep) {
 // broadcast into a register once: qj::gemm_force_register_broadcast), with both ways of applying
 // the scales, at every tile height.
 TEST(GemmMxFp8, ABroadcastForms) {
-  struct Force {
-    explicit Force(int mode) { qj::gemm_force_register_broadcast(mode); }
-    ~Force() { qj::gemm_force_register_broadcast(-1); }
-  };
   for (qj_isa isa : qjt::supported_isas()) {
     if (isa < QJ_ISA_AVX512) continue;  // (ymm kernels always broadcast into a register)
     qjt::IsaCap cap(isa);
     uint32_t seed = 7000;
     for (int mode : {0, 1})
       for (int scales : {0, 1}) {
-        Force force(mode);
+        qj::ScopedRegisterBroadcast force(mode);
         Fp8Mode fm(scales);
         for (qj_dtype wt : kTypes)
           for (int64_t m : {1, 2, 7, 13, 14, 15})

@@ -159,6 +159,13 @@ void gemm_force_int4_gemv_form(int form);
 // broadcast into a register once (codegen/gemm_float.h flags bit 3). The forms compute identical
 // results.
 void gemm_force_register_broadcast(int mode);
+// That setting for the lifetime of the object, then the CPU's rule again (tests).
+struct ScopedRegisterBroadcast {
+  explicit ScopedRegisterBroadcast(int mode) { gemm_force_register_broadcast(mode); }
+  ~ScopedRegisterBroadcast() { gemm_force_register_broadcast(-1); }
+  ScopedRegisterBroadcast(const ScopedRegisterBroadcast&) = delete;
+  ScopedRegisterBroadcast& operator=(const ScopedRegisterBroadcast&) = delete;
+};
 
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
