@@ -315,12 +315,13 @@ static int decoded_prefetch_bytes(int rows, size_t bytes) {
 // 6.61-9.05); 1 x 2048 x 1024 mixed, 1 x 2048 x 2048 0-7% slower; from L3 / DRAM, A/B in one
 // process, 1 x 11008 x 4096 / 1 x 4096 x 14336 per channel, the register broadcast alone 1.12 /
 // 1.04x the time (more instructions a byte leave fewer weight loads in flight), the second copy
-// alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain
-// nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their decode's shuffles, not the loads, bound them).)
+// alone 0.98-1.03. MXFP4, MXINT8 and E2M3 gain nothing in L2 (MXFP4 4.2 -> 4.3-4.6 us: their
+// decode's shuffles, not the loads, bound them).)
 //
 // Weights streamed from DRAM (where the one-row prefetch goes 16 KiB ahead, above) take the
 // streaming form instead (key.param[1] = 2; the VNNI tier's scaled high nibbles, key flags bit 3):
-// the nibble masks read the packed bytes as memory operands, one instruction fewer per 64 bytes. (2026-12-02 ~10:50 UTC, S4 group 128,
+// the nibble masks read the packed bytes as memory operands, one instruction fewer per 64 bytes.
+// (2026-12-02 ~10:50 UTC, S4 group 128,
 // per channel in one process, A/B in both orders, time new / old: 1 x 11008 x 4096 0.97 / 0.98 and
 // 0.96 / 0.98, 1 x 4096 x 14336 0.97 / 0.97 and 0.98 / 0.97; `quantjit-bench gemm` three runs
 // each, us: 1 x 11008 x 4096 297-302 -> 288-294, 1 x 4096 x 11008 284-286 -> 276-282, 1 x 14336 x
