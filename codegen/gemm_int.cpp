@@ -848,6 +848,95 @@ bool emit_s8_narrow_rows(const KernelKey& key, Assembler& a, std::string* why) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Narrow N = 8, row lanes (flags bit 6, key.param[4] = 1, nr = 8; VNNI, u8 A read in place), for
+// cores whose 256-bit vpdpbusd issue twice as often as their 512-bit ones (Zen 4: two a cycle
+// against one, the same multiplies per cycle). Each row accumulates in a ymm of its own, lane c
+// column c, over every K quad: a broadcast of the row's quad times B_q (the 8 columns' quad q), so
+// every lane is a final sum (the narrow kernel pads K to whole 8-byte chunks and adds each
+// column's two quads at the end). Two rows are then joined (vinserti32x8) into one zmm in row
+// order, lane l row l / 8, column l % 8 (EpilogueRegs::narrow_rows), and take the zmm output stage
+// once per two rows. Banks of mr rows are software-pipelined as in emit_s8_tall
+// (emit_bank_pipeline): the output stage of the last bank's row pairs is spread over this bank's
+// K steps. Measured on Zen 4 (2026-12-02, loops of the kernel's instructions, A in L1, cycles per
+// two rows at K = 36): the 18 multiplies alone 9.2, with the output stage 11.3-11.8, without its
+// vfmadd 9.7-10.0 (beside vpdpbusd a vfmadd / vmulps / vpmulld zmm takes a multiply slot; the
+// conversions, vpmaxsd, vpmovusdb and vaddps do not), the A quads by vpshufd from 16-byte
+// broadcasts instead 16.5 (vpshufd ymm shares the multiplies' ports). That is the narrow
+// kernel's speed at K = 36; below it this kernel is faster (src/ops/gemm.h narrow_rows8_k).
+// key.param[1] = K (a multiple of 4, at most 4 * kNarrowRows8MaxKGroups); key.mr = rows per bank
+// (even); key.nr = 8. B at args.b: K / 4 vectors B_q of 32 bytes; the accumulators' start at
+// args.col_corr (8 columns), the multipliers and bias per lane (column l % 8) at args.col_mult /
+// col_bias. The kernel runs n_panels banks of mr rows (A rows args.lda apart, C rows ldc apart).
+// Supported output stages: as emit_s8_narrow.
+bool emit_s8_narrow_rows8(const KernelKey& key, Assembler& a, std::string* why) {
+  const cg::Simd s = cg::simd_for(key.isa);
+  const int k = static_cast<int>(key.param[1]), kg = k / 4, mr = key.mr;
+  if (key.isa < QJ_ISA_AVX512_VNNI || key.a_type != QJ_U8 || k % 4 != 0 || kg < 1 || kg > kNarrowRows8MaxKGroups ||
+      key.nr != 8 || mr < 2 || mr > 8 || mr % 2 != 0) {
+    *why = "row-lane narrow tiles of 8 columns need avx512_vnni, u8 A, K a multiple of 4 up to "
+           "4 * kNarrowRows8MaxKGroups and an even 2 to 8 rows per bank";
+    return false;
+  }
+  if (key.granularity == QJ_GRAN_GROUP || key.has_b_zp || key.has_row_scale || key.has_beta ||
+      key.n_tail || !(key.c_type == QJ_U8 || key.c_type == QJ_S8 || key.c_type == QJ_F32 || key.c_type == QJ_S32)) {
+    *why = "row-lane narrow tiles: unsupported output stage";
+    return false;
+  }
+  // Registers: two banks of mr row accumulators, the kg B quads, the start, the A broadcast, the
+  // output stage's two temporaries, then its constants in what is left (emit_resident_consts).
+  const int bank[2] = {0, mr}, breg = 2 * mr, corr = breg + kg, areg = corr + 1, treg = areg + 1;
+  if (treg + 2 > s.regs) {
+    *why = "register tile too large for the ISA";
+    return false;
+  }
+  cg::EpilogueRegs er = emit_bank_prologue(a, ymm(corr), treg);
+  cg::emit_resident_consts(a, s, key, er, treg + 2, s.regs - (treg + 2));
+  a.mov(rdx, ARG(b));
+  for (int q = 0; q < kg; ++q) a.vmovdqu32(ymm(breg + q), ptr(rdx, 32 * q));
+  er.narrow_n = 8;
+  er.narrow_rows = true;
+  er.ldc1 = r14;
+  er.ldc3 = r15;
+  const int pairs = mr / 2;
+  // Rows 2p and 2p + 1 of register bank b joined and stored; C moves two rows on.
+  auto out_pair = [&](int b, int p) {
+    const int r0 = bank[b] + 2 * p;
+    a.vinserti32x8(zmm(r0), zmm(r0), ymm(r0 + 1), 1);
+    cg::emit_output_vec(a, s, key, er, r0, false, 0, 0, s.lanes32);
+    a.lea(rbx, ptr(rbx, r14, 1));
+  };
+  auto k_bank = [&](int b, bool out_other) {
+    for (int i = 0; i < mr; ++i) a.vmovdqa32(ymm(bank[b] + i), ymm(corr));
+    int done = 0;
+    for (int q = 0; q < kg; ++q) {
+      for (int i = 0; i < mr; ++i) {
+        a.vpbroadcastd(ymm(areg), a_row(i, 4 * q, 4));
+        a.evex().vpdpbusd(ymm(bank[b] + i), ymm(areg), ymm(breg + q));
+      }
+      const int due = out_other ? (q + 1) * pairs / kg : 0;  // the other bank's pairs, spread
+      for (; done < due; ++done) out_pair(1 - b, done);
+    }
+  };
+  // C rows contiguous (ldc = 8 elements): one store per pair; else one per row.
+  const Label l_any = a.newLabel(), l_end = a.newLabel();
+  a.mov(rsi, ARG(a));
+  a.mov(rbx, ARG(c));
+  a.cmp(r14, 8 * cg::out_elem_bytes(key));
+  a.jne(l_any);
+  for (int compact = 1; compact >= 0; --compact) {
+    if (!compact) a.bind(l_any);
+    er.narrow_compact = compact;
+    emit_bank_pipeline(a, mr, k_bank, [&](int b) {
+      for (int p = 0; p < pairs; ++p) out_pair(b, p);
+    });
+    if (compact) a.jmp(l_end);
+  }
+  a.bind(l_end);
+  cg::emit_restore_and_return(a);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Decoded weights (S4 / U4 now; codegen/weight_decode.h): the weights are decoded in registers to
 // unsigned byte quads d = q + offset and are the unsigned operand; A is packed as s8 quads (the
 // signed operand). Per K step (k_per_step values, n_out quads per column):
@@ -1475,7 +1564,7 @@ bool emit(const KernelKey& key, Assembler& a, std::string* why) {
     if (key.flags & 64)
       return key.nr == 16       ? emit_s8_tall(key, a, why)
              : key.nr == 64      ? emit_s8_banks(key, a, why)
-             : key.param[4] == 1 ? emit_s8_narrow_rows(key, a, why)
+             : key.param[4] == 1 ? (key.nr == 8 ? emit_s8_narrow_rows8(key, a, why) : emit_s8_narrow_rows(key, a, why))
                                  : emit_s8_narrow(key, a, why);
     return emit_s8(key, a, why);
   }

@@ -31,9 +31,12 @@
 //                  patterns and per-lane arrays in the plan's expanded layout, key.param[1] = K
 //                  (see emit_s8_narrow in gemm_int.cpp); with param[4] = 1 (N = 4, K a
 //                  multiple of 4 up to 4 * kNarrowRowsMaxKGroups) its row-lane variant: groups
-//                  of 4 rows x 4 columns per zmm (emit_s8_narrow_rows). With nr = 16: the tall kernel (16
-//                  columns of the packed panels, K <= 4 * kTallMaxKGroups, B in registers,
-//                  key.param[3] bytes between its K quads; emit_s8_tall). With nr = 64: the
+//                  of 4 rows x 4 columns per zmm (emit_s8_narrow_rows); with param[4] = 1 and
+//                  N = 8 (K a multiple of 4 up to 4 * kNarrowRows8MaxKGroups) the 8-column one:
+//                  a ymm per row, two rows joined per output vector (emit_s8_narrow_rows8).
+//                  With nr = 16: the tall kernel (16 columns of the packed panels, K <=
+//                  4 * kTallMaxKGroups, B in registers, key.param[3] bytes between its K
+//                  quads; emit_s8_tall). With nr = 64: the
 //                  banks kernel (one 64-column panel over banks of 3 rows, the same pipeline,
 //                  B read per K step; u8 / s8 / f32 / s32 C; emit_s8_banks)
 //   param[1]       (decoded, VNNI, mr = 1, int8-form decoders) 1: the one-row form for weights that
@@ -107,6 +110,8 @@ using GemmIntKernel = void (*)(const GemmIntArgs*);
 constexpr int kTallMaxKGroups = 19;
 // The row-lane narrow kernel (flags bit 6, nr = 4, param[4] = 1) keeps all of B in registers too.
 constexpr int kNarrowRowsMaxKGroups = 16;
+// Its 8-column form (nr = 8, emit_s8_narrow_rows8) as well.
+constexpr int kNarrowRows8MaxKGroups = 16;
 
 const KernelFamily& gemm_int_family();
 

@@ -756,6 +756,45 @@ TEST_P(GemmInt8, NarrowN) {
     }
 }
 
+// N = 8 with K a multiple of 4 from 8 to 28 runs the 8-column row-lane variant of the narrow-N
+// kernel (emit_s8_narrow_rows8: a ymm per row, two rows per output vector) except on Zen 5. Both
+// kernels run here on any CPU (gemm_force_narrow_rows8), over every K the variant takes (K quads
+// 2 to 16: 8 rows a bank, 4 at K = 64), with the cases of NarrowN: output types, zero points,
+// bias / ReLU, odd lda, contiguous and padded rows of C (its two store paths), partitions, whole
+// banks and rows left over.
+TEST_P(GemmInt8, NarrowRows8) {
+  struct Force {
+    explicit Force(int mode) { qj::gemm_force_narrow_rows8(mode); }
+    ~Force() { qj::gemm_force_narrow_rows8(-1); }
+  };
+  const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
+  auto rows8 = [](const qj::GemmPlan& p) { return p.narrow && p.narrow.name().find("narrowrows") != std::string::npos; };
+  uint32_t seed = 2750;
+  for (int mode : {1, 0}) {
+    Force force(mode);
+    for (int64_t k : {8, 12, 20, 28, 36, 64})
+      for (int64_t m : {8, 9, 16, 17, 40, 97}) {
+        GemmCase c = varied_case(m, 8, k, seed);
+        c.threads = m >= 16 ? 1 + static_cast<int>(seed % 3) : 1;
+        c.seed = ++seed;
+        EXPECT_CASE(with_out(c, kOutTypes[seed % 5]));
+        c.c_type = QJ_U8;
+        EXPECT_CASE(c);
+      }
+    for (int64_t k : {8, 12, 28, 32, 36, 64, 66, 68}) {
+      const std::unique_ptr<qj::GemmPlan> p = u8_plan(k, 8, isa());
+      ASSERT_TRUE(p);
+      EXPECT_EQ(rows8(*p), vnni && mode == 1 && k % 4 == 0 && k <= 64) << "k " << k << " mode " << mode;
+    }
+  }
+  // The rule: K 8 to 28, not on Zen 5.
+  for (int64_t k : {8, 12, 16, 24, 28, 30, 32, 36, 40}) {
+    const std::unique_ptr<qj::GemmPlan> p = u8_plan(k, 8, isa());
+    ASSERT_TRUE(p);
+    EXPECT_EQ(rows8(*p), vnni && k % 4 == 0 && k <= 28 && qj::amd_family() < 0x1a) << "k " << k;
+  }
+}
+
 // u8 A in place, u8 / s8 / f32 / s32 / bf16 C, N a multiple of 64 and K a multiple of 4 above the tall kernels' (up
 // to kBanksMaxK) on VNNI run the banks kernel (codegen/gemm_int emit_s8_banks) on each 64-column
 // panel for whole banks of 3 rows, software-pipelined in two register banks, for the M of

@@ -25,6 +25,7 @@ std::atomic<int> g_fp8_mode{-1};  // gemm_fp8_force_block_accumulators
 std::atomic<int64_t> g_force_kc{-1};  // gemm_force_k_block
 std::atomic<int> g_int4_gemv_form{-1};  // gemm_force_int4_gemv_form
 std::atomic<int> g_register_bcast{-1};  // gemm_force_register_broadcast
+std::atomic<int> g_narrow_rows8{-1};  // gemm_force_narrow_rows8
 // The forced A-broadcast form, or the CPU's rule `rule`.
 bool register_broadcast(bool rule) {
   const int forced = g_register_bcast.load(std::memory_order_relaxed);
@@ -36,6 +37,7 @@ void gemm_fp8_force_block_accumulators(int mode) { g_fp8_mode.store(mode, std::m
 void gemm_force_k_block(int64_t kc) { g_force_kc.store(kc, std::memory_order_relaxed); }
 void gemm_force_int4_gemv_form(int form) { g_int4_gemv_form.store(form, std::memory_order_relaxed); }
 void gemm_force_register_broadcast(int mode) { g_register_bcast.store(mode, std::memory_order_relaxed); }
+void gemm_force_narrow_rows8(int mode) { g_narrow_rows8.store(mode, std::memory_order_relaxed); }
 
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels, int kg) {
   GemmBlocking b;
@@ -401,6 +403,8 @@ constexpr int64_t kFp6BytesMaxA = int64_t(2) << 20;
 // per lane of the epilogue's narrow layout (codegen/epilogue.h). `key` is the plan's s8 key.
 // N = 4 with the K of narrow_rows_k tries the row-lane variant first (on Zen 5).
 static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken);
+// N = 8 with the K of narrow_rows8_k tries the 8-column row-lane variant first (not on Zen 5).
+static qj_status plan_narrow_rows8(KernelKey key, GemmPlan* p, bool* taken);
 // Generates the kernel of `key` as the plan's narrow / tall kernel (key.mr rows per bank); false
 // (and a verbose note naming `what` and what runs instead) if the generator declines: the
 // ordinary kernels cover every row anyway, this only costs speed.
@@ -435,6 +439,13 @@ qj_status plan_narrow(KernelKey key, GemmPlan* p) {
   if (n == 4 && narrow_rows_k(k) && amd_family() >= 0x1a) {
     bool taken = false;
     QJ_TRY(plan_narrow_rows(key, p, &taken));
+    if (taken) return QJ_OK;
+  }
+  const int rows8 = g_narrow_rows8.load(std::memory_order_relaxed);
+  if (n == 8 && k % 4 == 0 && k / 4 <= kNarrowRows8MaxKGroups &&
+      (rows8 >= 0 ? rows8 == 1 : narrow_rows8_k(k) && amd_family() < 0x1a)) {
+    bool taken = false;
+    QJ_TRY(plan_narrow_rows8(key, p, &taken));
     if (taken) return QJ_OK;
   }
   if (!fill_buffer(p->narrow_b, static_cast<size_t>(chunks * n) * 8) ||
@@ -495,27 +506,50 @@ static bool tall_row_bytes_ok(int64_t row_bytes) {
 // was measured (156800 x 4 x 36, see the kernel): at K = 36 it trades the narrow kernel's twenty
 // 256-bit multiplies per 4 rows for nine 512-bit ones and eleven 512-bit shuffles, which on cores
 // that split 512-bit operations (Zen 4) or shuffle on one port may not pay.
-static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
-  *taken = false;
+// The row-lane variants' operands (N = n columns): B_q per quad of K as b_lanes dwords, lane l
+// quad q of column l % n; the accumulators' start, the multipliers and the bias per lane of the
+// 16-lane output vectors (column l % n).
+static qj_status row_lane_operands(GemmPlan* p, int n, int b_lanes) {
   const PackedWeights& w = *p->w;
   const int64_t kg = w.k / 4;
-  if (!fill_buffer(p->narrow_b, static_cast<size_t>(kg) * 64) || !fill_buffer(p->narrow_cols, 3 * 64))
+  if (!fill_buffer(p->narrow_b, static_cast<size_t>(kg * b_lanes) * 4) || !fill_buffer(p->narrow_cols, 3 * 64))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate the plan's narrow-N operands");
   const int8_t* panel = w.packed.data<int8_t>();  // N <= nr: one panel, [K / 4][nr][4]
   int8_t* b = p->narrow_b.data<int8_t>();
+  for (int64_t q = 0; q < kg; ++q)
+    for (int l = 0; l < b_lanes; ++l)
+      for (int e = 0; e < 4; ++e) b[(q * b_lanes + l) * 4 + e] = panel[q * w.nr * 4 + (l % n) * 4 + e];
   int32_t* corr = p->narrow_cols.data<int32_t>();
   float* mult = reinterpret_cast<float*>(corr + 16);
   float* bias = mult + 16;
   for (int l = 0; l < 16; ++l) {
-    const int c = l % 4;
-    for (int64_t q = 0; q < kg; ++q)
-      for (int e = 0; e < 4; ++e) b[(q * 16 + l) * 4 + e] = panel[q * w.nr * 4 + c * 4 + e];
-    corr[l] = p->col_corr.data<int32_t>()[c];
-    mult[l] = p->col_mult.data<float>()[c];
-    bias[l] = p->col_bias.data<float>()[c];
+    corr[l] = p->col_corr.data<int32_t>()[l % n];
+    mult[l] = p->col_mult.data<float>()[l % n];
+    bias[l] = p->col_bias.data<float>()[l % n];
   }
-  *taken = take_narrow_kernel(narrow_family_key(key, 4, 4, w.k, 1), p, "row-lane narrow-N",
+  return QJ_OK;
+}
+static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
+  QJ_TRY(row_lane_operands(p, 4, 16));
+  *taken = take_narrow_kernel(narrow_family_key(key, 4, 4, p->w->k, 1), p, "row-lane narrow-N",
                               "trying the narrow-N kernel");
+  return QJ_OK;
+}
+
+// The 8-column row-lane variant (codegen/gemm_int emit_s8_narrow_rows8: N = 8, K a multiple of 4
+// up to 4 * kNarrowRows8MaxKGroups; flags bit 6, param[4] = 1, nr = 8) and its operands: B_q per
+// quad of K (32 bytes, lane c: quad q of column c), the accumulators' start per column, the
+// multipliers and bias per lane of two rows in row order (column l % 8). *taken as
+// plan_narrow_rows. Not on Zen 5, whose 512-bit vpdpbusd issue as often as its 256-bit ones (the
+// narrow kernel's zmm multiplies then do twice the work per slot); measured on Zen 4 (see the
+// kernel and narrow_rows8_k).
+static qj_status plan_narrow_rows8(KernelKey key, GemmPlan* p, bool* taken) {
+  QJ_TRY(row_lane_operands(p, 8, 8));
+  // rows per bank: the largest even count up to 8 whose two banks fit beside B, the start, the A
+  // broadcast, two temporaries and the multipliers and bias (emit_s8_narrow_rows8)
+  const int mr = std::min<int>(8, static_cast<int>((32 - 6 - p->w->k / 4) / 2) & ~1);
+  *taken = take_narrow_kernel(narrow_family_key(key, mr, 8, p->w->k, 1), p, "row-lane narrow-N (8 columns)",
+                              "using the narrow-N kernel");
   return QJ_OK;
 }
 

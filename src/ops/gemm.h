@@ -42,6 +42,15 @@ enum class GemmKind { kInt8, kDecoded, kFloat };
 inline bool narrow_rows_k(int64_t k) {
   return k % 4 == 0 && k >= 16 && k <= 4 * kNarrowRowsMaxKGroups && (k % 8 == 4 || k == 16 || k >= 56);
 }
+// The K for which an N = 8 plan takes the 8-column row-lane variant (codegen/gemm_int
+// emit_s8_narrow_rows8), except on Zen 5: a multiple of 4 from 8 to 28, where it measured faster
+// than the narrow kernel on Zen 4 (2026-12-02, 20000 x 8 x K, u8 C, fraction of the VNNI peak in
+// two alternating runs, narrow -> row lanes): K = 8 / 12 / 16 / 20 / 24 / 28 0.30 / 0.38 / 0.51 /
+// 0.46-0.54 / 0.56-0.65 / 0.66 -> 0.36 / 0.47 / 0.55 / 0.61 / 0.66 / 0.70; K = 36 (FBGEMM's
+// 156800 x 8 x 36) 0.72 both; not K = 32 / 40 / 48 / 64 (0.75-0.76 / 0.79-0.80 / 0.86-0.87 /
+// 0.73-0.86 -> 0.69-0.70 / 0.73-0.75 / 0.64-0.78 / 0.69-0.71), the narrow kernel's whole 8-byte
+// chunks.
+inline bool narrow_rows8_k(int64_t k) { return k % 4 == 0 && k >= 8 && k <= 28; }
 
 // The banks kernel (codegen/gemm_int emit_s8_banks) against the ordinary 6 x 64 kernels, new /
 // old time in one process (2026-12-02, Zen 5, u8 C): K = 128: M x N = 6 x 256 0.94, 9 x 256 0.93,
@@ -93,12 +102,12 @@ struct GemmPlan {
   int64_t gemv_chunk_panels = 0;
   mutable std::atomic<uint32_t> gemv_calls{0};
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
-  // narrow-N kernel (or its row-lane variant, 4 rows a group: N = 4, narrow_rows_k(K), on Zen
-  // 5) on B and the column arrays expanded to its layout; the rows left over run the
+  // narrow-N kernel (or its row-lane variants: 4 rows a group at N = 4, narrow_rows_k(K), on Zen
+  // 5; 8 rows a bank at N = 8, narrow_rows8_k(K), elsewhere) on B and the column arrays expanded to its layout; the rows left over run the
   // ordinary kernels above (both exact: any split gives the same bits).
   KernelRef narrow;
   int narrow_mr = 0;
-  // B patterns ([chunks][N][8]; the row-lane variant [K / 4][16 lanes][4]); start, mult, bias
+  // B patterns ([chunks][N][8]; the row-lane variants [K / 4][16 or 8 lanes][4]); start, mult, bias
   // vectors
   AlignedBuffer narrow_b, narrow_cols;
   // Tall (K <= 4 * kTallMaxKGroups, N not the narrow-N kernel's; codegen/gemm_int flags bit 6
@@ -166,6 +175,11 @@ struct ScopedRegisterBroadcast {
   ScopedRegisterBroadcast(const ScopedRegisterBroadcast&) = delete;
   ScopedRegisterBroadcast& operator=(const ScopedRegisterBroadcast&) = delete;
 };
+
+// Whether N = 8 plans take the 8-column row-lane variant of the narrow-N kernel (tests): -1
+// (default) the rule (narrow_rows8_k, not on Zen 5), 0 never, 1 for every K it takes (a multiple
+// of 4 up to 4 * kNarrowRows8MaxKGroups). The kernels compute identical results.
+void gemm_force_narrow_rows8(int mode);
 
 // The blocking quantjit chooses for an ISA and problem (exposed for tests and the bench).
 GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64_t n_panels,
