@@ -498,14 +498,6 @@ static bool tall_row_bytes_ok(int64_t row_bytes) {
   static const bool zen5 = amd_family() >= 0x1a;
   return row_bytes < kTallMaxRowBytes && !(zen5 && row_bytes % 1024 == 0);
 }
-// The row-lane variant of the narrow-N kernel (codegen/gemm_int emit_s8_narrow_rows: N = 4, K a
-// multiple of 4 from 16 to 64; flags bit 6, param[4] = 1) and its operands: B_q per quad of K
-// (lane l: quad q of column l % 4), and the accumulators' start, the multipliers and the bias
-// per lane (column l % 4). *taken tells whether the kernel was generated (else plan_narrow goes on
-// to the narrow-N kernel, which overwrites these buffers). Zen 5 only (AMD family 0x1A), where it
-// was measured (156800 x 4 x 36, see the kernel): at K = 36 it trades the narrow kernel's twenty
-// 256-bit multiplies per 4 rows for nine 512-bit ones and eleven 512-bit shuffles, which on cores
-// that split 512-bit operations (Zen 4) or shuffle on one port may not pay.
 // The row-lane variants' operands (N = n columns): B_q per quad of K as b_lanes dwords, lane l
 // quad q of column l % n; the accumulators' start, the multipliers and the bias per lane of the
 // 16-lane output vectors (column l % n).
@@ -529,6 +521,18 @@ static qj_status row_lane_operands(GemmPlan* p, int n, int b_lanes) {
   }
   return QJ_OK;
 }
+// The row-lane variant of the narrow-N kernel (codegen/gemm_int emit_s8_narrow_rows: N = 4, K a
+// multiple of 4 from 16 to 64; flags bit 6, param[4] = 1) and its operands: B_q per quad of K
+// (lane l: quad q of column l % 4), and the accumulators' start, the multipliers and the bias
+// per lane (column l % 4). *taken tells whether the kernel was generated (else plan_narrow goes on
+// to the narrow-N kernel, which overwrites these buffers). Zen 5 only (AMD family 0x1A), where it
+// was measured (156800 x 4 x 36, see the kernel): at K = 36 it trades the narrow kernel's twenty
+// 256-bit multiplies per 4 rows for nine 512-bit ones and eleven 512-bit shuffles. On Zen 4 it
+// lost (2026-12-02, fraction of the VNNI peak, two alternating runs beside a build that shared
+// the core, so the ratios only, narrow -> row lanes):
+// 156800 x 4 x 36 0.53-0.55 -> 0.44, 20000 x 4 x 16 / 20 / 28 / 44 / 64 0.387 / 0.409 / 0.494 /
+// 0.60-0.61 / 0.65-0.67 -> 0.377 / 0.34 / 0.40 / 0.42 / 0.47 (its vpermt2d takes most of a
+// 512-bit multiply's slot there).
 static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
   QJ_TRY(row_lane_operands(p, 4, 16));
   *taken = take_narrow_kernel(narrow_family_key(key, 4, 4, p->w->k, 1), p, "row-lane narrow-N",
