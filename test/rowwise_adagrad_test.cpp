@@ -438,17 +438,18 @@ TEST(RowwiseAdagrad, ManyIndicesEveryTierMatchReference) {
 }
 
 // Unweighted rows that occur once go to the AVX-512 tier's register-held-G runs (dim = 16 NV up
-// to 256; fp32 also beyond, with the first 256 values in registers) or, for other widths, to the
-// per-row update: every width class, table type and rounding, at every tier and thread count.
-// The per-occurrence mode sends every unweighted bag through the same runs: checked on the same
-// cases (one thread, the reference's order) with a row repeated back to back in some bags (its
-// second momentum step comes before its first table update there), AdaGrad and SGD.
+// to 256; beyond, fp16 up to 512 and fp32 any, with the first 256 values in registers) or, for
+// other widths, to the per-row update: every width class, table type and rounding, at every tier
+// and thread count. The per-occurrence mode sends every unweighted bag through the same runs:
+// checked on the same cases (one thread, the reference's order) with a row repeated back to back
+// in some bags (its second momentum step comes before its first table update there), AdaGrad and
+// SGD.
 TEST(RowwiseAdagrad, UnweightedRunsEveryWidthMatchReference) {
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
     SCOPED_TRACE(qj_isa_name(isa));
     uint32_t n = 0;
-    for (int64_t dim : {16, 48, 128, 256, 272, 512, 1024, 1000}) {
+    for (int64_t dim : {16, 48, 128, 256, 272, 400, 512, 528, 1024, 1000}) {
       for (int variant = 0; variant < 3; ++variant) {
         ++n;
         const qj_dtype tt = variant == 0 ? QJ_F32 : QJ_F16;

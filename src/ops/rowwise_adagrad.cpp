@@ -267,10 +267,17 @@ struct Avx512Ops {
     _mm256_store_ps(p, P);
     return finish_mean(p, dim);
   }
+  // (first / acc: whole vectors with plain stores, the tail masked: see upd16)
   QJ_AVX512 static float first(float* G, const float* g, float e, int64_t dim, bool want) {
     const __m256 ev = _mm256_set1_ps(e), z = _mm256_setzero_ps();
     __m256 P = _mm256_setzero_ps();
-    for (int64_t j = 0; j < dim; j += 8) {
+    int64_t j = 0;
+    for (; j + 8 <= dim; j += 8) {
+      const __m256 v = _mm256_fmadd_ps(ev, _mm256_loadu_ps(g + j), z);
+      _mm256_storeu_ps(G + j, v);
+      P = _mm256_fmadd_ps(v, v, P);
+    }
+    if (j < dim) {
       const __mmask8 m = tail8(dim - j);
       const __m256 v = _mm256_fmadd_ps(ev, _mm256_maskz_loadu_ps(m, g + j), z);
       _mm256_mask_storeu_ps(G + j, m, v);
@@ -283,7 +290,10 @@ struct Avx512Ops {
   }
   QJ_AVX512 static void acc(float* G, const float* g, float e, int64_t dim) {
     const __m256 ev = _mm256_set1_ps(e);
-    for (int64_t j = 0; j < dim; j += 8) {
+    int64_t j = 0;
+    for (; j + 8 <= dim; j += 8)
+      _mm256_storeu_ps(G + j, _mm256_fmadd_ps(ev, _mm256_loadu_ps(g + j), _mm256_loadu_ps(G + j)));
+    if (j < dim) {
       const __mmask8 m = tail8(dim - j);
       _mm256_mask_storeu_ps(G + j, m, _mm256_fmadd_ps(ev, _mm256_maskz_loadu_ps(m, g + j), _mm256_maskz_loadu_ps(m, G + j)));
     }
@@ -305,7 +315,18 @@ struct Avx512Ops {
     const __m256 s = _mm256_set1_ps(-step);
     prefetch_ahead(pf + 2 * dim - 1, l2);
     if (!sr) {
-      for (int64_t j = 0; j < dim; j += 8) {
+      // Whole vectors with plain loads and stores, the tail masked (a masked store in every
+      // vector took 1.9x the time of the register-held-G rows at dim 512; see rows_nv).
+      int64_t j = 0;
+      for (; j + 8 <= dim; j += 8) {
+        if ((j & 31) == 0) prefetch_ahead(pf + 2 * j, l2);
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + j)));
+        __m256 v = _mm256_fmadd_ps(s, _mm256_loadu_ps(G + j), x);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+        QJ_IN_REGISTER(h);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(w + j), h);
+      }
+      if (j < dim) {
         if ((j & 31) == 0) prefetch_ahead(pf + 2 * j, l2);
         const __mmask8 m = tail8(dim - j);
         __m256 x = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, w + j));
@@ -383,11 +404,17 @@ struct Avx512Ops {
   // run instead of once per row. Measured on Zen 4 (warm, fp32 dim 128, 1000 rows): 14.7 -> 10.4
   // us per call. fp32 rows use zmm in this form; fp16 rows take ymm halves through vcvtph2ps /
   // vcvtps2ph (faster than zmm there, see above), with the stochastic rounding on zmm as upd16.
+  // fp16 rows of 16 NV = 272 to 512 values hold the first 256 values of G in registers and load
+  // the rest, as rows_f32_wide does (before, the per-row update: 2026-12-02, Zen 4, warm, ~1000
+  // rows, the two builds' calls alternating in one process, median time ratio new / old: SR dim
+  // 512 0.946-0.959, dim 320 0.940, dim 256 (unchanged) 0.997; with 16 MB read between calls,
+  // dim 512 / 400 0.924 / 0.912).
   template <int kTable, int NV, class Next>
   QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2) {
-    __m512 gv[NV];
+    constexpr int NR = NV < 16 ? NV : 16;  // vectors of G held in registers
+    __m512 gv[NR];
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
+    for (int v = 0; v < NR; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
     // fp16 tables: the next row's step is formed first, as in rows_f32_wide (measured warm,
     // 1000 rows: dim 64 / 128 / 256 10.9 / 16.1 / 24.5 -> 9.8 / 14.1 / 23.4 us); fp32 rows up to
     // 256 values did not gain (within noise, dim 256 a few percent slower).
@@ -409,13 +436,14 @@ struct Avx512Ops {
         __m512i P = _mm512_setzero_si512();  // sr_mix of the block of 32 that vector v is in
         __m512i jg = sr_lane_golden();        // advanced by vector adds, as in upd16
         const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
-#pragma GCC unroll 16
+#pragma GCC unroll 32
         for (int v = 0; v < NV; ++v) {
           if (v % 2 == 0) prefetch_ahead(r.pf + 32 * v, l2);
           if constexpr (kTable == 1) {
             const __m256 s8 = _mm512_castps512_ps256(s);
             for (int half = 0; half < 2; ++half) {
-              const __m256 g8 = half ? _mm512_extractf32x8_ps(gv[v], 1) : _mm512_castps512_ps256(gv[v]);
+              const __m512 g16 = v < NR ? gv[v] : _mm512_loadu_ps(G + 16 * v);
+              const __m256 g8 = half ? _mm512_extractf32x8_ps(g16, 1) : _mm512_castps512_ps256(g16);
               uint16_t* p = w + 16 * v + 8 * half;
               __m128i h = _mm256_cvtps_ph(
                   _mm256_fmadd_ps(s8, g8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))),
@@ -426,7 +454,7 @@ struct Avx512Ops {
           } else {
             // as upd16's step16: sr_bits added to finite values
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v)));
-            const __m512 val = _mm512_fmadd_ps(s, gv[v], x);
+            const __m512 val = _mm512_fmadd_ps(s, v < NR ? gv[v] : _mm512_loadu_ps(G + 16 * v), x);
             if (v % 2 == 0) {
               P = sr_mix(keyv, jg);
               jg = _mm512_add_epi32(jg, jstep);
@@ -441,7 +469,7 @@ struct Avx512Ops {
     }
   }
   // The dims rows() takes (fp16: half = true).
-  static bool rows_ok(int64_t dim, bool half) { return dim % 16 == 0 && (dim <= 256 || !half); }
+  static bool rows_ok(int64_t dim, bool half) { return dim % 16 == 0 && (dim <= 512 || !half); }
   // Requires rows_ok(dim, kTable != 0).
   template <int kTable, class Next>
   QJ_AVX512_INL static void rows(const float* G, int64_t dim, int64_t n, Next&& next, bool l2) {
@@ -452,10 +480,18 @@ struct Avx512Ops {
     return;
       QJ_NV(1) QJ_NV(2) QJ_NV(3) QJ_NV(4) QJ_NV(5) QJ_NV(6) QJ_NV(7) QJ_NV(8)
       QJ_NV(9) QJ_NV(10) QJ_NV(11) QJ_NV(12) QJ_NV(13) QJ_NV(14) QJ_NV(15) QJ_NV(16)
-#undef QJ_NV
       default:
-        if constexpr (kTable == 0) rows_f32_wide(G, dim, n, next, l2);  // dim > 256 (rows_ok)
+        if constexpr (kTable == 0) {
+          rows_f32_wide(G, dim, n, next, l2);  // dim > 256 (rows_ok)
+        } else {
+          switch (dim / 16) {  // fp16, 256 < dim <= 512 (rows_ok)
+            QJ_NV(17) QJ_NV(18) QJ_NV(19) QJ_NV(20) QJ_NV(21) QJ_NV(22) QJ_NV(23) QJ_NV(24)
+            QJ_NV(25) QJ_NV(26) QJ_NV(27) QJ_NV(28) QJ_NV(29) QJ_NV(30) QJ_NV(31) QJ_NV(32)
+            default: break;
+          }
+        }
     }
+#undef QJ_NV
   }
   // fp32 rows with dim = 16 NV > 256: the first 256 values of G in registers, the rest loaded
   // (steady-state harness, 1000 rows, dim 512: 49.3 -> 41.5 us per call; FBGEMM 39.6).
