@@ -103,8 +103,9 @@ struct GemmPlan {
   mutable std::atomic<uint32_t> gemv_calls{0};
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
   // narrow-N kernel (or its row-lane variants: 4 rows a group at N = 4, narrow_rows_k(K), on Zen
-  // 5; 8 rows a bank at N = 8, narrow_rows8_k(K), elsewhere) on B and the column arrays expanded to its layout; the rows left over run the
-  // ordinary kernels above (both exact: any split gives the same bits).
+  // 5; 8 rows a bank at N = 8, narrow_rows8_k(K), elsewhere) on B and the column arrays
+  // expanded to its layout; the rows left over run the ordinary kernels above (both exact: any
+  // split gives the same bits).
   KernelRef narrow;
   int narrow_mr = 0;
   // B patterns ([chunks][N][8]; the row-lane variants [K / 4][16 or 8 lanes][4]); start, mult, bias

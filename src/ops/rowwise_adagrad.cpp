@@ -408,7 +408,7 @@ struct Avx512Ops {
   // the rest, as rows_f32_wide does (before, the per-row update: 2026-12-02, Zen 4, warm, ~1000
   // rows, the two builds' calls alternating in one process, median time ratio new / old: SR dim
   // 512 0.946-0.959, dim 320 0.940, dim 256 (unchanged) 0.997; with 16 MB read between calls,
-  // dim 512 / 400 0.924 / 0.912).
+  // dim 512 / 400 0.924 / 0.912; round to nearest dim 512 / 320 0.50 / 0.56).
   template <int kTable, int NV, class Next>
   QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2) {
     constexpr int NR = NV < 16 ? NV : 16;  // vectors of G held in registers
