@@ -404,17 +404,18 @@ struct Avx512Ops {
   // run instead of once per row. Measured on Zen 4 (warm, fp32 dim 128, 1000 rows): 14.7 -> 10.4
   // us per call. fp32 rows use zmm in this form; fp16 rows take ymm halves through vcvtph2ps /
   // vcvtps2ph (faster than zmm there, see above), with the stochastic rounding on zmm as upd16.
-  // fp16 rows of 16 NV = 272 to 512 values hold the first 256 values of G in registers and load
-  // the rest, as rows_f32_wide does (before, the per-row update: 2026-12-02, Zen 4, warm, ~1000
-  // rows, the two builds' calls alternating in one process, median time ratio new / old: SR dim
-  // 512 0.946-0.959, dim 320 0.940, dim 256 (unchanged) 0.997; with 16 MB read between calls,
-  // dim 512 / 400 0.924 / 0.912; round to nearest dim 512 / 320 0.50 / 0.56).
+  // fp16 rows of 272 to 512 values (NV = 16, `extra` more vectors) hold the first 256 values of
+  // G in registers and load the rest in a loop, as rows_f32_wide does (before, the per-row
+  // update: 2026-12-02, Zen 4, warm, ~1000 rows, the two builds' calls alternating in one
+  // process, median time ratio new / old: SR dim 512 / 320 0.980 / 0.969, with 16 MB read between
+  // calls dim 512 / 400 0.959 / 1.009; round to nearest dim 512 / 320 0.536 / 0.558). Fully
+  // unrolled (an instantiation per width) SR gained more (0.95 / 0.94) but took the
+  // sanitizer build of this file from 236 to 408 s; this form 273 s.
   template <int kTable, int NV, class Next>
-  QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2) {
-    constexpr int NR = NV < 16 ? NV : 16;  // vectors of G held in registers
-    __m512 gv[NR];
+  QJ_AVX512_INL static void rows_nv(const float* G, int64_t n, Next&& next, bool l2, int64_t extra = 0) {
+    __m512 gv[NV];
 #pragma GCC unroll 16
-    for (int v = 0; v < NR; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
+    for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(G + 16 * v);
     // fp16 tables: the next row's step is formed first, as in rows_f32_wide (measured warm,
     // 1000 rows: dim 64 / 128 / 256 10.9 / 16.1 / 24.5 -> 9.8 / 14.1 / 23.4 us); fp32 rows up to
     // 256 values did not gain (within noise, dim 256 a few percent slower).
@@ -436,14 +437,14 @@ struct Avx512Ops {
         __m512i P = _mm512_setzero_si512();  // sr_mix of the block of 32 that vector v is in
         __m512i jg = sr_lane_golden();        // advanced by vector adds, as in upd16
         const __m512i jstep = _mm512_set1_epi32(static_cast<int>(32u * 0x9E3779B9u));
-#pragma GCC unroll 32
-        for (int v = 0; v < NV; ++v) {
-          if (v % 2 == 0) prefetch_ahead(r.pf + 32 * v, l2);
+        // Vector v of the row with G's vector g; even: the first of its block of 32 (a constant
+        // wherever this inlines).
+        auto vec = [&](int64_t v, __m512 g, bool even) QJ_AVX512_LAMBDA {
+          if (even) prefetch_ahead(r.pf + 32 * v, l2);
           if constexpr (kTable == 1) {
             const __m256 s8 = _mm512_castps512_ps256(s);
             for (int half = 0; half < 2; ++half) {
-              const __m512 g16 = v < NR ? gv[v] : _mm512_loadu_ps(G + 16 * v);
-              const __m256 g8 = half ? _mm512_extractf32x8_ps(g16, 1) : _mm512_castps512_ps256(g16);
+              const __m256 g8 = half ? _mm512_extractf32x8_ps(g, 1) : _mm512_castps512_ps256(g);
               uint16_t* p = w + 16 * v + 8 * half;
               __m128i h = _mm256_cvtps_ph(
                   _mm256_fmadd_ps(s8, g8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))),
@@ -454,16 +455,22 @@ struct Avx512Ops {
           } else {
             // as upd16's step16: sr_bits added to finite values
             const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 * v)));
-            const __m512 val = _mm512_fmadd_ps(s, v < NR ? gv[v] : _mm512_loadu_ps(G + 16 * v), x);
-            if (v % 2 == 0) {
+            const __m512 val = _mm512_fmadd_ps(s, g, x);
+            if (even) {
               P = sr_mix(keyv, jg);
               jg = _mm512_add_epi32(jg, jstep);
             }
-            const __m512i rnd = v % 2 == 0 ? sr_top(P) : sr_low(P);
-            __m256i h = _mm512_cvtps_ph(sr_add(val, rnd), _MM_FROUND_TO_ZERO);
+            __m256i h = _mm512_cvtps_ph(sr_add(val, even ? sr_top(P) : sr_low(P)), _MM_FROUND_TO_ZERO);
             QJ_IN_REGISTER(h);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 16 * v), h);
           }
+        };
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) vec(v, gv[v], v % 2 == 0);
+        // fp16 rows past 256 values (NV = 16): the rest of G loaded (NV is even)
+        for (int64_t v = NV; v < NV + extra; v += 2) {
+          vec(v, _mm512_loadu_ps(G + 16 * v), true);
+          if (v + 1 < NV + extra) vec(v + 1, _mm512_loadu_ps(G + 16 * (v + 1)), false);
         }
       }
     }
@@ -480,18 +487,14 @@ struct Avx512Ops {
     return;
       QJ_NV(1) QJ_NV(2) QJ_NV(3) QJ_NV(4) QJ_NV(5) QJ_NV(6) QJ_NV(7) QJ_NV(8)
       QJ_NV(9) QJ_NV(10) QJ_NV(11) QJ_NV(12) QJ_NV(13) QJ_NV(14) QJ_NV(15) QJ_NV(16)
+#undef QJ_NV
       default:
         if constexpr (kTable == 0) {
           rows_f32_wide(G, dim, n, next, l2);  // dim > 256 (rows_ok)
         } else {
-          switch (dim / 16) {  // fp16, 256 < dim <= 512 (rows_ok)
-            QJ_NV(17) QJ_NV(18) QJ_NV(19) QJ_NV(20) QJ_NV(21) QJ_NV(22) QJ_NV(23) QJ_NV(24)
-            QJ_NV(25) QJ_NV(26) QJ_NV(27) QJ_NV(28) QJ_NV(29) QJ_NV(30) QJ_NV(31) QJ_NV(32)
-            default: break;
-          }
+          rows_nv<kTable, 16>(G, n, next, l2, dim / 16 - 16);  // fp16, 256 < dim <= 512 (rows_ok)
         }
     }
-#undef QJ_NV
   }
   // fp32 rows with dim = 16 NV > 256: the first 256 values of G in registers, the rest loaded
   // (steady-state harness, 1000 rows, dim 512: 49.3 -> 41.5 us per call; FBGEMM 39.6).
