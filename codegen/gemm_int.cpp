@@ -868,6 +868,10 @@ bool emit_s8_narrow_rows(const KernelKey& key, Assembler& a, std::string* why) {
 // args.col_corr (8 columns), the multipliers and bias per lane (column l % 8) at args.col_mult /
 // col_bias. The kernel runs n_panels banks of mr rows (A rows args.lda apart, C rows ldc apart).
 // Supported output stages: as emit_s8_narrow.
+// Its registers with mr rows per bank and kg K quads: the two banks, B, the start, the A broadcast
+// and the output stage's two temporaries (gemm_int_narrow_rows8_max_mr also keeps two for the
+// multipliers and bias).
+int narrow_rows8_regs(int mr, int kg) { return 2 * mr + kg + 4; }
 bool emit_s8_narrow_rows8(const KernelKey& key, Assembler& a, std::string* why) {
   const cg::Simd s = cg::simd_for(key.isa);
   const int k = static_cast<int>(key.param[1]), kg = k / 4, mr = key.mr;
@@ -885,7 +889,7 @@ bool emit_s8_narrow_rows8(const KernelKey& key, Assembler& a, std::string* why) 
   // Registers: two banks of mr row accumulators, the kg B quads, the start, the A broadcast, the
   // output stage's two temporaries, then its constants in what is left (emit_resident_consts).
   const int bank[2] = {0, mr}, breg = 2 * mr, corr = breg + kg, areg = corr + 1, treg = areg + 1;
-  if (treg + 2 > s.regs) {
+  if (narrow_rows8_regs(mr, kg) > s.regs) {
     *why = "register tile too large for the ISA";
     return false;
   }
@@ -1625,6 +1629,13 @@ int gemm_int_tall_max_mr(int64_t k, int cap) {
   const int kg = static_cast<int>(k / 4);
   for (int mr = cap; mr >= 1; --mr)
     if (tall_regs(mr, kg) <= 32) return mr;
+  return 0;
+}
+
+int gemm_int_narrow_rows8_max_mr(int64_t k, int cap) {
+  const int kg = static_cast<int>(k / 4);
+  for (int mr = cap & ~1; mr >= 2; mr -= 2)
+    if (narrow_rows8_regs(mr, kg) + 2 <= 32) return mr;
   return 0;
 }
 

@@ -120,5 +120,8 @@ const KernelFamily& gemm_int_family();
 int gemm_int_max_mr(const KernelKey& key, int cap);
 // The same for the tall kernel (flags bit 6, nr = 16; zmm) at this K: rows per bank.
 int gemm_int_tall_max_mr(int64_t k, int cap);
+// The same for the 8-column row-lane kernel (flags bit 6, param[4] = 1, nr = 8): the largest even
+// rows per bank up to cap whose registers leave two for the output stage's multipliers and bias.
+int gemm_int_narrow_rows8_max_mr(int64_t k, int cap);
 
 }  // namespace qj

@@ -549,9 +549,8 @@ static qj_status plan_narrow_rows(KernelKey key, GemmPlan* p, bool* taken) {
 // kernel and narrow_rows8_k).
 static qj_status plan_narrow_rows8(KernelKey key, GemmPlan* p, bool* taken) {
   QJ_TRY(row_lane_operands(p, 8, 8));
-  // rows per bank: the largest even count up to 8 whose two banks fit beside B, the start, the A
-  // broadcast, two temporaries and the multipliers and bias (emit_s8_narrow_rows8)
-  const int mr = std::min<int>(8, static_cast<int>((32 - 6 - p->w->k / 4) / 2) & ~1);
+  const int mr = gemm_int_narrow_rows8_max_mr(p->w->k, 8);  // rows per bank
+  if (mr == 0) return QJ_OK;
   *taken = take_narrow_kernel(narrow_family_key(key, mr, 8, p->w->k, 1), p, "row-lane narrow-N (8 columns)",
                               "using the narrow-N kernel");
   return QJ_OK;
