@@ -462,6 +462,42 @@ TEST(GemmMx, PanelScaleLines) {
   }
 }
 
+// The one-row weight prefetch (src/ops/gemm.cpp, decoded_prefetch_bytes): outside Zen 5, 16 KiB
+// ahead for MXFP4 weights of at least 16 MiB at the AVX-512 tiers, never for MXINT8 (slower
+// there); on Zen 5 for both. Which kernel each plan holds, by its name; the values are zeros (only
+// the size matters).
+TEST(GemmMx, OneRowPrefetchRule) {
+  const bool zen5 = qj::amd_family() >= 0x1a;
+  for (qj_dtype wt : {QJ_MXFP4_E2M1, QJ_MXINT8}) {
+    const int64_t k = 4096, n = wt == QJ_MXFP4_E2M1 ? 8192 : 4096, groups = k / 32;
+    const int64_t row_bytes = wt == QJ_MXFP4_E2M1 ? k / 2 : k;
+    std::vector<uint8_t> el(static_cast<size_t>(n * row_bytes)), sc(static_cast<size_t>(n * groups), 127);
+    qj_weights_desc d{};
+    d.dtype = wt;
+    d.k = k;
+    d.n = n;
+    d.layout = QJ_LAYOUT_NK;
+    const qj_mx_weights_data md{el.data(), sc.data(), groups};
+    for (qj_isa isa : qjt::supported_isas()) {
+      if (isa < QJ_ISA_AVX2) continue;  // (no JIT kernels below AVX2)
+      qjt::IsaCap cap(isa);
+      std::shared_ptr<qj::PackedWeights> w;
+      ASSERT_EQ(qj::pack_mx_weights(d, &md, row_bytes, isa, &w), QJ_OK) << qj_last_error();
+      const size_t bytes = w->panel_bytes() * static_cast<size_t>(w->n_panels);
+      ASSERT_GE(bytes, size_t{16} << 20);
+      qj_gemm_desc gd{};
+      gd.a_type = QJ_F32;
+      gd.c_type = QJ_F32;
+      std::unique_ptr<qj::GemmPlan> p;
+      ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+      ASSERT_FALSE(p->kernels.empty());
+      const std::string name = p->kernels[0].name();
+      const bool far = zen5 || (wt == QJ_MXFP4_E2M1 && isa >= QJ_ISA_AVX512);
+      EXPECT_EQ(name.find("_pf16384") != std::string::npos, far) << qj_isa_name(isa) << ": " << name;
+    }
+  }
+}
+
 // MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (int_weights.h, fp6_dense): per 8-K step
 // and column vector, the 64 codes of k0..3 then those of k4..7 (code index 4 c + r) as one
 // LSB-first bit stream, 48 bytes per vector, as MX.md's FP6 packing. Read back from the raw bytes;

@@ -293,14 +293,31 @@ static bool far_weight_prefetch(size_t weight_bytes) {
 //    45-47 -> 57-69, MXINT8 47-50 -> 53-54, E2M3 39-42 -> 56-65, E3M2 33-34 -> 43-52, MX9 33 ->
 //    50-52, MX6 31-32 -> 47-49, MX4 34-35 -> 44-46, MXFP8 27-28 unchanged (its decode bounds it);
 //    1 x 4096 x 4096 within the runs' noise for all.
-//    On Zen 4 the one-row prefetch measured slower (earlier sessions): none there.
+//    Elsewhere (the Zen 4 rule) one row of 4-bit weights (S4, U4, MXFP4) prefetches 16 KiB ahead
+//    at the AVX-512 tiers from 16 MiB of weights up. Zen 4, 2026-12-02 ~17:30 UTC, group 128 /
+//    MX, fp32 A, both plans in one process, calls alternating (each after an untimed call of its
+//    own), median of the per-round time ratios 16 KiB / none, two or three runs: VNNI S4 / MXFP4
+//    1 x 4096 x 11008 0.65-0.85 / 0.71-0.76, 1 x 11008 x 4096 0.85-0.93 / 0.76-0.81, 1 x 14336 x
+//    4096 1.01 / 0.86, 1 x 4096 x 14336 0.99-1.01 / 0.87; U4 0.95-0.97; AVX-512 (QJ_MAX_ISA) S4 /
+//    MXFP4 0.80-0.90 / 0.81-0.89. Not for the other decoded types (1 x 11008 x 4096 and 1 x 4096
+//    x 14336: MXINT8 1.10-1.14, MX9 1.02-1.08, MXFP8 0.99-1.02, E2M3 0.97-1.08, MX4 0.86-1.00,
+//    MX6 0.95-1.01, E3M2 0.94), nor at AVX2, whose heavier decode bounds it (S4 / MXFP4
+//    1.03-1.09), nor below 16 MiB: 8 KiB at 1 x 4096 x 4096 (8.4 MB) 1.41 / 1.04, as earlier
+//    sessions found for shorter distances. Two rows and more gain too little to change (S4 /
+//    MXFP4, 16 KiB at 23-29 MB: M = 2 0.76-0.99, M = 4 0.91-1.04, M = 8 1.01-1.05). The streaming
+//    form below stays with Zen 5: with the 16 KiB prefetch it was 2-9% slower here.
 //  - Zen 5 weights below twice L2 keep the Zen 4 rule: in L2 the prefetches only cost (two runs,
 //    GOPS, none / 8 KiB at M = 1: S4 1 x 512 x 512 484-497 / 451-462, 1 x 1024 x 1024 522-555 /
 //    496-510, MXFP4 368 / 347-354 and 433-438 / 411-421; 1 x 2048 x 1024 alike; 1 x 2048 x 2048,
 //    2 MB, 367-372 / 407-417), and 16 KiB at two rows and more was 0-3% slower than 3 KiB (x 512 x
 //    512, x 1024 x 1024, M = 2 / 4 / 16 / 64).
-static int decoded_prefetch_bytes(int rows, size_t bytes) {
-  if (!far_weight_prefetch(bytes)) return rows >= 2 ? cg::kWeightPrefetchBytes : 0;
+static int decoded_prefetch_bytes(int rows, const PackedWeights& w, qj_isa isa) {
+  const size_t bytes = w.panel_bytes() * w.n_panels;
+  if (!far_weight_prefetch(bytes)) {
+    if (rows >= 2) return cg::kWeightPrefetchBytes;
+    const bool four_bit = w.is_int4() || w.dtype == QJ_MXFP4_E2M1;
+    return four_bit && isa >= QJ_ISA_AVX512 && bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 0;
+  }
   if (rows >= 2) return kFarWeightPrefetchBytes;
   return bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 8192;
 }
@@ -336,7 +353,8 @@ static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool 
   if (forced >= 0) return forced == 2 && !scaled ? 0 : forced;
   const size_t bytes = w.panel_bytes() * w.n_panels;
   if (bytes * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5) return 1;
-  if (scaled && decoded_prefetch_bytes(rows, bytes) == kFarWeightPrefetchBytes) return 2;
+  if (scaled && far_weight_prefetch(bytes) && decoded_prefetch_bytes(rows, w, isa) == kFarWeightPrefetchBytes)
+    return 2;
   return 0;
 }
 
@@ -823,7 +841,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         if (w->is_mx() && mx_plain_scales) key.flags |= 64;
         if (a_split) key.flags |= 128;
         key.param[3] = a_pairs && !w->is_mx16() ? 1 : 0;
-        key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
+        key.param[5] = static_cast<uint32_t>(decoded_prefetch_bytes(r, *w, p->isa));
         key.param[1] = static_cast<uint32_t>(decoded_gemv_form(r, *w, p->isa, (key.flags & 8) != 0));
       } else {
         key.param[5] = static_cast<uint32_t>(s8_prefetch_bytes(r, w->panel_bytes() * w->n_panels));
