@@ -436,11 +436,7 @@ TEST(GemmMx, PanelScaleLines) {
   for (size_t i = 0; i < el.size(); ++i) el[i] = static_cast<uint8_t>(i * 7 + 3);
   for (int64_t c = 0; c < n; ++c)
     for (int64_t g = 0; g < groups; ++g) sc[c * groups + g] = static_cast<uint8_t>(100 + 3 * c + g);
-  qj_weights_desc d{};
-  d.dtype = QJ_MXFP4_E2M1;
-  d.k = k;
-  d.n = n;
-  d.layout = QJ_LAYOUT_NK;
+  const qj_weights_desc d = qjt::nk_desc(QJ_MXFP4_E2M1, k, n);
   const qj_mx_weights_data md{el.data(), sc.data(), groups};
   std::shared_ptr<qj::PackedWeights> w;
   ASSERT_EQ(qj::pack_mx_weights(d, &md, k / 2, QJ_ISA_AVX512, &w), QJ_OK) << qj_last_error();
@@ -472,11 +468,7 @@ TEST(GemmMx, OneRowPrefetchRule) {
     const int64_t k = 4096, n = wt == QJ_MXFP4_E2M1 ? 8192 : 4096, groups = k / 32;
     const int64_t row_bytes = wt == QJ_MXFP4_E2M1 ? k / 2 : k;
     std::vector<uint8_t> el(static_cast<size_t>(n * row_bytes)), sc(static_cast<size_t>(n * groups), 127);
-    qj_weights_desc d{};
-    d.dtype = wt;
-    d.k = k;
-    d.n = n;
-    d.layout = QJ_LAYOUT_NK;
+    const qj_weights_desc d = qjt::nk_desc(wt, k, n);
     const qj_mx_weights_data md{el.data(), sc.data(), groups};
     for (qj_isa isa : qjt::supported_isas()) {
       if (isa < QJ_ISA_AVX2) continue;  // (no JIT kernels below AVX2)
@@ -514,11 +506,7 @@ TEST(GemmMx, PanelDenseFp6) {
       for (int j = 0; j < 32; ++j) codes[j] = code_of(32 * g + j, c);
       qj::mx::pack_block(fmt, codes, el.data() + (c * groups + g) * fmt.block_bytes);
     }
-  qj_weights_desc d{};
-  d.dtype = QJ_MXFP6_E2M3;
-  d.k = k;
-  d.n = n;
-  d.layout = QJ_LAYOUT_NK;
+  const qj_weights_desc d = qjt::nk_desc(QJ_MXFP6_E2M3, k, n);
   const qj_mx_weights_data md{el.data(), sc.data(), groups};
   for (qj_isa isa : {QJ_ISA_AVX512_VNNI, QJ_ISA_AVX512, QJ_ISA_AVX2}) {
     std::shared_ptr<qj::PackedWeights> w;
