@@ -122,7 +122,7 @@ inline std::vector<Timing> time_median_multi(const std::vector<std::function<voi
       // own operands where they rest between its calls, not where the previous function's call
       // left them (1 x 800 x 8000 s8: 6.4 MB of weights fit the 8 MiB L3, but not beside
       // oneDNN's own 6.4 MB copy; timed right after oneDNN's call, ours read part of them from
-      // DRAM, 0.76-0.84 of the L3 roof against 0.95-0.99 alone).
+      // DRAM, 0.76-0.84 of the L3 roof against 0.84-0.99 alone).
       if (!opt.cold && nf > 1) fns[f]();
       double t0 = now_seconds();
       for (int b = 0; b < batch[f]; ++b) fns[f]();

@@ -294,7 +294,7 @@ static bool far_weight_prefetch(size_t weight_bytes) {
 //    50-52, MX6 31-32 -> 47-49, MX4 34-35 -> 44-46, MXFP8 27-28 unchanged (its decode bounds it);
 //    1 x 4096 x 4096 within the runs' noise for all.
 //    Elsewhere (the Zen 4 rule) one row of 4-bit weights (S4, U4, MXFP4) prefetches 16 KiB ahead
-//    at the AVX-512 tiers from 16 MiB of weights up. Zen 4, 2026-12-02 ~17:30 UTC, group 128 /
+//    at the AVX-512 tiers from 16 MiB of weights up. Zen 4, 2026-12-02 ~17:10 UTC, group 128 /
 //    MX, fp32 A, both plans in one process, calls alternating (each after an untimed call of its
 //    own), median of the per-round time ratios 16 KiB / none, two or three runs: VNNI S4 / MXFP4
 //    1 x 4096 x 11008 0.65-0.85 / 0.71-0.76, 1 x 11008 x 4096 0.85-0.93 / 0.76-0.81, 1 x 14336 x
