@@ -1,11 +1,12 @@
 // `quantjit-bench peak`: this machine's measured compute, bandwidth and gather limits, and the
 // cached peak functions (peak.h) that other subcommands divide by.
 //
-// Compute: asmjit loops of vpdpbusd / vfmadd231ps on N independent accumulators (N = 12..24, the
-// best is kept; the instruction latency times the issue rate is ~8-12 on current cores, so fewer
-// accumulators measure latency instead of throughput). Bandwidth: a loop of zmm loads (vpaddd
-// with a memory operand into 8 accumulators) read over a working set, repeatedly. Gather: random
-// rows summed with AVX-512 loads and software prefetch, the way an embedding-bag kernel reads.
+// Compute: asmjit loops of vpdpbusd / vpmaddubsw / vfmadd231ps on N independent accumulators
+// (N = 12..24, or 8..14 in the 16 ymm registers of an AVX2-only CPU; the best is kept; the
+// instruction latency times the issue rate is ~8-12 on current cores, so fewer accumulators
+// measure latency instead of throughput). Bandwidth: a loop of zmm loads (ymm without AVX-512;
+// vpaddd with a memory operand into 8 accumulators) read over a working set, repeatedly. Gather:
+// random rows summed with AVX2 loads and software prefetch, the way an embedding-bag kernel reads.
 // Mix: what the other instructions of the kernels (decode, output stage, stores) cost beside
 // vpdpbusd, the figure behind the ceilings README's Status gives for kernels whose multiplies
 // already fill their pipes.
@@ -52,7 +53,7 @@ JitRuntime& runtime() {
   return *rt;
 }
 
-enum class Op { kVnni, kFma, kAddChain };
+enum class Op { kVnni, kFma, kMaddubs, kAddChain };
 
 using LoopFn = void (*)(uint64_t iters);
 using ReadFn = void (*)(const void* p, uint64_t blocks512, uint64_t passes);
@@ -64,9 +65,23 @@ Fn finish_code(CodeHolder& code) {
   return fn;
 }
 
+// True where the loops may use EVEX forms and registers 16-31 (AVX-512 F + VL); else they keep to
+// VEX forms on ymm0..15, which every AVX2 CPU runs.
+bool have_evex() {
+  const auto& f = qj::cpu_features();
+  return f.avx512f && f.avx512vl;
+}
+
+// Zeroes a vector register in the encoding the CPU has.
+void zero_vec(x86::Assembler& a, const x86::Vec& v) {
+  if (have_evex()) a.vpxord(v, v, v);
+  else a.vpxor(v, v, v);
+}
+
 // A loop of `iters` iterations, each issuing `accs` independent instances of op on vector
 // registers of `width` bits. For kAddChain: 64 dependent `add rax, 1` per iteration (1 cycle
-// each), which measures the core clock.
+// each), which measures the core clock. Without AVX-512, ymm loops use ymm0..accs-1 with sources
+// in ymm14 / ymm15 (accs <= 14).
 LoopFn make_compute_loop(Op op, int width, int accs) {
   CodeHolder code;
   code.init(runtime().environment());
@@ -85,20 +100,24 @@ LoopFn make_compute_loop(Op op, int width, int accs) {
     a.ret();
     return finish_code<LoopFn>(code);
   }
+  const bool evex = have_evex();
+  if (!evex && (width == 512 || accs > 14)) return nullptr;
   // Sources: 1.0f for FMA (accumulators grow by exact small integers: no denormals, no
-  // overflow), 0x01 bytes for VNNI.
+  // overflow), 0x01 bytes for the integer multiplies.
   a.mov(x86::eax, op == Op::kFma ? 0x3f800000 : 0x01010101);
-  x86::Vec s0 = vec(30), s1 = vec(31);
-  a.vpbroadcastd(s0, x86::eax);
-  a.vpbroadcastd(s1, x86::eax);
-  for (int i = 0; i < accs; ++i) a.vpxord(vec(i), vec(i), vec(i));
+  x86::Vec s0 = vec(evex ? 30 : 14), s1 = vec(evex ? 31 : 15);
+  a.vmovd(x86::xmm(s0.id()), x86::eax);
+  a.vpbroadcastd(s0, x86::xmm(s0.id()));
+  a.vpbroadcastd(s1, x86::xmm(s0.id()));
+  for (int i = 0; i < accs; ++i) zero_vec(a, vec(i));
   a.align(AlignMode::kCode, 64);
   Label loop = a.newLabel();
   a.bind(loop);
   for (int i = 0; i < accs; ++i) {
-    // EVEX for ymm too: this CPU has AVX512-VNNI but not the VEX-encoded AVX-VNNI.
+    // EVEX for ymm too: AVX512-VNNI CPUs need not have the VEX-encoded AVX-VNNI.
     if (op == Op::kVnni) a.evex().vpdpbusd(vec(i), s0, s1);
-    else a.vfmadd231ps(vec(i), s0, s1);
+    else if (op == Op::kFma) a.vfmadd231ps(vec(i), s0, s1);
+    else a.vpmaddubsw(vec(i), s0, s1);  // write-only destination: independent by construction
   }
   a.dec(x86::rdi);
   a.jnz(loop);
@@ -107,19 +126,23 @@ LoopFn make_compute_loop(Op op, int width, int accs) {
   return finish_code<LoopFn>(code);
 }
 
-// Reads `blocks512` blocks of 512 bytes from p, `passes` times, into 8 zmm accumulators.
+// Reads `blocks512` blocks of 512 bytes from p, `passes` times, into 8 accumulators: zmm loads
+// with AVX-512, else ymm (two per accumulator and block).
 ReadFn make_read_loop() {
   CodeHolder code;
   code.init(runtime().environment());
   x86::Assembler a(&code);
-  for (int i = 0; i < 8; ++i) a.vpxord(x86::zmm(i), x86::zmm(i), x86::zmm(i));
+  const bool zmm = have_evex();
+  auto acc = [&](int i) -> x86::Vec { return zmm ? x86::Vec(x86::zmm(i)) : x86::Vec(x86::ymm(i)); };
+  for (int i = 0; i < 8; ++i) zero_vec(a, acc(i));
   Label outer = a.newLabel(), inner = a.newLabel();
   a.bind(outer);
   a.mov(x86::rax, x86::rdi);
   a.mov(x86::rcx, x86::rsi);
   a.align(AlignMode::kCode, 64);
   a.bind(inner);
-  for (int i = 0; i < 8; ++i) a.vpaddd(x86::zmm(i), x86::zmm(i), x86::ptr(x86::rax, 64 * i));
+  const int step = zmm ? 64 : 32;
+  for (int o = 0; o < 512; o += step) a.vpaddd(acc(o / step % 8), acc(o / step % 8), x86::ptr(x86::rax, o));
   a.add(x86::rax, 512);
   a.dec(x86::rcx);
   a.jnz(inner);
@@ -159,17 +182,21 @@ bool have_vnni() {
   const auto& f = qj::cpu_features();
   return f.avx512f && f.avx512vl && f.avx512vnni;
 }
-bool have_fma(int width) {
+bool have_op(Op op, int width) {
   const auto& f = qj::cpu_features();
-  return width == 512 ? f.avx512f : (f.avx2 && f.fma && f.avx512vl);  // zmm30/31 need EVEX
+  if (op == Op::kVnni) return have_vnni();
+  if (width == 512) return f.avx512f && (op == Op::kFma || f.avx512bw);
+  return f.avx2 && (op != Op::kFma || f.fma);
 }
 
 ComputePeak measure_compute(Op op, int width, double ghz) {
   ComputePeak best;
-  if (op == Op::kVnni ? !have_vnni() : !have_fma(width)) return best;
-  // Lanes of 32 bits per register, times 2 ops per multiply-add; VNNI does 4 of those per lane.
-  const double ops_per_instr = (width / 32) * 2.0 * (op == Op::kVnni ? 4 : 1);
-  for (int accs : {12, 16, 24}) {
+  if (!have_op(op, width)) return best;
+  // Ops per instruction (2 per multiply-add): FMA one per 32-bit lane; vpdpbusd four per 32-bit
+  // lane; vpmaddubsw two per 16-bit lane.
+  const double ops_per_instr = op == Op::kFma ? width / 32 * 2.0 : width / 4.0;
+  const std::vector<int> counts = have_evex() ? std::vector<int>{12, 16, 24} : std::vector<int>{8, 10, 12, 14};
+  for (int accs : counts) {
     LoopFn fn = make_compute_loop(op, width, accs);
     if (!fn) continue;
     double s = best_seconds_per_unit([&](uint64_t n) { fn(n); });
@@ -275,9 +302,11 @@ double thp_fraction(const void* p, size_t bytes) {
   return std::min(1.0, huge_kb * 1024.0 / static_cast<double>(bytes));
 }
 
-__attribute__((target("avx512f"))) uint32_t gather_sum(const uint8_t* table, size_t row_bytes,
+// ymm loads on every CPU: a row costs 20-60 ns of DRAM latency (PERF.md), the 2-16 loads of a
+// row a few cycles, whatever their width.
+__attribute__((target("avx2"))) uint32_t gather_sum(const uint8_t* table, size_t row_bytes,
                                                         const uint64_t* idx, size_t n, int pf) {
-  __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
   const size_t lines = row_bytes / 64;
   for (size_t i = 0; i < n; ++i) {
     if (pf) {
@@ -286,12 +315,12 @@ __attribute__((target("avx512f"))) uint32_t gather_sum(const uint8_t* table, siz
     }
     const uint8_t* r = table + idx[i] * row_bytes;
     for (size_t l = 0; l < lines; l += 2) {
-      acc0 = _mm512_add_epi32(acc0, _mm512_load_si512(r + 64 * l));
-      if (l + 1 < lines) acc1 = _mm512_add_epi32(acc1, _mm512_load_si512(r + 64 * l + 64));
+      acc0 = _mm256_add_epi32(acc0, _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(r + 64 * l)), _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 64 * l + 32))));
+      if (l + 1 < lines) acc1 = _mm256_add_epi32(acc1, _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(r + 64 * l + 64)), _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 64 * l + 96))));
     }
   }
-  alignas(64) uint32_t lanes[16];
-  _mm512_store_si512(lanes, _mm512_add_epi32(acc0, acc1));
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi32(acc0, acc1));
   uint32_t s = 0;
   for (uint32_t v : lanes) s += v;
   return s;
@@ -363,34 +392,40 @@ double measure_core_ghz() {
   return ghz;
 }
 
-ComputePeak measure_vnni(int width) {
-  static ComputePeak cache[2];
-  static bool done[2] = {false, false};
-  int i = width == 512 ? 0 : 1;
+namespace {
+// Measured once per (op, width) and cached.
+ComputePeak cached_compute(Op op, int width) {
+  static ComputePeak cache[3][2];
+  static bool done[3][2] = {};
+  const int o = static_cast<int>(op), w = width == 512 ? 0 : 1;
   const double ghz = measure_core_ghz();
   std::lock_guard<std::mutex> lock(peak_mutex());
-  if (!done[i]) {
-    cache[i] = measure_compute(Op::kVnni, width, ghz);
-    done[i] = true;
+  if (!done[o][w]) {
+    cache[o][w] = measure_compute(op, width, ghz);
+    done[o][w] = true;
   }
-  return cache[i];
+  return cache[o][w];
 }
+}  // namespace
 
-ComputePeak measure_fma(int width) {
-  static ComputePeak cache[2];
-  static bool done[2] = {false, false};
-  int i = width == 512 ? 0 : 1;
-  const double ghz = measure_core_ghz();
-  std::lock_guard<std::mutex> lock(peak_mutex());
-  if (!done[i]) {
-    cache[i] = measure_compute(Op::kFma, width, ghz);
-    done[i] = true;
-  }
-  return cache[i];
-}
+ComputePeak measure_vnni(int width) { return cached_compute(Op::kVnni, width); }
+ComputePeak measure_fma(int width) { return cached_compute(Op::kFma, width); }
+ComputePeak measure_maddubs(int width) { return cached_compute(Op::kMaddubs, width); }
 
 double measure_vnni_gops(int width) { return measure_vnni(width).gops; }
 double measure_fma_gflops(int width) { return measure_fma(width).gops; }
+
+TierPeak tier_peak(qj_isa isa, bool float_math) {
+  if (float_math) {
+    if (isa >= QJ_ISA_AVX512) return {measure_fma(512).gops, "vfmadd231ps zmm"};
+    if (isa == QJ_ISA_AVX2) return {measure_fma(256).gops, "vfmadd231ps ymm"};
+    return {};
+  }
+  if (isa >= QJ_ISA_AVX512_VNNI) return {measure_vnni(512).gops, "vpdpbusd zmm"};
+  if (isa == QJ_ISA_AVX512) return {measure_maddubs(512).gops, "vpmaddubsw zmm"};
+  if (isa == QJ_ISA_AVX2) return {measure_maddubs(256).gops, "vpmaddubsw ymm"};
+  return {};
+}
 
 const CacheSizes& cache_sizes() {
   static const CacheSizes c = [] {
@@ -594,25 +629,36 @@ int cmd_peak(int argc, char** argv) {
   if (only.empty() || only == "compute") {
     Report rep(fmt);
     double ghz = measure_core_ghz();
-    struct Row { const char* instr; int width; bool vnni; };
-    for (Row r : {Row{"vpdpbusd", 512, true}, Row{"vpdpbusd", 256, true},
-                  Row{"vfmadd231ps", 512, false}, Row{"vfmadd231ps", 256, false}}) {
-      ComputePeak p = r.vnni ? measure_vnni(r.width) : measure_fma(r.width);
+    struct Row { const char* instr; int width; Op op; };
+    std::string absent;
+    for (Row r : {Row{"vpdpbusd", 512, Op::kVnni}, Row{"vpdpbusd", 256, Op::kVnni},
+                  Row{"vpmaddubsw", 512, Op::kMaddubs}, Row{"vpmaddubsw", 256, Op::kMaddubs},
+                  Row{"vfmadd231ps", 512, Op::kFma}, Row{"vfmadd231ps", 256, Op::kFma}}) {
+      const char* reg = r.width == 512 ? "zmm" : "ymm";
+      if (!have_op(r.op, r.width)) {  // not a zero: a row this CPU cannot measure is left out
+        absent += std::string(absent.empty() ? "" : ", ") + r.instr + " " + reg;
+        continue;
+      }
+      ComputePeak p = r.op == Op::kVnni ? measure_vnni(r.width)
+                      : r.op == Op::kFma ? measure_fma(r.width) : measure_maddubs(r.width);
       rep.add()
           .set("kind", "compute")
           .set("instr", r.instr)
-          .set("reg", r.width == 512 ? "zmm" : "ymm")
+          .set("reg", reg)
           .set("accumulators", p.accumulators)
           .set("value", p.gops, 1)
-          .set("unit", r.vnni ? "GOPS" : "GFLOPS")
+          .set("unit", r.op == Op::kFma ? "GFLOPS" : "GOPS")
           .set("instr_per_clock", p.instr_per_clock, 2)
           .set("ghz", ghz, 2);
     }
     rep.note("clock (dependent integer adds): " + std::to_string(ghz).substr(0, 4) +
              " GHz; ops count a multiply-add as 2");
+    if (!absent.empty()) rep.note("not measured (this CPU lacks them): " + absent);
     rep.finish();
     if (table) std::printf("\n");
   }
+  if (only == "mix" && !have_vnni())
+    std::fprintf(stderr, "quantjit-bench peak: the mix section measures beside vpdpbusd zmm, which this CPU lacks (AVX512-VNNI)\n");
   if ((only.empty() || only == "mix") && have_vnni()) {
     Report rep(fmt);
     const double ghz = measure_core_ghz();
@@ -666,7 +712,7 @@ int cmd_peak(int argc, char** argv) {
             .set("bytes", static_cast<int64_t>(ws))
             .set("gbs", measure_bandwidth(ws), 1);
     }
-    rep.note("sequential zmm reads, one core, 2 MiB pages; caches: L1d " + human_bytes(c.l1) +
+    rep.note(std::string("sequential ") + (have_evex() ? "zmm" : "ymm") + " reads, one core, 2 MiB pages; caches: L1d " + human_bytes(c.l1) +
              ", L2 " + human_bytes(c.l2) + ", L3 " + human_bytes(c.l3) + " (shared)");
     rep.finish();
     if (table) std::printf("\n");
@@ -692,7 +738,7 @@ int cmd_peak(int argc, char** argv) {
       }
       release_gather_tables();  // one table resident at a time
     }
-    rep.note("random rows summed with zmm loads; prefetch = best distance in rows of {4,8,16,32}");
+    rep.note(std::string("random rows summed with ") + (have_evex() ? "zmm" : "ymm") + " loads; prefetch = best distance in rows of {4,8,16,32}");
     rep.finish();
   }
   return 0;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include <quantjit/quantjit.h>
+
 namespace bench {
 
 // Peaks of one core (ops = 2 per multiply-add). width is 512 (zmm) or 256 (ymm).
@@ -25,6 +27,18 @@ struct ComputePeak {
 };
 ComputePeak measure_vnni(int width);
 ComputePeak measure_fma(int width);
+ComputePeak measure_maddubs(int width);  // vpmaddubsw u8*s8 pairs -> s16: AVX2 / AVX-512 BW
+
+// The peak a tier's kernels are divided by: the issue rate of the widest multiply the tier may
+// use, and its name. Integer math: vpdpbusd zmm (VNNI tier), vpmaddubsw zmm / ymm (AVX-512 /
+// AVX2 tiers; the exact INT8 kernels there multiply s16 pairs with vpmaddwd, half as many
+// products an instruction, so they reach at most about half of it); float math: vfmadd231ps zmm
+// (AVX-512 tiers) / ymm (AVX2). {0, ""} for the scalar tier.
+struct TierPeak {
+  double gops = 0;
+  const char* instr = "";
+};
+TierPeak tier_peak(qj_isa isa, bool float_math);
 
 // Cache capacities of this core (bytes), from sysconf / sysfs; L3 is the whole shared L3.
 struct CacheSizes {
@@ -33,7 +47,7 @@ struct CacheSizes {
 const CacheSizes& cache_sizes();
 
 // Sequential-read bandwidth (GB/s, 1e9 bytes/s) of one core over a working set of `bytes`
-// (zmm loads, read repeatedly), on 2 MiB pages: hardware prefetchers stop at page boundaries,
+// (zmm loads, ymm without AVX-512, read repeatedly), on 2 MiB pages: hardware prefetchers stop at page boundaries,
 // and the library's big buffers ask for huge pages too.
 double measure_bandwidth(size_t bytes);
 
@@ -61,7 +75,7 @@ class PageBuffer {
   size_t map_bytes_ = 0;
 };
 
-// One sequential read of [p, p + bytes) with the same zmm loop (bytes rounded down to 512, at
+// One sequential read of [p, p + bytes) with the same loop (bytes rounded down to 512, at
 // least 512 must be readable). For timing a read side by side with a kernel, e.g. the cold M = 1
 // roof: flush, then stream the weights' size from DRAM, exactly as the kernel must.
 void read_once(const void* p, size_t bytes);
@@ -75,7 +89,7 @@ size_t level_working_set(MemLevel l);             // the size measure_level_band
 double level_bandwidth(MemLevel l);               // GB/s, cached
 
 // Random row gather + sum (the embedding-bag limit): random rows of row_bytes (a multiple of 64)
-// from a table of table_bytes, summed into zmm accumulators, with software prefetch of the row
+// from a table of table_bytes, summed into ymm accumulators, with software prefetch of the row
 // `prefetch` lookups ahead (0: none). huge_pages: table mapped with madvise(MADV_HUGEPAGE) (2 MiB
 // transparent huge pages), else MADV_NOHUGEPAGE (4 KiB pages). The table is kept for later calls
 // with the same (table_bytes, huge_pages); release_gather_tables() frees it.
