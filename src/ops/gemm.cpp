@@ -1214,7 +1214,9 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
 
   const bool direct = float_direct_a(d, w);  // as the plan keyed the kernels
   const size_t tile_bytes = static_cast<size_t>(w.kp) * mr * 4;
-  const int64_t mc_tiles = std::max<int64_t>(1, b.mc / mr);
+  // (a row block of MC rows, or the slice's rows if fewer: a run over many threads sizes one
+  // block per slice before any starts)
+  const int64_t mc_tiles = std::clamp<int64_t>(b.mc / mr, 1, mt.end - mt.begin);
   if (!direct && !grow_buffer(s.a_pack, tile_bytes * mc_tiles))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   if (mx_a) reserve_pack_a_float_tile_mx(tile_rows(mt.begin), w.k, s.pack);  // the slice's tallest tile
@@ -1363,7 +1365,7 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const bool b8_any = !p.kernels_b8.empty() && mt.end - mt.begin >= kFp6BytesMinTiles;
   const int64_t mc_tiles = b8_any ? std::max<int64_t>(1, std::min<int64_t>(mt.end - mt.begin,
                                                                            kFp6BytesMaxA / static_cast<int64_t>(tile_bytes)))
-                                  : std::max<int64_t>(1, b.mc / mr);
+                                  : std::clamp<int64_t>(b.mc / mr, 1, mt.end - mt.begin);
   if (!grow_buffer(s.a_pack, tile_bytes * mc_tiles))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   // K blocks (s8 plans whose tiles of A outgrow the L1): sums of the MC x NC block in scratch.
@@ -1640,12 +1642,19 @@ qj_status gemm_run_parallel(const GemmPlan& p, int64_t m, const void* a, int64_t
     ~Busy() { ss.busy = false; }
   } busy(ss);
   while (ss.sets.size() < static_cast<size_t>(nth)) ss.sets.push_back(std::make_unique<GemmScratch>());
-  for (int32_t t = 0; t < nth; ++t) QJ_TRY(run_slice(p, m, a, lda, c, ldc, t, nth, *ss.sets[t], true));
+  // A call that fails (out of memory sizing a slice, or threads that cannot start) releases the
+  // slices' scratch: what it sized for nth threads is not kept for a call that cannot use it.
+  auto released = [&](qj_status st) {
+    if (st != QJ_OK) ss.sets.clear();
+    return st;
+  };
+  for (int32_t t = 0; t < nth; ++t)
+    if (qj_status st = run_slice(p, m, a, lda, c, ldc, t, nth, *ss.sets[t], true); st != QJ_OK) return released(st);
   // (A pool that runs the call on its caller alone passes {0, 1}: that slice sizes its own
   // scratch before it writes, as any single slice does.)
-  return run_slices(
+  return released(run_slices(
       nth, [&](int32_t t, int32_t n) { return run_slice(p, m, a, lda, c, ldc, t, n, *ss.sets[t], false); },
-      work_ns);
+      work_ns));
 }
 
 }  // namespace qj
