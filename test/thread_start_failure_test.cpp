@@ -49,6 +49,9 @@ bool says_cannot_start(qj_status st) {
 // the number of the first one that failed.
 int child() {
   constexpr int kThreads = 1000;
+  // The AVX2 tier on every CPU: there u8 A is packed (as s16 pairs), so each of the kThreads
+  // slices sizes a packed-A block before any thread starts, and those blocks must fit too.
+  if (qj_cpu_isa() >= QJ_ISA_AVX2 && qj_set_max_isa(QJ_ISA_AVX2) != QJ_OK) return 5;
   // Every call is large enough that the pool does not run it on the caller alone (work estimates
   // above kInlineWorkNs, src/core/threading.h). GEMM: s8 weights, u8 A, s32 C.
   const int64_t m = 65536, k = 32, n = 16;
