@@ -178,6 +178,10 @@ void check_gemm_record(const Json& j, int64_t m, int64_t n, int64_t k, const std
     EXPECT_TRUE(lv == "l1" || lv == "l2" || lv == "l3" || lv == "dram") << at << " level " << lv;
     EXPECT_GT(j.n("roof_gbs"), 0) << at;
     expect_rel(j.n("roof_fraction"), j.n("weight_gbs") / j.n("roof_gbs"), 2e-2, at + " roof_fraction");
+    if (w_type == "s8") {  // the bytes the kernel streams: s8 quads at the VNNI tier, s16 pairs below
+      const double bytes_per_weight = j.s("isa") == "avx512_vnni" ? 1 : 2;
+      expect_rel(j.n("weight_gbs"), bytes_per_weight * n * k / j.n("seconds") * 1e-9, 2e-2, at + " weight_gbs");
+    }
   } else {
     EXPECT_FALSE(j.has("roof_fraction")) << at;
   }
@@ -196,6 +200,19 @@ TEST_F(BenchCli, GemmJsonLinesCarryTheDocumentedFields) {
   }
   // (with --format json the summary lines go to stderr, stdout holds the records only)
   EXPECT_NE(r.err.find("geomean over 3 shapes"), std::string::npos) << r.err;
+}
+
+// Every tier below the CPU's own is measured with its own peak and its own weight bytes.
+TEST_F(BenchCli, GemmAtTheAvx2Tier) {
+  const BenchRun r = bench("gemm --isa avx2 --weights s8,f16 --shapes '1,64,256;4,32,64' --format json --reps 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.records.size(), 4u) << r.out;
+  for (int i = 0; i < 4; ++i) {
+    const Json& j = r.records[i];
+    check_gemm_record(j, i < 2 ? 1 : 4, i < 2 ? 64 : 32, i < 2 ? 256 : 64, i % 2 ? "f16" : "s8");
+    EXPECT_EQ(j.s("isa"), "avx2");
+    EXPECT_EQ(j.s("peak_instr"), i % 2 ? "vfmadd231ps ymm" : "vpmaddubsw ymm");
+  }
 }
 
 TEST_F(BenchCli, GemmWithTheOnednnPeer) {

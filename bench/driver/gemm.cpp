@@ -94,11 +94,14 @@ const WeightKind kKinds[] = {
 };
 
 // Bits per weight that a GEMV streams: the type's row, except the 6-bit types MXFP6 E2M3 / E3M2
-// and BDR MX6, dense (6 bits a code) only in the panels of the VNNI tier (src/ops/int_weights.h).
+// and BDR MX6, dense (6 bits a code) only in the panels of the VNNI tier, and s8 weights, s16
+// pairs below it (kPair16, src/ops/int_weights.h).
 double weight_bits(const WeightKind& kind) {
   if (qj_max_isa() >= QJ_ISA_AVX512_VNNI) {
     if (kind.w == QJ_MXFP6_E2M3 || kind.w == QJ_MXFP6_E3M2) return 6.25;
     if (kind.w == QJ_BDR_MX6) return 6.5;
+  } else if (kind.w == QJ_S8) {
+    return 16;
   }
   return kind.bits;
 }
