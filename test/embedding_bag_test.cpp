@@ -785,8 +785,9 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // AVX-512 kernels of 4-bit, 2-bit, half and MX rows also prefetch the next bag's rows (and SPLIT
 // rows' scale bytes) from every block (key param[5] bit 0, `nb` in the name; 2-bit rows, and
 // 4-bit rows of dim 1000, then at half the default distance), and every block after the first
-// prefetches its own bytes of the row `distance` ahead (bit 1, `bp`; all these formats): their
-// index reads stop at the same array end.
+// prefetches its own bytes of the row `distance` ahead (bit 1, `bp`; all these formats, and at the
+// AVX2 tier 8-bit rows of three blocks or more on any CPU): their index reads stop at the same
+// array end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
@@ -831,11 +832,13 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           const std::string name = qj_embedding_bag_plan_kernel_name(p);
           if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
           const bool zen5_blocks = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a;
+          // AVX2 8-bit rows of three column blocks or more (dims 1000, 2100 here; 130 has two)
+          const bool avx2_blocks = dim >= 1000 && isa == QJ_ISA_AVX2 && f.t == QJ_FUSED_8BIT;
           const bool next_bag =
               zen5_blocks && (f.t == QJ_FUSED_4BIT || f.t == QJ_FUSED_2BIT || f.t == QJ_F16 || is_mx(f.t));
           const std::string pf_tail = name.substr(name.rfind("_pf") + 3);  // <dist><hint>[nb][bp]__<isa>
           EXPECT_EQ(pf_tail.find("nb") != std::string::npos, next_bag) << name;
-          EXPECT_EQ(pf_tail.find("bp__") != std::string::npos, zen5_blocks) << name;  // (no fp32 rows here)
+          EXPECT_EQ(pf_tail.find("bp__") != std::string::npos, zen5_blocks || avx2_blocks) << name;  // (no fp32 rows here)
           if (next_bag && f.t == QJ_FUSED_2BIT) {
             const std::string half = "_pf" + std::to_string(qj::embedding_default_prefetch(f.t, dim) / 2) + "t";
             EXPECT_NE(name.find(half), std::string::npos) << name;
