@@ -887,6 +887,24 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
   }
 }
 
+// The default distance of 4/2-bit rows of one cache line: 64 rows ahead on CPUs with AVX-512, 16
+// on CPUs without it (measured on a Zen 3: src/ops/embedding_bag.cpp); 8-bit rows 16 either way
+// but on Zen 5 (32).
+TEST(EmbeddingBag, DefaultDistanceOfShortRowsByCpu) {
+  if (qj_cpu_isa() < QJ_ISA_AVX2) GTEST_SKIP() << "no JIT tier";
+  const bool avx512 = qj_cpu_isa() >= QJ_ISA_AVX512;
+  for (qj_dtype t : {QJ_FUSED_4BIT, QJ_FUSED_2BIT, QJ_FUSED_8BIT}) {
+    const int want = t == QJ_FUSED_8BIT ? (qj::amd_family() >= 0x1a ? 32 : 16) : (avx512 ? 64 : 16);
+    EXPECT_EQ(qj::embedding_default_prefetch(t, 32), want) << qj_dtype_name(t);
+    qj_embedding_bag_desc d = simple_desc(t, 32);
+    qj_embedding_bag_plan p;
+    ASSERT_EQ(qj_embedding_bag_plan_create(&d, &p), QJ_OK) << qj_last_error();
+    const std::string name = qj_embedding_bag_plan_kernel_name(p);
+    EXPECT_NE(name.find("_pf" + std::to_string(want) + "t"), std::string::npos) << name << " want " << want;
+    qj_embedding_bag_plan_destroy(p);
+  }
+}
+
 // MX rows with scales at both ends of the E8M0 range and around 1 (products that are
 // subnormal, that overflow, NaN blocks) and, for the SPLIT ones, rows with NaN / Inf codes; few
 // rows so that bags mix them; dims up to several column blocks: bit for bit against the
