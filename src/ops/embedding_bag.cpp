@@ -341,7 +341,7 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   // 4/2-bit rows on CPUs without AVX-512 keep 16 rows ahead: on Zen 3 (2026-12-07 ~00:55 UTC,
   // AVX2 only, 4M-row tables, i32 unweighted, both distances' plans in one process, calls
   // alternating, ns per row, default -> 16) 4-bit dims 32 / 64 (64 ahead) rows flushed 14.8 / 19.1
-  // -> 13.0 / 17.0, warm 4.37 / 4.42 -> 4.08 / 4.04, fresh (1M rows) 11.0 / 19.0 -> 10.9 / 17.7;
+  // -> 13.0 / 17.0, warm 4.37 / 4.42 -> 4.08 / 4.04, fresh 11.0 / 19.0 -> 10.9 / 17.7;
   // 2-bit dims 32 / 64 flushed 14.3 / 17.0 -> 12.2 / 13.7, warm 4.55 / 6.24 -> 4.29 / 5.74; dims
   // 128 (32 ahead) 0.95-0.99 of the time; longer rows already take 16 or less.
   const bool far_bits = (bits == 4 || bits == 2) && cpu_isa() >= QJ_ISA_AVX512;
