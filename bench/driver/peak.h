@@ -47,8 +47,8 @@ struct CacheSizes {
 const CacheSizes& cache_sizes();
 
 // Sequential-read bandwidth (GB/s, 1e9 bytes/s) of one core over a working set of `bytes`
-// (zmm loads, ymm without AVX-512, read repeatedly), on 2 MiB pages: hardware prefetchers stop at page boundaries,
-// and the library's big buffers ask for huge pages too.
+// (zmm loads, ymm without AVX-512, read repeatedly), on 2 MiB pages: hardware prefetchers stop at
+// page boundaries, and the library's big buffers ask for huge pages too.
 double measure_bandwidth(size_t bytes);
 
 // An anonymous mapping of `bytes`, 2 MiB aligned, first-touched, with madvise(MADV_HUGEPAGE)
