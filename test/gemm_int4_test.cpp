@@ -313,8 +313,8 @@ std::vector<std::string> int4_kernel_names(qj_isa isa, qj_dtype wt, int64_t n, i
 // Which one-row kernels take a form (the rule written out here): the L2 form on the VNNI tier for
 // packed weights of at most 5/8 of L2; the streaming form on the VNNI tier of Zen 5 for weights
 // of at least 16 MiB and twice L2 (streamed from DRAM; these K keep the high nibbles scaled);
-// neither for two rows or more. And the one-row weight prefetch: 16 KiB ahead from 16 MiB of
-// weights up, at the AVX-512 tiers (at every tier on Zen 5).
+// neither for two rows or more. And the one-row weight prefetch from 16 MiB of weights up: 16 KiB
+// ahead at the AVX-512 tiers (at every tier on Zen 5); 8 KiB on a CPU without AVX-512.
 TEST(GemmInt4, GemvFormRule) {
   const size_t l2 = qj::l2_cache_bytes();
   struct Size {
@@ -340,8 +340,12 @@ TEST(GemmInt4, GemvFormRule) {
                                   std::to_string(l2) + ") rows " + std::to_string(r) + ": " + name;
         EXPECT_EQ(name.find("_l2") != std::string::npos, l2_form && r == 1) << where;
         EXPECT_EQ(name.find("_stream") != std::string::npos, stream_form && r == 1) << where;
-        const bool far_one_row = bytes >= (size_t{16} << 20) && (isa >= QJ_ISA_AVX512 || qj::amd_family() >= 0x1a);
-        if (r == 1) EXPECT_EQ(name.find("_pf16384") != std::string::npos, far_one_row) << where;
+        const bool big = bytes >= (size_t{16} << 20), avx2_cpu = qj_cpu_isa() < QJ_ISA_AVX512;
+        const bool far_one_row = big && !avx2_cpu && (isa >= QJ_ISA_AVX512 || qj::amd_family() >= 0x1a);
+        if (r == 1) {
+          EXPECT_EQ(name.find("_pf16384") != std::string::npos, far_one_row) << where;
+          EXPECT_EQ(name.find("_pf8192") != std::string::npos, big && avx2_cpu) << where;
+        }
       }
     }
   }

@@ -458,10 +458,10 @@ TEST(GemmMx, PanelScaleLines) {
   }
 }
 
-// The one-row weight prefetch (src/ops/gemm.cpp, decoded_prefetch_bytes): outside Zen 5, 16 KiB
-// ahead for MXFP4 weights of at least 16 MiB at the AVX-512 tiers, never for MXINT8 (slower
-// there); on Zen 5 for both. Which kernel each plan holds, by its name; the values are zeros (only
-// the size matters).
+// The one-row weight prefetch (src/ops/gemm.cpp, decoded_prefetch_bytes) of weights of at least
+// 16 MiB: on a CPU without AVX-512, 8 KiB ahead for MXFP4 and 16 KiB for MXINT8; elsewhere outside
+// Zen 5, 16 KiB for MXFP4 at the AVX-512 tiers and never for MXINT8 (slower there); on Zen 5 16 KiB
+// for both. Which kernel each plan holds, by its name; the values are zeros (only the size matters).
 TEST(GemmMx, OneRowPrefetchRule) {
   const bool zen5 = qj::amd_family() >= 0x1a;
   for (qj_dtype wt : {QJ_MXFP4_E2M1, QJ_MXINT8}) {
@@ -484,8 +484,11 @@ TEST(GemmMx, OneRowPrefetchRule) {
       ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
       ASSERT_FALSE(p->kernels.empty());
       const std::string name = p->kernels[0].name();
-      const bool far = zen5 || (wt == QJ_MXFP4_E2M1 && isa >= QJ_ISA_AVX512);
+      const bool avx2_cpu = qj_cpu_isa() < QJ_ISA_AVX512;
+      const bool far = avx2_cpu ? wt == QJ_MXINT8 : zen5 || (wt == QJ_MXFP4_E2M1 && isa >= QJ_ISA_AVX512);
       EXPECT_EQ(name.find("_pf16384") != std::string::npos, far) << qj_isa_name(isa) << ": " << name;
+      EXPECT_EQ(name.find("_pf8192") != std::string::npos, avx2_cpu && wt == QJ_MXFP4_E2M1)
+          << qj_isa_name(isa) << ": " << name;
     }
   }
 }

@@ -268,6 +268,7 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 // or multiplies as it streams leaves the hardware prefetcher too little lead (the measurements are
 // with each family's rule below); elsewhere the Zen 4 rules stay.
 constexpr int kFarWeightPrefetchBytes = 16384;
+constexpr int kNearWeightPrefetchBytes = 8192;
 static bool far_weight_prefetch(size_t weight_bytes) {
   return amd_family() >= 0x1a && weight_bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
 }
@@ -306,6 +307,17 @@ static bool far_weight_prefetch(size_t weight_bytes) {
 //    sessions found for shorter distances. Two rows and more gain too little to change (S4 /
 //    MXFP4, 16 KiB at 23-29 MB: M = 2 0.76-0.99, M = 4 0.91-1.04, M = 8 1.01-1.05). The streaming
 //    form below stays with Zen 5: with the 16 KiB prefetch it was 2-9% slower here.
+//  - A CPU without AVX-512 (its own tier AVX2): one row prefetches from 16 MiB of weights up, 8 KiB
+//    ahead for 4-bit weights, 16 KiB for the others. Zen 3 (family 25 model 1), 2026-12-07 ~02:30
+//    UTC, warm, GOPS, runs of `quantjit-bench gemm` with the distance forced, none / 8 / 16 KiB:
+//    S4 group 128 1 x 11008 x 4096 (23 MB) 72-73 / 128-129 / 103-121, 1 x 4096 x 14336 62-65 /
+//    105-115 / 113-114, 1 x 14336 x 4096 68-75 / 94-119 / 104-106, U4 1 x 11008 x 4096 65 / 122 /
+//    120; MXFP4 1 x 11008 x 4096 65 / 66-93 / 67-87, 1 x 4096 x 14336 59 / 86-92 / 82-89; MXINT8
+//    1 x 11008 x 4096 23 / 42-44 / 45-55, E2M3 24 / 39-41 / 34-45, MX9 24 / 32 / 32, MX4 44 / 41-49
+//    / 48-50; E3M2 and MXFP8 unchanged (their decode bounds them). Below 16 MiB (1 x 4096 x 4096
+//    S4, 8.4 MB, L3) it changed nothing at 8 KiB and cost 6% at 16 KiB; the gain begins between 12.6
+//    MB (1 x 6144 x 4096, none 88-122) and 16.8 MB (1 x 8192 x 4096, none 62-69 / 8 KiB 92-124).
+//    Two rows and more keep the 3 KiB (S4 M = 2 / 4 / 16 x 11008 x 4096 the same at 3, 8 and 16).
 //  - Zen 5 weights below twice L2 keep the Zen 4 rule: in L2 the prefetches only cost (two runs,
 //    GOPS, none / 8 KiB at M = 1: S4 1 x 512 x 512 484-497 / 451-462, 1 x 1024 x 1024 522-555 /
 //    496-510, MXFP4 368 / 347-354 and 433-438 / 411-421; 1 x 2048 x 1024 alike; 1 x 2048 x 2048,
@@ -313,13 +325,15 @@ static bool far_weight_prefetch(size_t weight_bytes) {
 //    512, x 1024 x 1024, M = 2 / 4 / 16 / 64).
 static int decoded_prefetch_bytes(int rows, const PackedWeights& w, qj_isa isa) {
   const size_t bytes = w.panel_bytes() * w.n_panels;
+  const bool four_bit = w.is_int4() || w.dtype == QJ_MXFP4_E2M1;
+  if (rows == 1 && cpu_isa() < QJ_ISA_AVX512 && bytes >= (size_t{16} << 20))
+    return four_bit ? kNearWeightPrefetchBytes : kFarWeightPrefetchBytes;
   if (!far_weight_prefetch(bytes)) {
     if (rows >= 2) return cg::kWeightPrefetchBytes;
-    const bool four_bit = w.is_int4() || w.dtype == QJ_MXFP4_E2M1;
     return four_bit && isa >= QJ_ISA_AVX512 && bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 0;
   }
   if (rows >= 2) return kFarWeightPrefetchBytes;
-  return bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : 8192;
+  return bytes >= (size_t{16} << 20) ? kFarWeightPrefetchBytes : kNearWeightPrefetchBytes;
 }
 
 // The one-row kernel of 4-bit weights of at most 5/8 of L2 takes its L2 form (key.param[1] = 1,
