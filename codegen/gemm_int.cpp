@@ -993,6 +993,9 @@ struct DPlan {
   // key.param[1] = 2 (one row of 4-bit weights streamed from DRAM, scaled high nibbles): the
   // decoder's masks read the packed bytes as memory operands (cg::DecodeRegs::mem_operands).
   bool l2_gemv, stream_gemv;
+  // key.param[1] = 3 (below VNNI, one row, one column vector a panel): two panels a pass, the
+  // second read from r15 = args.panel_bytes on; nrv counts both, nr stays the panel's width.
+  bool pair;
   int kblock, kshift;
   int a_units;  // A units (4-byte quads / pairs) per step
 };
@@ -1079,7 +1082,14 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->a_units = p->dec.int16 ? p->dec.n_out : p->dec.a_quads * (p->a_split ? 2 : 1);
   p->l2_gemv = key.param[1] == 1;
   p->stream_gemv = key.param[1] == 2;
-  if (key.param[1] > 2 || (p->l2_gemv && (!p->vnni || p->dec.int16 || p->pairs || p->mr != 1))) {
+  p->pair = key.param[1] == 3;
+  if (p->pair && (p->vnni || p->mr != 1 || p->nrv != 1 || p->dec.int16 || p->pairs || p->dec.e8m0_scales ||
+                  key.n_tail != 0)) {
+    *why = "the pair form (param[1] = 3) is for one-row tiles of S4 / U4 panels of one vector below VNNI, no tail";
+    return false;
+  }
+  if (p->pair) p->nrv = 2;
+  if (key.param[1] > 3 || (p->l2_gemv && (!p->vnni || p->dec.int16 || p->pairs || p->mr != 1))) {
     *why = "the L2 one-row form (param[1] = 1) is for one-row tiles of the int8 decoders on the VNNI tier";
     return false;
   }
@@ -1213,6 +1223,12 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.vnni = p.vnni || p.pairs;  // as decoder_info was asked
   dr.mem_operands = p.stream_gemv;
 
+  // Column vector j of the panel data at byte `off` (vectors `stride` bytes apart); the pair
+  // form's second vector is the same place in the next panel.
+  auto b_vec = [&](int off, int j, int stride) {
+    return p.pair && j == 1 ? ptr(rdx, r15, 0, off) : ptr(rdx, off + j * stride);
+  };
+
   cg::emit_save_callee_regs(a);
   if (p.e2m3w) {
     // Word table of d = q + 60 (q = 8v) for the 64 E2M3 codes: vpermi2w index bit 5 (the sign)
@@ -1276,6 +1292,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(r9, ARG(n_panels));
   a.xor_(ebp, ebp);
   a.mov(r13, ARG(col_corr));
+  if (p.pair) a.mov(r15, ARG(panel_bytes));
 
   Label l_panel = a.newLabel();
   a.bind(l_panel);
@@ -1316,8 +1333,12 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
   auto emit_step = [&](int u) {
     const int a_off = u * a_units * p.mr * 4, b_off = u * step_bytes;
-    // Weight prefetch (simd.h), key.param[5] bytes ahead (the plan's choice).
-    if (key.param[5] != 0) cg::emit_weight_prefetch(a, rdx, b_off, step_bytes, static_cast<int>(key.param[5]));
+    // Weight prefetch (simd.h), key.param[5] bytes ahead (the plan's choice); the pair form's
+    // second panel alike.
+    if (key.param[5] != 0) {
+      cg::emit_weight_prefetch(a, rdx, b_off, step_bytes, static_cast<int>(key.param[5]));
+      for (int l = 0; p.pair && l < step_bytes; l += 64) a.prefetcht0(ptr(rdx, r15, 0, b_off + static_cast<int>(key.param[5]) + l));
+    }
     if (p.dec.int16) {
       // Pair row o of the step: decode it for every column vector, then every row's A pair (s16
       // x 2, broadcast) multiplies it: vpdpwssd (VNNI) or vpmaddwd + vpaddd (exact in int32).
@@ -1364,7 +1385,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     int outs[8];
     for (int j = 0; j < p.nrv; ++j) {
       for (int o = 0; o < n_out; ++o) outs[o] = p.dec0 + o * p.nrv + j;
-      cg::emit_decode(a, s, key.b_type, ptr(rdx, b_off + j * col_bytes), dr, outs, p.scaled);
+      cg::emit_decode(a, s, key.b_type, b_vec(b_off, j, col_bytes), dr, outs, p.scaled);
     }
     auto quad = [&](int i, int q) { return dword_ptr(rsi, a_off + (q * p.mr + i) * 4); };
     if (p.vnni) {
@@ -1485,7 +1506,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   // was the sums' starting value).
   if (p.zp_vec) {
     const int zoff = p.grouped ? p.nr * 4 : 0;
-    for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.dec0 + j, ptr(rdx, zoff + j * s.bytes));
+    for (int j = 0; j < p.nrv; ++j) load_vec(a, s, p.dec0 + j, b_vec(zoff, j, s.bytes));
     const Vec prod = s.v(p.vnni ? p.dec0 + p.nrv : p.tmp);
     for (int i = 0; i < p.mr; ++i) {
       if (!s.zmm) a.vpbroadcastd(s.v(p.abc), dword_ptr(r12, i * 4));
@@ -1563,7 +1584,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
           a.vmulps(c, c, s.v(p.dec0));
         }
       }
-      a.vfmadd231ps(s.v(p.facc + i), c, ptr(rdx, (i % p.nrv) * s.bytes));
+      a.vfmadd231ps(s.v(p.facc + i), c, b_vec(0, i % p.nrv, s.bytes));
     }
   }
   if (param_bytes) a.add(rdx, param_bytes);
@@ -1579,8 +1600,9 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.and_(rdx, -64);
   }
 
-  emit_panel_output(a, s, key, p.mr, p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped, p.dec0,
-                    p.dec0 + 1, l_panel);
+  if (p.pair) a.add(rdx, r15);  // past the second panel
+  emit_panel_output(a, s, key, p.mr, p.pair ? 2 * p.nr : p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped,
+                    p.dec0, p.dec0 + 1, l_panel);
   return true;
 }
 
@@ -1616,7 +1638,7 @@ std::string name(const KernelKey& key) {
                   (key.flags & 8) ? "_dualsc" : (key.flags & 1) ? "_dual" : "",
                   (key.flags & 64) ? "_e8plain" : "", (key.flags & 32) ? "_vbmi" : "",
                   (key.flags & 128) ? "_asplit" : "", key.param[3] == 1 ? "_q2p" : key.param[4] == 1 ? "_b8" : "",
-                  key.param[1] == 1 ? "_l2" : key.param[1] == 2 ? "_stream" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
+                  key.param[1] == 1 ? "_l2" : key.param[1] == 2 ? "_stream" : key.param[1] == 3 ? "_pair" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
     return buf;
   }
   const uint32_t stage = key.param[2];

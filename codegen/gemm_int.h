@@ -45,7 +45,10 @@
 //                  per group), so a step waits neither on the last one nor on the load ports;
 //                  2 (S4 / U4, mr = 1, scaled high nibbles: flags bit 3): the form for weights
 //                  streamed from DRAM: the nibble masks read the packed bytes as memory operands
-//                  (one instruction fewer a vector)
+//                  (one instruction fewer a vector); 3 (S4 / U4 below VNNI, mr = 1, one column
+//                  vector per panel): two panels a pass, their column vectors in the order of
+//                  one panel of twice the width (the second panel args.panel_bytes on), so each A
+//                  quad broadcast serves both; n_panels counts pairs; no tail
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle
@@ -102,6 +105,7 @@ struct GemmIntArgs {
                              // [panel][mr][nr]
   int64_t b_skip;            // K-blocked stages: bytes from the end of one panel's K block to
                              // the start of the next panel's
+  int64_t panel_bytes;       // the pair form (decoded, param[1] = 3): bytes of one B panel
 };
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);

@@ -281,9 +281,10 @@ TEST(GemmInt4, LargeAndFbgemmShapes) {
 }
 
 // The kernel names of an fp32-A plan over S4 / U4 weights (names[r - 1]: the kernel of r rows;
-// "_l2" / "_stream" mark the one-row forms of key.param[1], codegen/gemm_int.h).
+// "_l2" / "_stream" mark the one-row forms of key.param[1], codegen/gemm_int.h), and the pair
+// form's kernel name in *pair_name (empty when the plan has none).
 std::vector<std::string> int4_kernel_names(qj_isa isa, qj_dtype wt, int64_t n, int64_t k, qj_granularity gran,
-                                           size_t* packed_bytes) {
+                                           size_t* packed_bytes, std::string* pair_name = nullptr) {
   qj_weights_desc wd{};
   wd.dtype = wt;
   wd.k = k;
@@ -307,13 +308,15 @@ std::vector<std::string> int4_kernel_names(qj_isa isa, qj_dtype wt, int64_t n, i
   }
   *packed_bytes = w->panel_bytes() * static_cast<size_t>(w->n_panels);
   for (const auto& ref : p->kernels) names.push_back(ref.name());
+  if (pair_name) *pair_name = p->pair ? p->pair.name() : std::string();
   return names;
 }
 
 // Which one-row kernels take a form (the rule written out here): the L2 form on the VNNI tier for
 // packed weights of at most 5/8 of L2; the streaming form on the VNNI tier of Zen 5 for weights
 // of at least 16 MiB and twice L2 (streamed from DRAM; these K keep the high nibbles scaled);
-// neither for two rows or more. And the one-row weight prefetch from 16 MiB of weights up: 16 KiB
+// neither for two rows or more; the pair form at the AVX2 tier where the one-row kernel prefetches
+// nothing. And the one-row weight prefetch from 16 MiB of weights up: 16 KiB
 // ahead at the AVX-512 tiers (at every tier on Zen 5); 8 KiB on a CPU without AVX-512.
 TEST(GemmInt4, GemvFormRule) {
   const size_t l2 = qj::l2_cache_bytes();
@@ -328,8 +331,15 @@ TEST(GemmInt4, GemvFormRule) {
     qjt::IsaCap cap(isa);
     for (const Size& sz : sizes) {
       size_t bytes = 0;
-      const auto names = int4_kernel_names(isa, QJ_S4, sz.n, sz.k, sz.gran, &bytes);
+      std::string pair;
+      const auto names = int4_kernel_names(isa, QJ_S4, sz.n, sz.k, sz.gran, &bytes, &pair);
       ASSERT_FALSE(names.empty());
+      // the pair form at the AVX2 tier (these N are many panels) where the one-row kernel
+      // prefetches nothing, with that kernel's key
+      const bool one_row_pf = names[0].find("_pf") != std::string::npos;
+      EXPECT_EQ(pair.find("_pair") != std::string::npos, isa == QJ_ISA_AVX2 && !one_row_pf)
+          << qj_isa_name(isa) << ": " << pair << " / " << names[0];
+      if (!pair.empty()) EXPECT_EQ(pair.substr(0, pair.find("_pair")) + pair.substr(pair.find("_pair") + 5), names[0]);
       const bool l2_form = isa >= QJ_ISA_AVX512_VNNI && bytes * 8 <= l2 * 5;
       const bool stream_form = !l2_form && isa >= QJ_ISA_AVX512_VNNI && qj::amd_family() >= 0x1a &&
                                bytes >= 2 * l2 && bytes >= (size_t{16} << 20);
@@ -353,7 +363,9 @@ TEST(GemmInt4, GemvFormRule) {
 
 // Every one-row form (forced, qj::gemm_force_int4_gemv_form) against the reference at M = 1, bit
 // for bit, at every tier that has it: tails of N, per channel K = 1000 (an odd count of 8-K steps:
-// the L2 form's unpaired last step), groups, zero points, S4 and U4.
+// the L2 form's unpaired last step, and the AVX2 tier's steps in fours with one left), groups,
+// zero points, S4 and U4. The pair form (AVX2) also over odd and even panel counts, with and
+// without a tail panel, and partitions that start slices on odd panels.
 TEST(GemmInt4, GemvForms) {
   struct ForceForm {
     explicit ForceForm(int f) { qj::gemm_force_int4_gemv_form(f); }
@@ -361,27 +373,43 @@ TEST(GemmInt4, GemvForms) {
   };
   for (qj_isa isa : qjt::supported_isas()) {
     qjt::IsaCap cap(isa);
-    for (int form : {0, 1, 2}) {
-      if (form > 0 && isa < QJ_ISA_AVX512_VNNI) continue;
+    for (int form : {0, 1, 2, 3}) {
+      if ((form == 1 || form == 2) && isa < QJ_ISA_AVX512_VNNI) continue;
+      if (form == 3 && isa != QJ_ISA_AVX2) continue;
       ForceForm force(form);
       uint32_t seed = 300 + static_cast<uint32_t>(form);
-      for (int64_t n : {200, 1024})
+      for (int64_t n : {200, 1024, 16, 24, 203, 211})
         for (int64_t k : {1000, 1024})
           for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
             if (gran == QJ_GRAN_GROUP && k % 128 != 0) continue;
+            if (n < 200 && form != 3) continue;
             Int4Case c;
             c.m = 1, c.n = n, c.k = k, c.gran = gran, c.group = 128, c.seed = ++seed;
             c.w_type = (n + k + gran) % 3 ? QJ_S4 : QJ_U4;
-            c.zp = n == 200;
+            c.zp = n == 200 || n == 211;
             c.a_type = gran == QJ_GRAN_GROUP ? QJ_F32 : QJ_U8;
-            c.c_type = QJ_F32;
+            c.c_type = n == 203 ? QJ_BF16 : QJ_F32;
             EXPECT_EQ(run_case(c), "") << c.str() << " form " << form;
+            if (form == 3 && n > 24) {  // slices of 26-27 panels starting on odd and even panels
+              c.threads = 3;
+              c.seed = ++seed;
+              EXPECT_EQ(run_case(c), "") << c.str() << " form " << form;
+            }
           }
       if (form > 0) {  // the forced form is the one that ran
         size_t bytes = 0;
-        const auto names = int4_kernel_names(isa, QJ_U4, 200, 1000, QJ_GRAN_CHANNEL, &bytes);
+        std::string pair;
+        const auto names = int4_kernel_names(isa, QJ_U4, 200, 1000, QJ_GRAN_CHANNEL, &bytes, &pair);
         ASSERT_FALSE(names.empty());
-        EXPECT_NE(names[0].find(form == 1 ? "_l2" : "_stream"), std::string::npos) << names[0];
+        if (form == 3)
+          EXPECT_NE(pair.find("_pair"), std::string::npos) << pair;
+        else
+          EXPECT_NE(names[0].find(form == 1 ? "_l2" : "_stream"), std::string::npos) << names[0];
+      } else {
+        size_t bytes = 0;
+        std::string pair;
+        int4_kernel_names(isa, QJ_U4, 200, 1000, QJ_GRAN_CHANNEL, &bytes, &pair);
+        EXPECT_EQ(pair, "") << qj_isa_name(isa);  // form 0: one panel a pass
       }
     }
   }

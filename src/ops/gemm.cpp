@@ -364,7 +364,7 @@ static int decoded_prefetch_bytes(int rows, const PackedWeights& w, qj_isa isa) 
 static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool scaled) {
   if (rows != 1 || !w.is_int4() || isa < QJ_ISA_AVX512_VNNI) return 0;
   const int forced = g_int4_gemv_form.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced == 2 && !scaled ? 0 : forced;
+  if (forced >= 0) return (forced == 2 && !scaled) || forced == 3 ? 0 : forced;  // (3: below VNNI)
   const size_t bytes = w.panel_bytes() * w.n_panels;
   if (bytes * 8 <= static_cast<size_t>(l2_cache_bytes()) * 5) return 1;
   if (scaled && far_weight_prefetch(bytes) && decoded_prefetch_bytes(rows, w, isa) == kFarWeightPrefetchBytes)
@@ -888,6 +888,18 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       p->gen_us += rb.gen_us();
       p->kernels_b8.push_back(std::move(rb));
     }
+    const int forced_form = g_int4_gemv_form.load(std::memory_order_relaxed);
+    if (decoded && !p->kernels.empty() && p->isa == QJ_ISA_AVX2 && w->is_int4() && w->n_panels >= 2 &&
+        (forced_form == 3 || (forced_form < 0 && keys[0].param[5] == 0))) {
+      // (see one_row_pairs)
+      KernelKey kp = keys[0];
+      kp.param[1] = 3;
+      kp.n_tail = 0;
+      if (acquire_kernel(kp, gemm_int_family(), &p->pair) == QJ_OK)
+        p->gen_us += p->pair.gen_us();
+      else
+        QJ_LOG(1, "gemm: JIT declined the one-row pair form (%s); one-row tiles take a panel a pass", last_error());
+    }
     key.param[5] = 0;  // (the K-blocked, narrow and tall kernels prefetch nothing)
     if (!p->kernels.empty() && !decoded && p->blk.kc > 0) {
       // K blocks: the stages before the last store raw sums (no output stage in their keys).
@@ -1340,6 +1352,41 @@ struct AKind {
         group((dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx) {}
 };
 
+// A one-row tile over `count` panels from args.b on (the last of them the tail panel if
+// `last_is_tail`): whole panels in pairs by the pair form (GemmPlan::pair), each A quad broadcast
+// once for two column vectors instead of one; the panel left over, if any, and the tail panel by
+// the one-panel kernel. The plan takes the pair form where its one-row kernel prefetches nothing
+// (weights below 16 MiB on this tier). Zen 3 (AVX2 CPU), 2026-12-07 ~03:00 UTC, warm, S4 group 128
+// f32 A, both plans in one process, 300 alternating calls, median time ratio pair / one panel:
+// 1 x 512 x 512 0.89, 1 x 1024 x 2048 0.87-0.89, 1 x 2048 x 2048 0.91, 1 x 4096 x 4096 0.90
+// (122 -> 143 GOPS), 1 x 6144 x 4096 0.89, U4 1 x 4096 x 4096 0.88; from DRAM, where the one-row
+// kernel prefetches 8 KiB ahead, slower: 1 x 11008 x 4096 1.18-1.19, 1 x 14336 x 4096 1.20, 1 x
+// 4096 x 11008 1.00 (each stream's prefetch runs past its panel into one already read, and the
+// next pair's second panel starts unfetched).
+static void one_row_pairs(const GemmPlan& p, const GemmIntArgs& args, int64_t count, bool last_is_tail, int out_bytes) {
+  const PackedWeights& w = *p.w;
+  const int64_t pairs = (count - (last_is_tail ? 1 : 0)) / 2;
+  GemmIntArgs q = args;
+  if (pairs > 0) {
+    q.n_panels = pairs;
+    q.last_is_tail = 0;
+    q.panel_bytes = static_cast<int64_t>(w.panel_bytes());
+    p.pair.fn<GemmIntKernel>()(&q);
+  }
+  const int64_t done = 2 * pairs;
+  if (done == count) return;
+  q = args;
+  q.b += done * static_cast<int64_t>(w.panel_bytes());
+  q.c += done * w.nr * out_bytes;
+  q.col_corr += done * w.nr;
+  q.b_zp += done * w.nr;
+  q.group_scale += done * w.nr;
+  q.col_mult += done * w.nr;
+  q.col_bias += done * w.nr;
+  q.n_panels = count - done;
+  p.kernels[0].fn<GemmIntKernel>()(&q);
+}
+
 // The ordinary kernels on rows [0, m) of a and c: row tiles packed per row block, then the
 // slice's N blocks (and K blocks). For fp32 / bf16 A, s.amax holds the rows' amax (int_run).
 qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
@@ -1518,7 +1565,10 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
           args.row_scale = s.row_scale.data() + slot * mr;
           args.row_group_scale = s.rg_scale.data() + slot * scale_slots;
           if (kblocked) args.acc = reinterpret_cast<int32_t*>(s.acc.data<uint8_t>() + slot * acc_tile_bytes);
-          fns[rows - 1](&args);
+          if (rows == 1 && p.pair)
+            one_row_pairs(p, args, p1 - p0, n_tail != 0 && p1 == n_panels, out_bytes);
+          else
+            fns[rows - 1](&args);
         }
       }
     }

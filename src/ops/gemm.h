@@ -79,6 +79,10 @@ struct GemmPlan {
   // byte per code (key.param[4] = 1). A block of at least kFp6BytesMinTiles row tiles first
   // unpacks each of its N blocks into per-thread scratch (fp6_panels_to_bytes) and runs these.
   std::vector<KernelRef> kernels_b8;
+  // S4 / U4 weights at the AVX2 tier (one column vector a panel): the one-row kernel's pair form
+  // (codegen/gemm_int.h, param[1] = 3), two whole panels a pass; one-row tiles run it on their
+  // panels in pairs and kernels[0] on what is left (an odd panel, the tail panel).
+  KernelRef pair;
   // K-blocked s8 plans (blk.kc > 0): the first, middle and last K-block stages (gemm_int.h),
   // [r - 1] for r rows; empty below blk.kc_min_rows - 1 rows (such calls are not K-blocked).
   std::vector<KernelRef> kblock_kernels[3];
@@ -126,6 +130,7 @@ struct GemmPlan {
   void for_each_kernel(F&& f) const {
     for (const KernelRef& r : kernels) f(r);
     for (const KernelRef& r : kernels_b8) f(r);
+    if (pair) f(pair);
     for (const auto& stage : kblock_kernels)
       for (const KernelRef& r : stage) f(r);
     if (narrow) f(narrow);
@@ -159,8 +164,9 @@ void gemm_fp8_force_block_accumulators(int mode);
 
 // The one-row INT4 kernel's form in plans created from now on (key.param[1], codegen/gemm_int.h):
 // -1 the plan's rule (default: the L2 form for weights of at most 5/8 of L2, the streaming form
-// for weights streamed from DRAM), 0 / 1 / 2 that form wherever it applies (the VNNI tier; the
-// streaming form with scaled high nibbles). Tests use it to run every form on any machine; the
+// for weights streamed from DRAM; the pair form at the AVX2 tier), 0 / 1 / 2 / 3 that form
+// wherever it applies (1, 2: the VNNI tier, 2 with scaled high nibbles; 3: the AVX2 tier, two
+// panels or more) and the plain form elsewhere. Tests use it to run every form on any machine; the
 // forms compute identical results.
 void gemm_force_int4_gemv_form(int form);
 
