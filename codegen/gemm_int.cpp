@@ -1333,11 +1333,18 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   // One K step at byte offsets u * (A quads / pairs of a step) and u * step_bytes.
   auto emit_step = [&](int u) {
     const int a_off = u * a_units * p.mr * 4, b_off = u * step_bytes;
-    // Weight prefetch (simd.h), key.param[5] bytes ahead (the plan's choice); the pair form's
-    // second panel alike.
-    if (key.param[5] != 0) {
+    // Weight prefetch (simd.h), key.param[5] bytes ahead (the plan's choice). The pair form reads
+    // panels 2i and 2i + 1: the second stream prefetches its own panel (running on into panel
+    // 2i + 2), the first the next pair's first panel, two panels on (running on into 2i + 3), so
+    // that every line is fetched ahead once, none in a panel already being read.
+    if (key.param[5] != 0 && !p.pair) {
       cg::emit_weight_prefetch(a, rdx, b_off, step_bytes, static_cast<int>(key.param[5]));
-      for (int l = 0; p.pair && l < step_bytes; l += 64) a.prefetcht0(ptr(rdx, r15, 0, b_off + static_cast<int>(key.param[5]) + l));
+    } else if (key.param[5] != 0) {
+      const int ahead = b_off + static_cast<int>(key.param[5]);
+      for (int l = 0; l < step_bytes; l += 64) {
+        a.prefetcht0(ptr(rdx, r15, 1, ahead + l));  // rdx + 2 * panel_bytes
+        a.prefetcht0(ptr(rdx, r15, 0, ahead + l));
+      }
     }
     if (p.dec.int16) {
       // Pair row o of the step: decode it for every column vector, then every row's A pair (s16

@@ -48,7 +48,8 @@
 //                  (one instruction fewer a vector); 3 (S4 / U4 below VNNI, mr = 1, one column
 //                  vector per panel): two panels a pass, their column vectors in the order of
 //                  one panel of twice the width (the second panel args.panel_bytes on), so each A
-//                  quad broadcast serves both; n_panels counts pairs; no tail
+//                  quad broadcast serves both; n_panels counts pairs; no tail; with param[5] the
+//                  first stream prefetches the next pair's first panel, the second its own
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

@@ -269,6 +269,7 @@ static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
 // with each family's rule below); elsewhere the Zen 4 rules stay.
 constexpr int kFarWeightPrefetchBytes = 16384;
 constexpr int kNearWeightPrefetchBytes = 8192;
+constexpr int kPairWeightPrefetchBytes = 4096;  // the one-row pair form's (one_row_pairs)
 static bool far_weight_prefetch(size_t weight_bytes) {
   return amd_family() >= 0x1a && weight_bytes >= static_cast<size_t>(l2_cache_bytes()) * 2;
 }
@@ -890,11 +891,12 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     }
     const int forced_form = g_int4_gemv_form.load(std::memory_order_relaxed);
     if (decoded && !p->kernels.empty() && p->isa == QJ_ISA_AVX2 && w->is_int4() && w->n_panels >= 2 &&
-        (forced_form == 3 || (forced_form < 0 && keys[0].param[5] == 0))) {
+        (forced_form < 0 || forced_form == 3)) {
       // (see one_row_pairs)
       KernelKey kp = keys[0];
       kp.param[1] = 3;
       kp.n_tail = 0;
+      if (kp.param[5] != 0) kp.param[5] = kPairWeightPrefetchBytes;
       if (acquire_kernel(kp, gemm_int_family(), &p->pair) == QJ_OK)
         p->gen_us += p->pair.gen_us();
       else
@@ -1355,14 +1357,15 @@ struct AKind {
 // A one-row tile over `count` panels from args.b on (the last of them the tail panel if
 // `last_is_tail`): whole panels in pairs by the pair form (GemmPlan::pair), each A quad broadcast
 // once for two column vectors instead of one; the panel left over, if any, and the tail panel by
-// the one-panel kernel. The plan takes the pair form where its one-row kernel prefetches nothing
-// (weights below 16 MiB on this tier). Zen 3 (AVX2 CPU), 2026-12-07 ~03:00 UTC, warm, S4 group 128
-// f32 A, both plans in one process, 300 alternating calls, median time ratio pair / one panel:
+// the one-panel kernel. Zen 3 (AVX2 CPU), 2026-12-07 ~02:00-02:30 UTC, warm, S4 group 128 f32 A,
+// both plans in one process, 200-300 alternating calls, median time ratio pair / one panel:
 // 1 x 512 x 512 0.89, 1 x 1024 x 2048 0.87-0.89, 1 x 2048 x 2048 0.91, 1 x 4096 x 4096 0.90
-// (122 -> 143 GOPS), 1 x 6144 x 4096 0.89, U4 1 x 4096 x 4096 0.88; from DRAM, where the one-row
-// kernel prefetches 8 KiB ahead, slower: 1 x 11008 x 4096 1.18-1.19, 1 x 14336 x 4096 1.20, 1 x
-// 4096 x 11008 1.00 (each stream's prefetch runs past its panel into one already read, and the
-// next pair's second panel starts unfetched).
+// (122 -> 143 GOPS), 1 x 6144 x 4096 0.89, U4 1 x 4096 x 4096 0.88. From 16 MiB up, where the
+// one-panel kernel prefetches 8 KiB ahead, the pair form prefetches 4 KiB ahead (its first stream
+// a pair ahead, codegen): 1 x 8192 x 4096 0.95, 1 x 11008 x 4096 0.91-0.95, 1 x 14336 x 4096
+// 0.96, 1 x 4096 x 11008 0.99-1.01, 1 x 4096 x 14336 0.87 (8 KiB: 0.96-1.07; each stream
+// prefetching its own panel ahead, 8 KiB: 1.00-1.20, the next pair's second panel starting
+// unfetched).
 static void one_row_pairs(const GemmPlan& p, const GemmIntArgs& args, int64_t count, bool last_is_tail, int out_bytes) {
   const PackedWeights& w = *p.w;
   const int64_t pairs = (count - (last_is_tail ? 1 : 0)) / 2;
