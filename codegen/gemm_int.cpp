@@ -1083,9 +1083,8 @@ bool make_dplan(const KernelKey& key, DPlan* p, std::string* why) {
   p->l2_gemv = key.param[1] == 1;
   p->stream_gemv = key.param[1] == 2;
   p->pair = key.param[1] == 3;
-  if (p->pair && (p->vnni || p->mr != 1 || p->nrv != 1 || p->dec.int16 || p->pairs || p->dec.e8m0_scales ||
-                  key.n_tail != 0)) {
-    *why = "the pair form (param[1] = 3) is for one-row tiles of S4 / U4 panels of one vector below VNNI, no tail";
+  if (p->pair && (p->vnni || p->mr != 1 || p->nrv != 1 || p->dec.int16 || p->pairs || key.n_tail != 0)) {
+    *why = "the pair form (param[1] = 3) is for one-row tiles of int8-decoded panels of one vector below VNNI, no tail";
     return false;
   }
   if (p->pair) p->nrv = 2;
@@ -1225,8 +1224,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
 
   // Column vector j of the panel data at byte `off` (vectors `stride` bytes apart); the pair
   // form's second vector is the same place in the next panel.
+  // The pair form's panel stride: r15, or with MX weights (whose scale-line pointer r15 is, and
+  // whose unrolled groups need no K counter) r8, reloaded for each pair (the output stage takes r8).
+  const Gp pstride = mx ? r8 : r15;
   auto b_vec = [&](int off, int j, int stride) {
-    return p.pair && j == 1 ? ptr(rdx, r15, 0, off) : ptr(rdx, off + j * stride);
+    return p.pair && j == 1 ? ptr(rdx, pstride, 0, off) : ptr(rdx, off + j * stride);
   };
 
   cg::emit_save_callee_regs(a);
@@ -1292,10 +1294,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   a.mov(r9, ARG(n_panels));
   a.xor_(ebp, ebp);
   a.mov(r13, ARG(col_corr));
-  if (p.pair) a.mov(r15, ARG(panel_bytes));
+  if (p.pair && !mx) a.mov(pstride, ARG(panel_bytes));
 
   Label l_panel = a.newLabel();
   a.bind(l_panel);
+  if (p.pair && mx) a.mov(pstride, ARG(panel_bytes));
   a.mov(rsi, ARG(a));
   a.mov(r11, rbp);
   a.mov(r12, ARG(row_sum));
@@ -1342,8 +1345,8 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     } else if (key.param[5] != 0) {
       const int ahead = b_off + static_cast<int>(key.param[5]);
       for (int l = 0; l < step_bytes; l += 64) {
-        a.prefetcht0(ptr(rdx, r15, 1, ahead + l));  // rdx + 2 * panel_bytes
-        a.prefetcht0(ptr(rdx, r15, 0, ahead + l));
+        a.prefetcht0(ptr(rdx, pstride, 1, ahead + l));  // rdx + 2 * panel_bytes
+        a.prefetcht0(ptr(rdx, pstride, 0, ahead + l));
       }
     }
     if (p.dec.int16) {
@@ -1544,7 +1547,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
         if (s.zmm)
           a.vpmovzxbd(sc, xmmword_ptr(r15, j * s.lanes32));
         else
-          a.vpmovzxbd(sc, qword_ptr(r15, j * s.lanes32));
+          a.vpmovzxbd(sc, p.pair && j == 1 ? qword_ptr(r15, pstride) : qword_ptr(r15, j * s.lanes32));
         a.vpslld(sc, sc, 23);
       } else if (s.zmm) {
         a.vpmovzxbd(sc, xmmword_ptr(r15, j * s.lanes32));
@@ -1553,7 +1556,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
         a.vpslld(sc, sc, 23);
         a.k(k1).vpord(sc, sc, dword_ptr(rsp, mx_c4)._1to16());
       } else {
-        a.vpmovzxbd(sc, qword_ptr(r15, j * s.lanes32));
+        a.vpmovzxbd(sc, p.pair && j == 1 ? qword_ptr(r15, pstride) : qword_ptr(r15, j * s.lanes32));
         a.vpaddd(t, sc, ymmword_ptr(rsp, mx_c1));
         a.vpand(t, t, ymmword_ptr(rsp, mx_cfe));
         a.vpsubd(t, t, ymmword_ptr(rsp, mx_c1));  // -1 exactly for the special bytes, else 1..253
@@ -1607,7 +1610,7 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.and_(rdx, -64);
   }
 
-  if (p.pair) a.add(rdx, r15);  // past the second panel
+  if (p.pair) a.add(rdx, pstride);  // past the second panel
   emit_panel_output(a, s, key, p.mr, p.pair ? 2 * p.nr : p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped,
                     p.dec0, p.dec0 + 1, l_panel);
   return true;

@@ -45,7 +45,7 @@
 //                  per group), so a step waits neither on the last one nor on the load ports;
 //                  2 (S4 / U4, mr = 1, scaled high nibbles: flags bit 3): the form for weights
 //                  streamed from DRAM: the nibble masks read the packed bytes as memory operands
-//                  (one instruction fewer a vector); 3 (S4 / U4 below VNNI, mr = 1, one column
+//                  (one instruction fewer a vector); 3 (int8 decoders below VNNI, mr = 1, one column
 //                  vector per panel): two panels a pass, their column vectors in the order of
 //                  one panel of twice the width (the second panel args.panel_bytes on), so each A
 //                  quad broadcast serves both; n_panels counts pairs; no tail; with param[5] the

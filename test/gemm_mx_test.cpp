@@ -493,6 +493,50 @@ TEST(GemmMx, OneRowPrefetchRule) {
   }
 }
 
+// The one-row pair form (AVX2 tier, MXFP4 and E2M3: two panels a pass, src/ops/gemm.cpp
+// one_row_pairs) against the reference: even and odd panel counts, a tail panel or none, special
+// scale bytes (the full E8M0 decode of the second panel's scales), and partitions whose slices
+// start on odd panels. The plans hold it (by name); MXINT8's do not (its registers do not fit).
+TEST(GemmMx, OneRowPairForm) {
+  const auto isas = qjt::supported_isas();
+  if (std::find(isas.begin(), isas.end(), QJ_ISA_AVX2) == isas.end()) GTEST_SKIP() << "no AVX2";
+  qjt::IsaCap cap(QJ_ISA_AVX2);
+  uint32_t seed = 900;
+  for (qj_dtype wt : kTypes)
+    for (int64_t n : {16, 24, 35, 67, 200})
+      for (int64_t k : {32, 96, 256})
+        for (int threads : {1, 3}) {
+          if (threads == 3 && n < 67) continue;
+          MxCase t;
+          t.w = wt;
+          t.m = 1;
+          t.n = n;
+          t.k = k;
+          t.threads = threads;
+          t.specials = (n + k) % 2;
+          t.c_type = n == 35 ? QJ_BF16 : QJ_F32;
+          t.seed = ++seed;
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
+  for (qj_dtype wt : kTypes) {
+    const int64_t k = 64, n = 40, groups = k / 32;
+    const qj::mx::ElemFormat& fmt = *qj::mx::format(wt);
+    std::vector<uint8_t> el(static_cast<size_t>(n * groups * fmt.block_bytes)), sc(static_cast<size_t>(n * groups), 127);
+    const qj_weights_desc d = qjt::nk_desc(wt, k, n);
+    const qj_mx_weights_data md{el.data(), sc.data(), groups};
+    std::shared_ptr<qj::PackedWeights> w;
+    ASSERT_EQ(qj::pack_mx_weights(d, &md, groups * fmt.block_bytes, QJ_ISA_AVX2, &w), QJ_OK) << qj_last_error();
+    qj_gemm_desc gd{};
+    gd.a_type = QJ_F32;
+    gd.a_granularity = QJ_GRAN_GROUP;
+    gd.c_type = QJ_F32;
+    std::unique_ptr<qj::GemmPlan> p;
+    ASSERT_EQ(qj::gemm_plan_create(gd, w, &p), QJ_OK) << qj_last_error();
+    const std::string name = p->pair ? p->pair.name() : std::string();
+    EXPECT_EQ(name.find("_pair") != std::string::npos, wt != QJ_MXINT8) << qj_dtype_name(wt) << ": " << name;
+  }
+}
+
 // MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (int_weights.h, fp6_dense): per 8-K step
 // and column vector, the 64 codes of k0..3 then those of k4..7 (code index 4 c + r) as one
 // LSB-first bit stream, 48 bytes per vector, as MX.md's FP6 packing. Read back from the raw bytes;

@@ -890,7 +890,9 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       p->kernels_b8.push_back(std::move(rb));
     }
     const int forced_form = g_int4_gemv_form.load(std::memory_order_relaxed);
-    if (decoded && !p->kernels.empty() && p->isa == QJ_ISA_AVX2 && w->is_int4() && w->n_panels >= 2 &&
+    // (MXINT8's nibble split leaves no registers for a second column vector.)
+    const bool pair_type = w->is_int4() || w->dtype == QJ_MXFP4_E2M1 || w->dtype == QJ_MXFP6_E2M3;
+    if (decoded && !p->kernels.empty() && p->isa == QJ_ISA_AVX2 && pair_type && w->n_panels >= 2 &&
         (forced_form < 0 || forced_form == 3)) {
       // (see one_row_pairs)
       KernelKey kp = keys[0];
@@ -1365,7 +1367,8 @@ struct AKind {
 // a pair ahead, codegen): 1 x 8192 x 4096 0.95, 1 x 11008 x 4096 0.91-0.95, 1 x 14336 x 4096
 // 0.96, 1 x 4096 x 11008 0.99-1.01, 1 x 4096 x 14336 0.87 (8 KiB: 0.96-1.07; each stream
 // prefetching its own panel ahead, 8 KiB: 1.00-1.20, the next pair's second panel starting
-// unfetched).
+// unfetched). MXFP4 (A per 32-block) 1 x 1024 x 2048 0.89, 1 x 4096 x 4096 0.94, 1 x 11008 x 4096
+// 0.95; E2M3 0.95 / 0.97 / 0.97.
 static void one_row_pairs(const GemmPlan& p, const GemmIntArgs& args, int64_t count, bool last_is_tail, int out_bytes) {
   const PackedWeights& w = *p.w;
   const int64_t pairs = (count - (last_is_tail ? 1 : 0)) / 2;
