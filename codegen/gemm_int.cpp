@@ -1222,11 +1222,11 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
   dr.vnni = p.vnni || p.pairs;  // as decoder_info was asked
   dr.mem_operands = p.stream_gemv;
 
-  // Column vector j of the panel data at byte `off` (vectors `stride` bytes apart); the pair
-  // form's second vector is the same place in the next panel.
   // The pair form's panel stride: r15, or with MX weights (whose scale-line pointer r15 is, and
   // whose unrolled groups need no K counter) r8, reloaded for each pair (the output stage takes r8).
   const Gp pstride = mx ? r8 : r15;
+  // Column vector j of the panel data at byte `off` (vectors `stride` bytes apart); the pair
+  // form's second vector is the same place in the next panel.
   auto b_vec = [&](int off, int j, int stride) {
     return p.pair && j == 1 ? ptr(rdx, pstride, 0, off) : ptr(rdx, off + j * stride);
   };
@@ -1464,11 +1464,12 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     a.add(rdx, step_bytes);
     a.bind(l_done);
   } else {
-    // Below VNNI, steps in fours where the group has them (then one at a time): fewer pointer and
-    // counter updates between the vector uops. (Zen 3, AVX2, warm, S4 group 128 f32 A, GOPS, three
-    // alternating runs, one step / four: 1 x 1024 x 2048 131.6-132.3 / 134.9-136.3, 1 x 4096 x 4096
-    // 132.8-134.5 / 134.8-136.8; M = 4 / 16 / 64 and MX9 within noise.)
-    const int unroll = p.vnni ? 1 : 4;
+    // At the AVX2 tier, steps in fours where the group has them (then one at a time): fewer
+    // pointer and counter updates between the vector uops. (Zen 3, warm, S4 group 128 f32 A, GOPS,
+    // three alternating runs, one step / four: 1 x 1024 x 2048 131.6-132.3 / 134.9-136.3, 1 x 4096
+    // x 4096 132.8-134.5 / 134.8-136.8; M = 4 / 16 / 64 and MX9 within noise. The zmm tiers,
+    // not measured with it, keep one step a loop.)
+    const int unroll = s.zmm ? 1 : 4;
     Label l_k = a.newLabel(), l_one = a.newLabel(), l_done = a.newLabel();
     a.mov(r8, ARG(k_groups));
     if (unroll > 1) {

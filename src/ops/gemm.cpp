@@ -309,7 +309,7 @@ static bool far_weight_prefetch(size_t weight_bytes) {
 //    MXFP4, 16 KiB at 23-29 MB: M = 2 0.76-0.99, M = 4 0.91-1.04, M = 8 1.01-1.05). The streaming
 //    form below stays with Zen 5: with the 16 KiB prefetch it was 2-9% slower here.
 //  - A CPU without AVX-512 (its own tier AVX2): one row prefetches from 16 MiB of weights up, 8 KiB
-//    ahead for 4-bit weights, 16 KiB for the others. Zen 3 (family 25 model 1), 2026-12-07 ~02:30
+//    ahead for 4-bit weights, 16 KiB for the others. Zen 3 (family 25 model 1), 2026-12-07 ~01:55
 //    UTC, warm, GOPS, runs of `quantjit-bench gemm` with the distance forced, none / 8 / 16 KiB:
 //    S4 group 128 1 x 11008 x 4096 (23 MB) 72-73 / 128-129 / 103-121, 1 x 4096 x 14336 62-65 /
 //    105-115 / 113-114, 1 x 14336 x 4096 68-75 / 94-119 / 104-106, U4 1 x 11008 x 4096 65 / 122 /
@@ -1359,7 +1359,7 @@ struct AKind {
 // A one-row tile over `count` panels from args.b on (the last of them the tail panel if
 // `last_is_tail`): whole panels in pairs by the pair form (GemmPlan::pair), each A quad broadcast
 // once for two column vectors instead of one; the panel left over, if any, and the tail panel by
-// the one-panel kernel. Zen 3 (AVX2 CPU), 2026-12-07 ~02:00-02:30 UTC, warm, S4 group 128 f32 A,
+// the one-panel kernel. Zen 3 (AVX2 CPU), 2026-12-07 ~02:00-02:20 UTC, warm, S4 group 128 f32 A,
 // both plans in one process, 200-300 alternating calls, median time ratio pair / one panel:
 // 1 x 512 x 512 0.89, 1 x 1024 x 2048 0.87-0.89, 1 x 2048 x 2048 0.91, 1 x 4096 x 4096 0.90
 // (122 -> 143 GOPS), 1 x 6144 x 4096 0.89, U4 1 x 4096 x 4096 0.88. From 16 MiB up, where the
