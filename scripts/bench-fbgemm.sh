@@ -7,7 +7,7 @@
 # Runs quantjit-bench, bench/peers/fbgemm_peer.py (FBGEMM through torch's ops, Python overhead
 # measured) and, for FP16 GEMM, the embedding kernels and RowWiseSparseAdaGradFused, bench/peers/
 # fbgemm_direct (FBGEMM called from C++, built here, linked with libquantjit.so) one after the
-# other on core 1, then prints bench/peers/compare.py's table. For the embedding and AdaGrad sets
+# other on core 1, then prints bench/peers/compare.py's table. For the FP16, embedding and AdaGrad sets
 # fbgemm_direct also times quantjit's kernel in its own process, the calls interleaved
 # (--with-quantjit): compare.py's "same process" tables, the least noisy ratios.
 # Results stay in $OUT (default build/fbgemm-compare/).
@@ -69,7 +69,7 @@ for w in "${what[@]}"; do
         $pin "$qb" gemm --weights f16 --shapes "$fp16_shapes" --$mode --format json "${reps[@]}" 2>/dev/null > "$out/qj-fp16-$mode.jsonl"
         flag=(); [ $mode = cold ] && flag=(--cold)
         $pin "$py" "$peer" gemm --weights f16 --shapes "$fp16_shapes" "${flag[@]}" "${reps[@]}" > "$out/fb-fp16-$mode.jsonl"
-        $pin "$direct" gemm --shapes "$fp16_shapes" --mode $mode "${reps[@]}" > "$out/fb-fp16-$mode-direct.jsonl"
+        $pin "$direct" gemm --shapes "$fp16_shapes" --mode $mode --with-quantjit "${reps[@]}" > "$out/fb-fp16-$mode-direct.jsonl"
       done ;;
     int8)
       for mode in warm cold; do

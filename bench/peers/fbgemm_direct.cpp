@@ -17,7 +17,8 @@
 //                     --prefetch 0,16 --mode warm,cold,fresh [--max-rows N] [--reps N] [--with-quantjit]
 //   fbgemm_direct adagrad --rows f32,f16 --dims ... --index 32,64 --mode warm,cold,fresh [--max-rows N]
 //                     [--with-quantjit]
-//   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold     (FP16 GEMM, cblas_gemm_compute)
+//   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold [--with-quantjit]
+//                     (FP16 GEMM, cblas_gemm_compute)
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -580,7 +581,11 @@ int cmd_adagrad(const Options& o) {
 
 // FP16 GEMM over "M,N,K;..." shapes, as `quantjit-bench gemm --weights f16` (warm, or --cold:
 // 512 MiB read through the caches before each call, timing.h). C = A B with beta 0 (FBGEMM has
-// no bias; quantjit's f16 case adds one, fused).
+// no bias; quantjit's f16 case adds one, fused). With --with-quantjit, quantjit's plan over the
+// same B (qj_weights_quantize_pack to F16, no bias, so both do the same work) runs in the same
+// process, its calls and FBGEMM's alternating (qjb::time_rounds: 201 rounds warm, each timed
+// call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds, qj_ref_rel_diff and vs_fbgemm (the median of the
+// per-round ratios FBGEMM / quantjit), as the emb records.
 int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
   std::vector<std::array<int64_t, 3>> list;
   size_t a = 0;
@@ -604,9 +609,29 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
       fbgemm::cblas_gemm_compute<uint16_t>(fbgemm::matrix_op_t::NoTranspose, static_cast<int>(m), A.data(), *bp, 0.0f,
                                            C.data(), 0, 1);
     };
+    qj_weights qw = nullptr;
+    qj_gemm_plan qp = nullptr;
+    std::vector<float> Cq(C.size());
+    if (o.with_qj) {
+      qj_weights_desc wd{};
+      wd.dtype = QJ_F16;
+      wd.k = k;
+      wd.n = n;
+      wd.layout = QJ_LAYOUT_KN;
+      wd.granularity = QJ_GRAN_CHANNEL;
+      qj_gemm_desc gd{};
+      gd.a_type = QJ_F32;
+      gd.c_type = QJ_F32;
+      if (qj_weights_quantize_pack(&wd, B.data(), n, &qw) != QJ_OK || qj_gemm_plan_create(&gd, qw, &qp) != QJ_OK) {
+        std::fprintf(stderr, "fbgemm_direct: quantjit f16 plan: %s\n", qj_last_error());
+        return 1;
+      }
+    }
+    auto run_qj = [&] { qj_gemm_run(qp, m, A.data(), k, Cq.data(), n, nullptr); };
     run();
+    if (qp) run_qj();
     // check: against fp64 products of fp16-rounded B
-    double amax = 0, dmax = 0;
+    double amax = 0, dmax = 0, qmax = 0;
     for (int64_t i = 0; i < std::min<int64_t>(m, 8); ++i)
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
@@ -614,19 +639,51 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
           s += static_cast<double>(A[i * k + p]) * qj::f16_to_f32(qj::f32_to_f16(B[p * n + j]));
         amax = std::max(amax, std::fabs(s));
         dmax = std::max(dmax, std::fabs(s - C[i * n + j]));
+        if (qp) qmax = std::max(qmax, std::fabs(s - Cq[i * n + j]));
       }
     bench::TimingOptions t;
     t.cold = cold;
     t.reps = o.reps;
-    const bench::Timing tm = bench::time_median(run, t);
+    bench::Timing tm;
+    double qj_sec = 0, vs = 0;
+    if (qp) {
+      // Before each timed call: cold, the flush; warm, an untimed call of the same participant, so
+      // its packed B is back in L2 after the other's call (the two B of 512 x 512 alone fill this
+      // L2; interleaved without it, each call found its B in L3).
+      auto prep_for = [cold](const std::function<void()>& f) -> std::function<void(int)> {
+        return [cold, f](int) {
+          if (cold)
+            bench::flush_caches();
+          else
+            f();
+        };
+      };
+      const std::function<void()> fb_fn = run, qj_fn = run_qj;
+      std::vector<std::vector<double>> by_round;
+      const auto s = qjb::time_rounds({{fb_fn, prep_for(fb_fn)}, {qj_fn, prep_for(qj_fn)}},
+                                      o.reps > 0 ? o.reps : (cold ? 21 : 201), &by_round);
+      tm.median = qjb::quantile(s[0], 0.5);
+      tm.reps = static_cast<int>(s[0].size());
+      qj_sec = qjb::quantile(s[1], 0.5);
+      vs = qjb::paired_ratio(by_round[0], by_round[1]);
+    } else {
+      tm = bench::time_median(run, t);
+    }
     std::printf(
         "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"a_type\": \"f32\", \"w_type\": \"f16\", \"c_type\": \"f32\", "
         "\"threads\": 1, \"mode\": \"%s\", \"seconds\": %.9g, \"gops\": %.2f, \"reps\": %d, \"peer\": \"fbgemm\", "
         "\"overhead_ns\": 0, \"peer_rel_diff\": %.3g, \"kernel\": \"fbgemm::cblas_gemm_compute<float16> (direct, "
-        "torch's libtorch_cpu copy, beta 0, no bias)\"}\n",
+        "torch's libtorch_cpu copy, beta 0, no bias)\"",
         (long long)m, (long long)n, (long long)k, cold ? "cold" : "warm", tm.median, 2.0 * m * n * k / tm.median * 1e-9,
         tm.reps, dmax / std::max(amax, 1e-30));
+    if (qp)
+      std::printf(", \"qj_seconds\": %.9g, \"qj_ref_rel_diff\": %.3g, \"qj_kernel\": \"qj_gemm_run (f16 weights, no bias)\", "
+                  "\"vs_fbgemm\": %.3f",
+                  qj_sec, qmax / std::max(amax, 1e-30), vs);
+    std::printf("}\n");
     std::fflush(stdout);
+    qj_gemm_plan_destroy(qp);
+    qj_weights_destroy(qw);
   }
   return 0;
 }
