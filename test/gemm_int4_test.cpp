@@ -315,8 +315,9 @@ std::vector<std::string> int4_kernel_names(qj_isa isa, qj_dtype wt, int64_t n, i
 // Which one-row kernels take a form (the rule written out here): the L2 form on the VNNI tier for
 // packed weights of at most 5/8 of L2; the streaming form on the VNNI tier of Zen 5 for weights
 // of at least 16 MiB and twice L2 (streamed from DRAM; these K keep the high nibbles scaled);
-// neither for two rows or more; the pair form at the AVX2 tier. And the one-row weight prefetch from 16 MiB of weights up: 16 KiB
-// ahead at the AVX-512 tiers (at every tier on Zen 5); 8 KiB on a CPU without AVX-512.
+// neither for two rows or more; the pair form at the AVX2 tier. And the one-row weight prefetch
+// from 16 MiB of weights up: 16 KiB ahead at the AVX-512 tiers (at every tier on Zen 5); 8 KiB on
+// a CPU without AVX-512.
 TEST(GemmInt4, GemvFormRule) {
   const size_t l2 = qj::l2_cache_bytes();
   struct Size {
