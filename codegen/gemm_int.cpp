@@ -1343,11 +1343,9 @@ bool emit_decoded(const KernelKey& key, Assembler& a, std::string* why) {
     if (key.param[5] != 0 && !p.pair) {
       cg::emit_weight_prefetch(a, rdx, b_off, step_bytes, static_cast<int>(key.param[5]));
     } else if (key.param[5] != 0) {
-      const int ahead = b_off + static_cast<int>(key.param[5]);
-      for (int l = 0; l < step_bytes; l += 64) {
-        a.prefetcht0(ptr(rdx, pstride, 1, ahead + l));  // rdx + 2 * panel_bytes
-        a.prefetcht0(ptr(rdx, pstride, 0, ahead + l));
-      }
+      const int ahead = static_cast<int>(key.param[5]);
+      cg::emit_weight_prefetch(a, rdx, pstride, 1, b_off, step_bytes, ahead);  // rdx + 2 * panel_bytes
+      cg::emit_weight_prefetch(a, rdx, pstride, 0, b_off, step_bytes, ahead);
     }
     if (p.dec.int16) {
       // Pair row o of the step: decode it for every column vector, then every row's A pair (s16

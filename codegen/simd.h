@@ -53,4 +53,10 @@ inline void emit_weight_prefetch(asmjit::x86::Assembler& a, const asmjit::x86::G
   for (int l = 0; l < bytes; l += 64) a.prefetcht0(asmjit::x86::ptr(base, offset + ahead + l));
 }
 
+// The same from base + (index << shift) (a stream one or two panel strides on).
+inline void emit_weight_prefetch(asmjit::x86::Assembler& a, const asmjit::x86::Gp& base, const asmjit::x86::Gp& index,
+                                 uint32_t shift, int offset, int bytes, int ahead) {
+  for (int l = 0; l < bytes; l += 64) a.prefetcht0(asmjit::x86::ptr(base, index, shift, offset + ahead + l));
+}
+
 }  // namespace qj::cg

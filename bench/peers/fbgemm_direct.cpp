@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -584,8 +585,9 @@ int cmd_adagrad(const Options& o) {
 // no bias; quantjit's f16 case adds one, fused). With --with-quantjit, quantjit's plan over the
 // same B (qj_weights_quantize_pack to F16, no bias, so both do the same work) runs in the same
 // process, its calls and FBGEMM's alternating (qjb::time_rounds: 201 rounds warm, each timed
-// call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds, qj_ref_rel_diff and vs_fbgemm (the median of the
-// per-round ratios FBGEMM / quantjit), as the emb records.
+// call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds,
+// qj_ref_rel_diff and vs_fbgemm (the median of the per-round ratios FBGEMM / quantjit), as the
+// emb records.
 int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
   std::vector<std::array<int64_t, 3>> list;
   size_t a = 0;
@@ -603,7 +605,7 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
     std::vector<float> A(static_cast<size_t>(m * k)), B(static_cast<size_t>(k * n)), C(static_cast<size_t>(m * n));
     for (auto& v : A) v = uni();
     for (auto& v : B) v = uni();
-    auto* bp = new fbgemm::PackedGemmMatrixB<uint16_t, fbgemm::TypeConverter<uint16_t>>(
+    auto bp = std::make_unique<fbgemm::PackedGemmMatrixB<uint16_t, fbgemm::TypeConverter<uint16_t>>>(
         fbgemm::matrix_op_t::NoTranspose, static_cast<int>(k), static_cast<int>(n), 1.0f, B.data(), 512);
     auto run = [&] {
       fbgemm::cblas_gemm_compute<uint16_t>(fbgemm::matrix_op_t::NoTranspose, static_cast<int>(m), A.data(), *bp, 0.0f,
@@ -624,6 +626,7 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
       gd.c_type = QJ_F32;
       if (qj_weights_quantize_pack(&wd, B.data(), n, &qw) != QJ_OK || qj_gemm_plan_create(&gd, qw, &qp) != QJ_OK) {
         std::fprintf(stderr, "fbgemm_direct: quantjit f16 plan: %s\n", qj_last_error());
+        qj_weights_destroy(qw);
         return 1;
       }
     }
