@@ -290,6 +290,7 @@ TEST(CacheGeneration, AGeneratorThatThrowsEndsItsGeneration) {
   key.op = qj::KernelOp::kConvert;
   key.param[5] = 0x5eed5eedu;
   std::atomic<int> ok{0}, oom{0}, other{0};
+  const qj_cache_stats_t s0 = stats();
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&] {
@@ -301,6 +302,12 @@ TEST(CacheGeneration, AGeneratorThatThrowsEndsItsGeneration) {
   for (auto& t : ts) t.join();
   EXPECT_GE(oom.load(), 1);  // the generation that threw, and the threads that waited for it
   EXPECT_EQ(other.load(), 0);
+  // Every lookup is a miss (the one that threw, or a later regeneration), a hit, or a wait for the
+  // failed generation (each other QJ_ERR_OUT_OF_MEMORY): a failed wait is not a hit.
+  const qj_cache_stats_t s1 = stats();
+  const uint64_t misses = s1.misses - s0.misses;
+  EXPECT_EQ(s1.hits - s0.hits, 4 - misses - static_cast<uint64_t>(oom.load() - 1))
+      << "misses " << misses << ", failed " << oom.load() << ", ok " << ok.load();
   qj::KernelRef r;
   ASSERT_EQ(qj::acquire_kernel(key, fam, &r), QJ_OK) << qj_last_error();
   EXPECT_NE(r.entry(), nullptr);

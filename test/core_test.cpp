@@ -4,10 +4,12 @@
 #include <quantjit/quantjit.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "src/core/isa.h"
+#include "src/core/kernel_key.h"
 #include "test/test_util.h"
 
 TEST(Core, StatusNames) {
@@ -75,6 +77,26 @@ TEST(Core, CacheBoundFromEnvironment) {
   qj_cache_stats_t s{};
   qj_cache_stats(&s);
   EXPECT_EQ(s.max_bytes, want) << "QJ_CACHE_MAX_BYTES=" << (e ? e : "(unset)");
+}
+
+// The key hash sees every bit of the 64 key bytes: the keys one bit away from a real-looking key
+// all hash differently, and spread over the cache's 16 shards (hash % 16) and its map buckets.
+TEST(Core, KeyHashSeesEveryBit) {
+  qj::KernelKey base = qj::KernelKey::zeroed();
+  base.op = qj::KernelOp::kGemmInt;
+  base.isa = QJ_ISA_AVX2;
+  base.mr = 4;
+  base.nr = 16;
+  std::set<uint64_t> hashes{base.hash()};
+  std::set<uint64_t> shards;
+  for (int bit = 0; bit < 512; ++bit) {
+    qj::KernelKey k = base;
+    reinterpret_cast<unsigned char*>(&k)[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+    hashes.insert(k.hash());
+    shards.insert(k.hash() % 16);
+  }
+  EXPECT_EQ(hashes.size(), 513u);
+  EXPECT_EQ(shards.size(), 16u);
 }
 
 TEST(Core, LastErrorIsThreadLocal) {

@@ -22,16 +22,21 @@
 namespace qj {
 
 uint64_t KernelKey::hash() const {
-  // FNV-1a over the 64 key bytes, 8 at a time (the key has no padding, see static_assert).
-  uint64_t h = 1469598103934665603ull;
+  // The 64 key bytes as 8 words, each pair folded by one 64 x 64 -> 128-bit multiply (the high
+  // half xor the low, as wyhash mixes), the four folds independent: a cache hit hashes once, and
+  // the multiplies overlap (the serial FNV-1a chain it replaces took ~40 cycles of a ~120-cycle
+  // hit on Zen 3).
   uint64_t w[8];
   std::memcpy(w, this, sizeof w);
-  for (uint64_t x : w) {
-    h ^= x;
-    h *= 1099511628211ull;
-    h ^= h >> 29;
-  }
-  return h;
+  auto mix = [](uint64_t a, uint64_t b) {
+    const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+    return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+  };
+  constexpr uint64_t s0 = 0xa0761d6478bd642full, s1 = 0xe7037ed1a0b428dbull;
+  constexpr uint64_t s2 = 0x8ebc6af09c88c6e3ull, s3 = 0x589965cc75374cc3ull;
+  const uint64_t h = mix(w[0] ^ s0, w[1] ^ s1) ^ mix(w[2] ^ s2, w[3] ^ s3) ^ mix(w[4] ^ s1, w[5] ^ s2) ^
+                     mix(w[6] ^ s3, w[7] ^ s0);
+  return mix(h ^ s0, s3);
 }
 
 struct CachedKernel {
@@ -51,21 +56,30 @@ struct CachedKernel {
 
 namespace {
 
+// A key with its hash, computed once per lookup (for the shard and the map alike).
+struct HashedKey {
+  KernelKey key;
+  uint64_t hash;
+  bool operator==(const HashedKey& o) const { return hash == o.hash && key == o.key; }
+};
 struct KeyHash {
-  size_t operator()(const KernelKey& k) const { return static_cast<size_t>(k.hash()); }
+  size_t operator()(const HashedKey& k) const { return static_cast<size_t>(k.hash); }
 };
 
 constexpr int kShards = 16;
 
 struct Shard {
   std::mutex m;
-  std::unordered_map<KernelKey, std::shared_ptr<CachedKernel>, KeyHash> map;
+  std::unordered_map<HashedKey, std::shared_ptr<CachedKernel>, KeyHash> map;
 };
 
 struct Stats {
-  std::atomic<uint64_t> hits{0}, misses{0}, evictions{0}, code_bytes{0}, gen_ns{0}, fallbacks{0};
+  std::atomic<uint64_t> misses{0}, evictions{0}, code_bytes{0}, gen_ns{0}, fallbacks{0};
   std::atomic<uint64_t> entries{0};
+  // Lookups so far, the clock of the LRU order; hits are the lookups that were neither misses nor
+  // waits for a generation that failed (one atomic increment per hit, not two).
   std::atomic<uint64_t> tick{0};
+  std::atomic<uint64_t> failed_waits{0};
 };
 
 // fork(): the shards' locks are taken around the fork, so that the child never starts with one
@@ -203,7 +217,7 @@ void evict_if_needed() {
   while (st.code_bytes.load() > bound) {
     // Find the least recently used evictable entry across shards.
     int best_shard = -1;
-    KernelKey best_key{};
+    HashedKey best_key{};
     uint64_t best_tick = UINT64_MAX;
     for (int s = 0; s < kShards; ++s) {
       Shard& sh = shards()[s];
@@ -267,18 +281,19 @@ static qj_status generation_failed(const CachedKernel& k) {
 
 qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRef* out) {
   Stats& st = stats();
-  Shard& sh = shards()[key.hash() % kShards];
+  const HashedKey hk{key, key.hash()};
+  Shard& sh = shards()[hk.hash % kShards];
   std::shared_ptr<CachedKernel> k;
   bool mine = false;
   {
     std::lock_guard<std::mutex> lock(sh.m);
-    auto it = sh.map.find(key);
+    auto it = sh.map.find(hk);
     if (it != sh.map.end()) {
       k = it->second;
     } else {
       k = std::make_shared<CachedKernel>();
       k->key = key;
-      sh.map.emplace(key, k);
+      sh.map.emplace(hk, k);
       mine = true;
     }
   }
@@ -304,7 +319,7 @@ qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRe
     k->cv.notify_all();
     if (k->status != QJ_OK) {
       std::lock_guard<std::mutex> lock(sh.m);
-      auto it = sh.map.find(key);
+      auto it = sh.map.find(hk);
       if (it != sh.map.end() && it->second == k) sh.map.erase(it);
       return generation_failed(*k);
     }
@@ -313,12 +328,15 @@ qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRe
     evict_if_needed();
     return QJ_OK;
   }
-  {
+  // A ready entry needs no lock (its state is stored, under k->m, after the code it publishes).
+  if (k->state.load(std::memory_order_acquire) == 0) {
     std::unique_lock<std::mutex> lock(k->m);
     k->cv.wait(lock, [&] { return k->state != 0; });
   }
-  if (k->state == 2) return generation_failed(*k);
-  st.hits++;
+  if (k->state == 2) {
+    st.failed_waits++;
+    return generation_failed(*k);
+  }
   *out = KernelRef(std::move(k));
   out->hit_ = true;
   return QJ_OK;
@@ -326,8 +344,12 @@ qj_status acquire_kernel(const KernelKey& key, const KernelFamily& fam, KernelRe
 
 void cache_stats(qj_cache_stats_t* out) {
   Stats& st = stats();
-  out->hits = st.hits.load();
   out->misses = st.misses.load();
+  // Tick last: a lookup counted in misses or failed_waits was in tick first (its relaxed tick
+  // increment happens before the seq_cst counter's, which these loads read). A lookup still in
+  // flight is in tick alone and reads as a hit until it is classified.
+  const uint64_t failed = st.failed_waits.load();
+  out->hits = st.tick.load() - out->misses - failed;
   out->evictions = st.evictions.load();
   out->entries = st.entries.load();
   out->code_bytes = st.code_bytes.load();
