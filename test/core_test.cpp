@@ -80,7 +80,7 @@ TEST(Core, CacheBoundFromEnvironment) {
 }
 
 // The key hash sees every bit of the 64 key bytes: the keys one bit away from a real-looking key
-// all hash differently, and spread over the cache's 16 shards (hash % 16) and its map buckets.
+// all hash differently, and spread over all of the cache's 16 shards (hash % 16).
 TEST(Core, KeyHashSeesEveryBit) {
   qj::KernelKey base = qj::KernelKey::zeroed();
   base.op = qj::KernelOp::kGemmInt;
