@@ -41,7 +41,8 @@ namespace {
 struct MxCase {
   qj_dtype w = QJ_MXFP4_E2M1;
   int64_t m = 1, n = 1, k = 32;
-  qj_dtype a_type = QJ_F32;
+  qj_dtype a_type = QJ_F32;  // F32 / BF16 (dynamic), or U8 / S8 with a_zp and scale 0.05
+  int32_t a_zp = 0;
   qj_dtype c_type = QJ_F32;
   qj_granularity a_gran = QJ_GRAN_GROUP;
   bool bias = true, relu = false;
@@ -57,7 +58,7 @@ struct MxCase {
   std::string str() const {
     std::ostringstream o;
     o << qj_dtype_name(w) << " m=" << m << " n=" << n << " k=" << k << " a=" << qj_dtype_name(a_type)
-      << " c=" << qj_dtype_name(c_type) << " a_gran=" << a_gran << " bias=" << bias << " relu=" << relu
+      << " a_zp=" << a_zp << " c=" << qj_dtype_name(c_type) << " a_gran=" << a_gran << " bias=" << bias << " relu=" << relu
       << " quantize=" << quantize << " layout=" << layout << " specials=" << specials << " tail_special=" << tail_special
       << " threads=" << threads << " pack_isa=" << pack_isa << " ser=" << serialize
       << " seed=" << seed << " isa=" << qj_isa_name(qj_max_isa());
@@ -124,11 +125,18 @@ std::string run_case(const MxCase& t) {
     ab[i] = qj::f32_to_bf16(af[i]);
     af[i] = t.a_type == QJ_BF16 ? qj::bf16_to_f32(ab[i]) : af[i];
   }
-  const void* a = t.a_type == QJ_BF16 ? static_cast<const void*>(ab.data()) : af.data();
+  const bool a_int = t.a_type == QJ_U8 || t.a_type == QJ_S8;
+  const std::vector<uint8_t> a8 = qjt::random_ints<uint8_t>(t.m * lda, t.a_type == QJ_U8 ? 0 : -128,
+                                                            t.a_type == QJ_U8 ? 255 : 127, t.seed * 3 + 2);
+  const void* a = a_int ? static_cast<const void*>(a8.data())
+                  : t.a_type == QJ_BF16 ? static_cast<const void*>(ab.data())
+                                        : af.data();
   std::vector<float> bias = qjt::random_floats(t.n, -2.0f, 2.0f, t.seed + 5);
 
   qj_gemm_desc gd{};
   gd.a_type = t.a_type;
+  gd.a_scale = 0.05f;
+  gd.a_zero_point = t.a_zp;
   gd.a_granularity = t.a_gran;
   gd.c_type = t.c_type;
   gd.bias = t.bias ? bias.data() : nullptr;
@@ -256,6 +264,30 @@ TEST(GemmMx, ShapeSweep) {
 
 // The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes, K rounded up to whole blocks), each
 // weight type in turn, at every tier.
+// u8 (with zero points) and s8 A, and dynamic A by row as well as by group, against the reference:
+// below the VNNI tier MXINT8 weights read A as s16 pairs (quads_as_pairs), where u8 A keeps its
+// values and zero point as they are, not shifted to s8.
+TEST(GemmMx, EveryATypeEveryTier) {
+  const int64_t shapes[][3] = {{1, 8, 32}, {5, 40, 96}, {13, 17, 64}, {2, 33, 160}};
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (qj_dtype wt : kTypes)
+      for (const auto& sh : shapes)
+        for (int at = 0; at < 5; ++at) {
+          MxCase t;
+          t.w = wt;
+          t.m = sh[0], t.n = sh[1], t.k = sh[2];
+          t.a_type = at == 0 ? QJ_U8 : at == 1 ? QJ_S8 : at == 4 ? QJ_BF16 : QJ_F32;
+          t.a_zp = at == 0 ? 3 + 50 * static_cast<int32_t>(sh[0] % 5) : at == 1 ? -7 : 0;
+          t.a_gran = at == 3 ? QJ_GRAN_ROW : QJ_GRAN_GROUP;
+          t.c_type = sh[0] % 2 ? QJ_F32 : QJ_BF16;
+          t.relu = sh[1] % 2 == 1;
+          t.seed = static_cast<uint32_t>(sh[1] * 7 + at);
+          EXPECT_EQ(run_case(t), "") << t.str();
+        }
+  }
+}
+
 TEST(GemmMx, LargeAndFbgemmShapes) {
   qjt::each_large_shape_at_every_tier(32, [](const qjt::Shape& s, uint32_t seed) {
     MxCase t;
@@ -276,7 +308,10 @@ TEST(GemmMx, RandomCombinations) {
     t.m = pick.rows(100, 100, 200);
     t.n = 1 + pick(pick(4) == 0 ? 300 : 80);
     t.k = 32 * (1 + pick(pick(4) == 0 ? 24 : 6));
-    t.a_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
+    const int at = pick(6);  // BF16, U8, S8 one in six each, else F32
+    t.a_type = at == 0 ? QJ_BF16 : at == 1 ? QJ_U8 : at == 2 ? QJ_S8 : QJ_F32;
+    if (at == 1) t.a_zp = pick(256);
+    if (at == 2) t.a_zp = pick(256) - 128;
     t.c_type = pick(3) == 0 ? QJ_BF16 : QJ_F32;
     t.a_gran = pick(4) == 0 ? QJ_GRAN_ROW : QJ_GRAN_GROUP;
     t.bias = pick(2);

@@ -255,11 +255,21 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 //  - below it, where each vpmaddubsw would multiply a weight by one part of the split A only (and
 //    MXINT8 weights by one nibble of it), the int16-pair kernel with A as s16 pairs: each step's
 //    decoded quads widened into pair rows (key.param[3] = 1, codegen/gemm_int.h).
+// MXINT8 weights take that int16-pair kernel at the AVX2 tier under every A type: its s8 codes,
+// d = q + 128, overflow vpmaddubsw pairs, so the quad kernel splits them into nibbles (two
+// vpmaddubsw and two vpmaddwd per 32 codes and row); widened to s16 pairs they take one vpshufb
+// per pair row and a vpmaddwd per row. Zen 3 (2026-12-07 ~05:50 UTC, fp32 A by group, both plans
+// in one process, calls alternating, median time ratio pairs / quads; the outputs identical):
+// 4 / 16 / 64 x 4096 x 4096 0.751 / 0.733 / 0.736 (74-78 -> 99-107 GOPS), 2 x 4096 x 4096 1.00,
+// 1 x 4096 x 4096 0.94, 1 x 11008 x 4096 1.02. Not MXFP4 or E2M3, whose nibble / byte codes fit
+// vpmaddubsw as they are: pairs 1.50-1.60 / 1.26-1.77 the time. The AVX-512 tier (zmm), not
+// measured with it, keeps the quads.
 // isa: the plan's tier (weights packed for AVX-512 serve it unrepacked: same layout).
 static bool split_a(int32_t a_type, const PackedWeights& w, qj_isa isa) {
   return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa >= QJ_ISA_AVX512_VNNI;
 }
 static bool quads_as_pairs(int32_t a_type, const PackedWeights& w, qj_isa isa) {
+  if (w.dtype == QJ_MXINT8 && isa == QJ_ISA_AVX2) return true;
   return a_type == QJ_MXFP6_E3M2 && w.is_mx() && !w.is_mx16() && isa < QJ_ISA_AVX512_VNNI;
 }
 
@@ -686,13 +696,15 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
   const int64_t n = w->n, groups = w->groups();
   const bool a_split = split_a(desc.a_type, *w, p->isa);
   const bool a_pairs = w->is_mx16() || quads_as_pairs(desc.a_type, *w, p->isa);  // s16 pairs of A
+  p->a_pairs = a_pairs;
 
   // Zero point of A as the kernel sees it.
   p->za = dynamic || mx_a ? 0 : desc.a_zero_point;
   if (!decoded && w->kg == 4 && desc.a_type != QJ_U8) p->za += 128;
-  // A is the signed operand: u8 - 128 in s8 quads; int16-pair weights (E3M2, BDR) take u8 A as
-  // is (s16 pairs hold 0..255), its zero point removed by the column corrections.
-  if (decoded && desc.a_type == QJ_U8 && !w->is_mx16()) p->za -= 128;
+  // A is the signed operand: u8 - 128 in s8 quads; A in s16 pairs (int16-pair weights, E3M2 and
+  // BDR, and the quads widened to pairs, quads_as_pairs) is u8 as is (s16 pairs hold 0..255), its
+  // zero point removed by the column corrections.
+  if (decoded && desc.a_type == QJ_U8 && !a_pairs) p->za -= 128;
   // Decoded weights d = q + off are the unsigned operand; the constant part z0 of z = zb + off
   // (no per-column zero points) is removed with row sums pre-multiplied by -z0.
   const int32_t off = decoded ? w->nibble_offset() : 0;
@@ -1422,7 +1434,7 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
   // int16-pair weights (kMx16), and int8-form MX weights under E3M2 A below VNNI, read A as s16
   // pairs: 4-byte groups of 2 K.
-  const bool a_pairs = decoded && (w.is_mx16() || quads_as_pairs(d.a_type, w, p.isa));
+  const bool a_pairs = decoded && p.a_pairs;
   const bool a_split = decoded && split_a(d.a_type, w, p.isa);  // two s8 quads per quad of K
   const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) * (a_split ? 2 : 1) : w.k_groups();
   const size_t tile_bytes = static_cast<size_t>(kgroups) * mr * 4;

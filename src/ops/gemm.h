@@ -92,6 +92,7 @@ struct GemmPlan {
   cg::EpilogueConsts consts{};
   // Decoded weights (S4 / U4): A packed as s8 quads, row sums times row_sum_mult.
   bool row_sums = false;
+  bool a_pairs = false;   // decoded weights read A as s16 pairs (int16-pair weights, quads_as_pairs)
   bool direct_a = false;  // u8 A read in place, rows K bytes apart (no tile packing)
   int32_t row_sum_mult = 1;
   std::vector<int> ksets;   // float kernels: accumulator sets of kernels[r - 1]
