@@ -1351,6 +1351,48 @@ TEST_P(GemmInt8, KBlocks) {
   }
 }
 
+// --- Weights streamed from beyond L3 (src/ops/gemm.cpp, s8_prefetch_bytes) ---------------------------
+// On a CPU without AVX-512, s8 weights of 16 MiB and more as packed: the kernels of two rows and
+// more prefetch 16 KiB ahead, and calls are K-blocked only with kblock_min_tiles row tiles or more
+// (the K-blocked kernels cannot prefetch). Zen 5 prefetches too (weights of twice L2), without the
+// tile rule. The rule written out here; then calls on both sides of the tile count, exact.
+TEST_P(GemmInt8, StreamedWeightsPrefetchRule) {
+  if (isa() == QJ_ISA_SCALAR) GTEST_SKIP() << "no JIT kernels at the scalar tier";
+  const bool avx2_cpu = qj::cpu_isa() < QJ_ISA_AVX512;
+  for (int64_t k : {4096, 16384}) {
+    const int64_t n = 512;
+    std::unique_ptr<qj::GemmPlan> plan = internal_s8_plan(isa(), k, n, 0.01f, 0.05f, QJ_U8, 0.5f);
+    ASSERT_TRUE(plan);
+    const size_t bytes = plan->w->panel_bytes() * static_cast<size_t>(plan->w->n_panels);
+    const bool streamed = avx2_cpu && bytes >= (size_t{16} << 20);
+    const bool far = qj::amd_family() >= 0x1a && bytes >= 2 * qj::l2_cache_bytes();
+    EXPECT_EQ(plan->kblock_min_tiles, streamed ? 8 : 0) << "k " << k << ", " << bytes << " bytes";
+    for (size_t r = 0; r < plan->kernels.size(); ++r)
+      EXPECT_EQ(plan->kernels[r].name().find("_pf16384") != std::string::npos, r >= 1 && (streamed || far))
+          << plan->kernels[r].name() << ", " << bytes << " bytes";
+    if (plan->blk.kc > 0) {
+      const int rows = std::max(plan->blk.kc_min_rows, 1);
+      EXPECT_EQ(qj::gemm_call_kblocked(*plan, 7, rows), !streamed) << "k " << k;
+      EXPECT_TRUE(qj::gemm_call_kblocked(*plan, 8, rows)) << "k " << k;
+      if (rows > 1) EXPECT_FALSE(qj::gemm_call_kblocked(*plan, 8, rows - 1)) << "k " << k;
+    }
+    if (!streamed) continue;
+    // 16 MiB of s16 pairs (the AVX2 tier): a call of few tiles unblocked with the prefetch, one
+    // of kblock_min_tiles tiles K-blocked (this K is blocked for tiles of kc_min_rows rows).
+    ASSERT_GT(plan->blk.kc, 0);
+    uint32_t seed = 3700;
+    for (int64_t m : {int64_t{2}, int64_t{plan->blk.mr} + 1, int64_t{8} * plan->blk.mr}) {
+      GemmCase c;
+      c.m = m;
+      c.n = n;
+      c.k = k;
+      c.b_zp = m % 2 == 1;
+      c.seed = ++seed;
+      EXPECT_CASE(c);
+    }
+  }
+}
+
 // --- Weights packed at another tier: the plan repacks them ------------------------------------------
 TEST_P(GemmInt8, PlanRepacksWeightsOfAnotherTier) {
   uint32_t seed = 1300;

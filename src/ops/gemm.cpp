@@ -389,8 +389,24 @@ static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool 
 // weights outgrow L2 (2026-12-01 ~15:59 UTC, warm GOPS, three runs, none -> 16 KiB): x 11008 x
 // 4096 M = 2 182-191 -> 205-228, M = 4 296-307 -> 380-444, M = 16 607-623 -> 684-781; x 4096 x
 // 4096 M = 4 749-812 -> 774-820, M = 16 874-896 -> 950-966, M = 64 790-886 -> 910-932.
+//
+// A CPU without AVX-512 (its own tier AVX2), weights of 16 MiB and more as packed (s16 pairs: 2
+// bytes a weight): 16 KiB ahead too, and K blocks only for calls of kKBlockMinTilesStreamed row
+// tiles or more (GemmPlan::kblock_min_tiles): the K-blocked kernels cannot prefetch, and their
+// panel slices, a panel stride apart, stream from DRAM as badly. Zen 3 (2026-12-07 ~06:00 UTC, u8
+// A, u8 C, both plans in one process, calls alternating, GOPS, K-blocked without a prefetch ->
+// unblocked with 4 / 16 KiB; the outputs identical): x 4096 x 4096 (32 MB) M = 4 57.6 -> 101.9 /
+// 100.0, M = 8 76.6 -> 109.6 / 115.5, M = 16 77.5 -> 117.1 / 120.9, 4 x 11008 x 4096 54.8 -> 73.6
+// / 83.7; M = 2 (never blocked) 34.6 -> 49.7 / 54.8. With the prefetch, unblocked / blocked time:
+// M = 16 0.85, M = 32 0.98, M = 40 1.00, M = 48 1.02, M = 64 1.03-1.13 (7 / 8 / 10 / 13 tiles).
+// At 16 MB (4 x 4096 x 2048, not blocked) 107 -> 136 GOPS with 16 KiB; at 8 MB (L3) 3-5% slower,
+// so not there (2048 x 2048 and 4096 x 1024, M = 4 / 16: 143-144 -> 137-138).
+constexpr int64_t kKBlockMinTilesStreamed = 8;
+static bool s8_stream_prefetch(size_t bytes) {
+  return cpu_isa() < QJ_ISA_AVX512 && bytes >= (size_t{16} << 20);
+}
 static int s8_prefetch_bytes(int rows, size_t bytes) {
-  return far_weight_prefetch(bytes) && rows >= 2 ? kFarWeightPrefetchBytes : 0;
+  return (far_weight_prefetch(bytes) || s8_stream_prefetch(bytes)) && rows >= 2 ? kFarWeightPrefetchBytes : 0;
 }
 
 // The s8 GEMV (one row, u8 A in place) streams all of its weights once per call. When they are a
@@ -917,6 +933,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
         QJ_LOG(1, "gemm: JIT declined the one-row pair form (%s); one-row tiles take a panel a pass", last_error());
     }
     key.param[5] = 0;  // (the K-blocked, narrow and tall kernels prefetch nothing)
+    if (!decoded && s8_stream_prefetch(w->panel_bytes() * w->n_panels)) p->kblock_min_tiles = kKBlockMinTilesStreamed;
     if (!p->kernels.empty() && !decoded && p->blk.kc > 0) {
       // K blocks: the stages before the last store raw sums (no output stage in their keys).
       for (uint32_t stage = 1; stage <= 3 && !p->kernels.empty(); ++stage) {
@@ -1449,7 +1466,7 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", tile_bytes * mc_tiles);
   // K blocks (s8 plans whose tiles of A outgrow the L1): sums of the MC x NC block in scratch.
   // (the plan holds K-block kernels only for s8 weights with b.kc > 0)
-  const bool kblocked = !p.kblock_kernels[2].empty() && tile_base + (tile_extra ? 1 : 0) >= b.kc_min_rows;
+  const bool kblocked = gemm_call_kblocked(p, mt.end - mt.begin, static_cast<int>(tile_base + (tile_extra ? 1 : 0)));
   const size_t acc_tile_bytes = static_cast<size_t>(b.nc_panels) * mr * w.nr * 4;
   if (kblocked && !grow_buffer(s.acc, acc_tile_bytes * mc_tiles))
     return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of K-block sums", acc_tile_bytes * mc_tiles);
@@ -1707,6 +1724,10 @@ struct SliceScratch {
 };
 
 }  // namespace
+
+bool gemm_call_kblocked(const GemmPlan& p, int64_t tiles, int largest_rows) {
+  return !p.kblock_kernels[2].empty() && largest_rows >= p.blk.kc_min_rows && tiles >= p.kblock_min_tiles;
+}
 
 qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                    int32_t tid, int32_t nth) {

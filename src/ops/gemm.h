@@ -95,6 +95,7 @@ struct GemmPlan {
   bool a_pairs = false;   // decoded weights read A as s16 pairs (int16-pair weights, quads_as_pairs)
   bool direct_a = false;  // u8 A read in place, rows K bytes apart (no tile packing)
   int32_t row_sum_mult = 1;
+  int64_t kblock_min_tiles = 0;  // s8: K blocks only for calls of this many row tiles (a slice's)
   std::vector<int> ksets;   // float kernels: accumulator sets of kernels[r - 1]
   // GEMV with u8 A read in place (s8 weights, one thread): the kernel's arguments apart from A, C
   // and ldc, built once here; gemm_run makes one call over every panel (or, see below, calls
@@ -157,6 +158,11 @@ qj_status gemm_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, voi
 // memory also leaves C untouched.
 qj_status gemm_run_parallel(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc,
                             int32_t num_threads, int64_t work_ns);
+
+// Whether a call (a slice's) of `tiles` row tiles, the largest of `largest_rows` rows, runs the
+// plan's K-block kernels (s8 plans that have them; see GemmBlocking::kc_min_rows and
+// GemmPlan::kblock_min_tiles).
+bool gemm_call_kblocked(const GemmPlan& p, int64_t tiles, int largest_rows);
 
 // MXFP8 kernels of plans created from now on: -1 the measured choice per tier (default), 0 decoded
 // weights times their block scales, 1 per-block accumulators (codegen/gemm_float.h flags bit 1).
