@@ -59,7 +59,9 @@
 //                  epilogue fields (c_type, bias, activation, b_zp, row scale, beta, n_tail) zero.
 //   param[3]       (decoded MX) 1: the int8-form MX b_types read by the int16-pair kernel: each
 //                  step's two quad vectors of decoded bytes (q + offset) widened by vpshufb into
-//                  s16 pair rows, for s16 A (E3M2 A below the VNNI tier); row sums remove the offset
+//                  s16 pair rows, for s16 A (E3M2 A below the VNNI tier, and MXINT8 weights under
+//                  any A at the AVX2 tier: src/ops/gemm.cpp, quads_as_pairs); row sums remove the
+//                  offset
 //   param[4]       (decoded MXFP6 E2M3, VNNI tier) 1: the panels hold one byte per code (the run's
 //                  scratch copy of a B block, src/ops/gemm.cpp) instead of the tier's 6 bits;
 //                  (s8 narrow, flags bit 6 with nr = 4) 1: the row-lane variant (see flags bit 6)
