@@ -258,7 +258,7 @@ GemmBlocking float_blocking(const PackedWeights& w, int mr) {
 // MXINT8 weights take that int16-pair kernel at the AVX2 tier under every A type: its s8 codes,
 // d = q + 128, overflow vpmaddubsw pairs, so the quad kernel splits them into nibbles (two
 // vpmaddubsw and two vpmaddwd per 32 codes and row); widened to s16 pairs they take one vpshufb
-// per pair row and a vpmaddwd per row. Zen 3 (2026-12-07 ~05:50 UTC, fp32 A by group, both plans
+// per pair row and a vpmaddwd per row. Zen 3 (2026-12-07 ~05:35 UTC, fp32 A by group, both plans
 // in one process, calls alternating, median time ratio pairs / quads; the outputs identical):
 // 4 / 16 / 64 x 4096 x 4096 0.751 / 0.733 / 0.736 (74-78 -> 99-107 GOPS), 2 x 4096 x 4096 1.00,
 // 1 x 4096 x 4096 0.94, 1 x 11008 x 4096 1.02. Not MXFP4 or E2M3, whose nibble / byte codes fit
@@ -393,7 +393,7 @@ static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool 
 // A CPU without AVX-512 (its own tier AVX2), weights of 16 MiB and more as packed (s16 pairs: 2
 // bytes a weight): 16 KiB ahead too, and K blocks only for calls of kKBlockMinTilesStreamed row
 // tiles or more (GemmPlan::kblock_min_tiles): the K-blocked kernels cannot prefetch, and their
-// panel slices, a panel stride apart, stream from DRAM as badly. Zen 3 (2026-12-07 ~06:00 UTC, u8
+// panel slices, a panel stride apart, stream from DRAM as badly. Zen 3 (2026-12-07 ~05:45 UTC, u8
 // A, u8 C, both plans in one process, calls alternating, GOPS, K-blocked without a prefetch ->
 // unblocked with 4 / 16 KiB; the outputs identical): x 4096 x 4096 (32 MB) M = 4 57.6 -> 101.9 /
 // 100.0, M = 8 76.6 -> 109.6 / 115.5, M = 16 77.5 -> 117.1 / 120.9, 4 x 11008 x 4096 54.8 -> 73.6
@@ -1449,8 +1449,8 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   const bool decoded = p.kind == GemmKind::kDecoded;
   const int64_t groups = w.groups();
   // 4-byte A groups per row: decoded weights read A as s8 quads over K padded to the step.
-  // int16-pair weights (kMx16), and int8-form MX weights under E3M2 A below VNNI, read A as s16
-  // pairs: 4-byte groups of 2 K.
+  // int16-pair weights (kMx16), and int8-form MX weights under E3M2 A below VNNI or MXINT8 at the
+  // AVX2 tier (GemmPlan::a_pairs, quads_as_pairs), read A as s16 pairs: 4-byte groups of 2 K.
   const bool a_pairs = decoded && p.a_pairs;
   const bool a_split = decoded && split_a(d.a_type, w, p.isa);  // two s8 quads per quad of K
   const int64_t kgroups = decoded ? w.kp / (a_pairs ? 2 : 4) * (a_split ? 2 : 1) : w.k_groups();
