@@ -618,18 +618,20 @@ QJ_AVX2 void bdr_quantize_avx2_k(const void* src, int64_t nb, uint8_t* blocks) {
       vi[k] = _mm256_castps_si256(load8<kBf16>(src, b * 16 + 8 * k));
       a[k] = _mm256_and_si256(vi[k], absmask);
     }
-    const __m256i m8 = _mm256_max_epu32(a[0], a[1]);
-    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
-    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
-    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
-    const uint32_t amax = static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+    // The block's amax in every lane (its exponent feeds the vector steps without a round trip
+    // through a general register).
+    __m256i m8 = _mm256_max_epu32(a[0], a[1]);
+    m8 = _mm256_max_epu32(m8, _mm256_permute2x128_si256(m8, m8, 1));
+    m8 = _mm256_max_epu32(m8, _mm256_shuffle_epi32(m8, 0x4e));
+    m8 = _mm256_max_epu32(m8, _mm256_shuffle_epi32(m8, 0xb1));
+    const uint32_t amax = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(m8)));
     if (amax >= 0x7f800000u) {
       std::memset(dst, 0, kBytes);
       dst[0] = bdr::kExpNaN;
       continue;
     }
     const int e = static_cast<int>(amax >> 23);
-    const __m256i ev = _mm256_set1_epi32(e);
+    const __m256i ev = _mm256_srli_epi32(m8, 23);
     __m256i code[2];
     uint32_t mu_bits = 0;
     for (int k = 0; k < 2; ++k) {
@@ -651,27 +653,20 @@ QJ_AVX2 void bdr_quantize_avx2_k(const void* src, int64_t nb, uint8_t* blocks) {
     }
     dst[0] = static_cast<uint8_t>(e);
     dst[1] = even_bits(mu_bits);
+    // The 16 codes as bytes (each below 2^(M+1) <= 256).
+    __m256i p = _mm256_packus_epi32(code[0], code[1]);  // [c0 0-3, c1 0-3 | c0 4-7, c1 4-7]
+    p = _mm256_permute4x64_epi64(p, 0xd8);              // c0 0-7, c1 0-7 (words)
+    const __m128i c8 = _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
     if constexpr (M == 7) {
-      __m256i p = _mm256_packus_epi32(code[0], code[1]);  // [c0 0-3, c1 0-3 | c0 4-7, c1 4-7]
-      p = _mm256_permute4x64_epi64(p, 0xd8);              // c0 0-7, c1 0-7 (words)
-      const __m128i w = _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2), w);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2), c8);
     } else {
-      alignas(32) uint64_t q[8];
-      for (int k = 0; k < 2; ++k)
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 4 * k),
-                           _mm256_or_si256(code[k], _mm256_srli_epi64(code[k], 32 - (M + 1))));
+      // Pair words code 2j | code 2j+1 << (M+1) (vpmaddubsw: exact, below 2^(2M+2) <= 1024).
+      const __m128i pw = _mm_maddubs_epi16(c8, _mm_set1_epi16(static_cast<short>((1 << (M + 1)) << 8 | 1)));
       if constexpr (M == 2) {
-        uint64_t x = 0;
-        for (int j = 0; j < 8; ++j) x |= (q[j] & 0xff) << (8 * j);
-        store_mx4_pairs(x, dst + 2);
+        store_mx4_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(pw, pw))), dst + 2);
       } else {
-        uint64_t lo = 0, hi = 0;
-        for (int j = 0; j < 4; ++j) {
-          lo |= (q[j] & 0xffff) << (16 * j);
-          hi |= (q[4 + j] & 0xffff) << (16 * j);
-        }
-        store_mx6_pairs(lo, hi, dst + 2);
+        store_mx6_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(pw)), static_cast<uint64_t>(_mm_extract_epi64(pw, 1)),
+                        dst + 2);
       }
     }
   }
