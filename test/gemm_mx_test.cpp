@@ -262,8 +262,6 @@ TEST(GemmMx, ShapeSweep) {
   }
 }
 
-// The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes, K rounded up to whole blocks), each
-// weight type in turn, at every tier.
 // u8 (with zero points) and s8 A, and dynamic A by row as well as by group, against the reference:
 // below the VNNI tier MXINT8 weights read A as s16 pairs (quads_as_pairs), where u8 A keeps its
 // values and zero point as they are, not shifted to s8.
@@ -288,6 +286,8 @@ TEST(GemmMx, EveryATypeEveryTier) {
   }
 }
 
+// The large and FBGEMM shapes (qjt::large_and_fbgemm_shapes, K rounded up to whole blocks), each
+// weight type in turn, at every tier.
 TEST(GemmMx, LargeAndFbgemmShapes) {
   qjt::each_large_shape_at_every_tier(32, [](const qjt::Shape& s, uint32_t seed) {
     MxCase t;
