@@ -630,7 +630,12 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
         return 1;
       }
     }
-    auto run_qj = [&] { qj_gemm_run(qp, m, A.data(), k, Cq.data(), n, nullptr); };
+    auto run_qj = [&] {
+      if (qj_gemm_run(qp, m, A.data(), k, Cq.data(), n, nullptr) != QJ_OK) {
+        std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
+        std::exit(1);
+      }
+    };
     run();
     if (qp) run_qj();
     // check: against fp64 products of fp16-rounded B
