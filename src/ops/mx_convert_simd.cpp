@@ -15,8 +15,10 @@
 //  - decode: value = bits(mag << (23-mbits)) * 2^(127-bias) (fp32 subnormals for the element's
 //    subnormals, hence the MXCSR guard against DAZ), E5M2 through vcvtph2ps, FP4 through a
 //    permute of the 16-entry value table; then one fp32 multiply by X.
-//  - BDR (both tiers): the scalar codec's integer RNE shift with per-lane variable shifts
-//    (vpsrlvd), microexponents from the pair maxima, fields packed by 64-bit squeeze steps.
+//  - BDR: microexponents from the pair maxima; the magnitudes by the scalar codec's integer RNE
+//    shift with per-lane variable shifts (AVX-512), or as |V| times a power of two rounded by
+//    cvtps2dq (AVX2: the same integer, see bdr_magnitudes); fields packed by 64-bit squeeze
+//    steps and pext (AVX-512) or by vpmaddwd and vpshufb (AVX2).
 // Tests run every tier against the scalar path and the double-precision reference.
 // GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized on their internal _mm512_undefined_*
 // (GCC bug 105593, fixed in 13); the warning is about the header, not this code.
@@ -604,12 +606,49 @@ QJ_AVX512 void bdr_dequantize_avx512_k(const uint8_t* blocks, int64_t nb, void* 
   }
 }
 
-// ---- BDR (AVX2): two ymm per 16-value block; same integer steps as the scalar codec ----
+// ---- BDR (AVX2): two ymm per 16-value block; bit-identical to the scalar codec ----
+
+// Blocks of E < M: 2^(126 - E + M + mu) is then no normal fp32 for mu = 1 (biased exponent
+// 253 + M + mu - E above 254), so their values are first multiplied by 2^64 (exact, also for fp32
+// subnormals) and the power of two divided by it.
+template <int M>
+constexpr uint32_t kBdrPrescaleBelow = static_cast<uint32_t>(M) << 23;
+
+// The scalar codec rounds sig >> sh to nearest even, with |v| = sig * 2^(max(ef, 1) - 150) and
+// sh = E + 24 - M - max(ef, 1) - mu. That is |v| * 2^(126 - E + M + mu) exactly: a power-of-two
+// multiply whose result is either far above the subnormal range or below 1/2, where both round
+// to 0. So one fp32 multiply and cvtps2dq (round to nearest even under the default MXCSR that
+// the driver sets) give the same magnitude. a = |v| (times 2^64 in blocks below
+// kBdrPrescaleBelow), base = the power of two's bits without mu, mu_mask = -1 where mu = 1.
+QJ_AVX2 inline __m256i bdr_magnitudes(__m256 a, __m256i base, __m256i mu_mask) {
+  const __m256i pow2 = _mm256_add_epi32(base, _mm256_and_si256(mu_mask, _mm256_set1_epi32(1 << 23)));
+  return _mm256_cvtps_epi32(_mm256_mul_ps(a, _mm256_castsi256_ps(pow2)));
+}
+
+// MX6 / MX4: the eight pair words pw (pair j = code 2j | code 2j+1 << (M+1), 2(M+1) bits) and the
+// header -> the whole block of 2 + 2(M+1) bytes at dst, without writing past it. Pairs join in
+// dwords of D = 4(M+1) bits (vpmaddwd), dwords in qwords of 2D bits, and one vpshufb puts the
+// qwords' M+1 bytes each after the two header bytes.
+template <int M>
+QJ_AVX2 inline void bdr_store_block(__m128i pw, uint32_t header, uint8_t* dst) {
+  constexpr int kD = 4 * (M + 1), kN = M + 1;
+  const __m128i d = _mm_madd_epi16(pw, _mm_set1_epi32(1 << (16 + 2 * (M + 1)) | 1));
+  const __m128i q = _mm_or_si128(_mm_blend_epi32(d, _mm_setzero_si128(), 0xa),
+                                 _mm_slli_epi64(_mm_srli_epi64(d, 32), kD));
+  alignas(16) int8_t idx[16];
+  for (int i = 0; i < 16; ++i) idx[i] = i < 2 ? -1 : i < 2 + kN ? i - 2 : i < 2 + 2 * kN ? 8 + i - 2 - kN : -1;
+  const __m128i x = _mm_or_si128(_mm_shuffle_epi8(q, _mm_load_si128(reinterpret_cast<const __m128i*>(idx))),
+                                 _mm_cvtsi32_si128(static_cast<int>(header)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), x);
+  if constexpr (M == 4) {
+    const int tail = _mm_extract_epi32(x, 2);
+    std::memcpy(dst + 8, &tail, 4);
+  }
+}
 
 template <int M, bool kBf16>
 QJ_AVX2 void bdr_quantize_avx2_k(const void* src, int64_t nb, uint8_t* blocks) {
   constexpr int kBytes = 2 + 2 * (M + 1);
-  const __m256i one = _mm256_set1_epi32(1);
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* dst = blocks + b * kBytes;
@@ -630,44 +669,37 @@ QJ_AVX2 void bdr_quantize_avx2_k(const void* src, int64_t nb, uint8_t* blocks) {
       dst[0] = bdr::kExpNaN;
       continue;
     }
-    const int e = static_cast<int>(amax >> 23);
     const __m256i ev = _mm256_srli_epi32(m8, 23);
-    __m256i code[2];
+    __m256i base = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(253 + M), ev), 23);
+    __m256 mag_in[2] = {_mm256_castsi256_ps(a[0]), _mm256_castsi256_ps(a[1])};
+    if (__builtin_expect(amax < kBdrPrescaleBelow<M>, 0)) {
+      base = _mm256_sub_epi32(base, _mm256_set1_epi32(64 << 23));
+      for (auto& x : mag_in) x = _mm256_mul_ps(x, _mm256_set1_ps(0x1p64f));
+    }
     uint32_t mu_bits = 0;
+    __m256i code[2];
     for (int k = 0; k < 2; ++k) {
+      // Microexponent: the pair's exponent is below E (both lanes of a pair agree, so one bit per
+      // qword lane is pair j's bit).
       const __m256i pair_max = _mm256_max_epu32(a[k], _mm256_shuffle_epi32(a[k], 0xb1));
-      const __m256i mu_mask = _mm256_cmpgt_epi32(ev, _mm256_srli_epi32(pair_max, 23));  // pair exp < E
-      mu_bits |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(mu_mask))) << (8 * k);
-      const __m256i mu = _mm256_and_si256(mu_mask, one);
-      const __m256i ef = _mm256_srli_epi32(a[k], 23);
-      const __m256i normal = _mm256_cmpgt_epi32(ef, _mm256_setzero_si256());
-      const __m256i sig = _mm256_or_si256(_mm256_and_si256(a[k], _mm256_set1_epi32(0x7fffff)),
-                                          _mm256_and_si256(normal, _mm256_set1_epi32(0x800000)));
-      const __m256i efp = _mm256_max_epi32(ef, one);
-      const __m256i sh = _mm256_sub_epi32(_mm256_sub_epi32(_mm256_add_epi32(ev, _mm256_set1_epi32(24 - M)), efp), mu);
-      const __m256i half_m1 = _mm256_sub_epi32(_mm256_sllv_epi32(one, _mm256_sub_epi32(sh, one)), one);
-      const __m256i lsb = _mm256_and_si256(_mm256_srlv_epi32(sig, sh), one);
-      __m256i mag = _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(sig, half_m1), lsb), sh);
-      mag = _mm256_min_epu32(mag, _mm256_set1_epi32((1 << M) - 1));
+      const __m256i mu_mask = _mm256_cmpgt_epi32(ev, _mm256_srli_epi32(pair_max, 23));
+      mu_bits |= static_cast<uint32_t>(_mm256_movemask_pd(_mm256_castsi256_pd(mu_mask))) << (4 * k);
+      const __m256i mag = _mm256_min_epu32(bdr_magnitudes(mag_in[k], base, mu_mask), _mm256_set1_epi32((1 << M) - 1));
       code[k] = _mm256_or_si256(mag, _mm256_slli_epi32(_mm256_srli_epi32(vi[k], 31), M));
     }
-    dst[0] = static_cast<uint8_t>(e);
-    dst[1] = even_bits(mu_bits);
+    const uint32_t header = amax >> 23 | mu_bits << 8;
     // The 16 codes as bytes (each below 2^(M+1) <= 256).
     __m256i p = _mm256_packus_epi32(code[0], code[1]);  // [c0 0-3, c1 0-3 | c0 4-7, c1 4-7]
     p = _mm256_permute4x64_epi64(p, 0xd8);              // c0 0-7, c1 0-7 (words)
     const __m128i c8 = _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
     if constexpr (M == 7) {
+      const uint16_t h16 = static_cast<uint16_t>(header);
+      std::memcpy(dst, &h16, 2);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2), c8);
     } else {
-      // Pair words code 2j | code 2j+1 << (M+1) (vpmaddubsw: exact, below 2^(2M+2) <= 1024).
-      const __m128i pw = _mm_maddubs_epi16(c8, _mm_set1_epi16(static_cast<short>((1 << (M + 1)) << 8 | 1)));
-      if constexpr (M == 2) {
-        store_mx4_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(pw, pw))), dst + 2);
-      } else {
-        store_mx6_pairs(static_cast<uint64_t>(_mm_cvtsi128_si64(pw)), static_cast<uint64_t>(_mm_extract_epi64(pw, 1)),
-                        dst + 2);
-      }
+      // Pair words (vpmaddubsw: exact, below 2^(2M+2) <= 1024).
+      bdr_store_block<M>(_mm_maddubs_epi16(c8, _mm_set1_epi16(static_cast<short>((1 << (M + 1)) << 8 | 1))), header,
+                         dst);
     }
   }
 }
