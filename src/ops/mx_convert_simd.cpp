@@ -155,8 +155,27 @@ QJ_AVX2 inline __m256i encode8(__m256i vi, __m256i a, __m256 inv) {
   }
 }
 
-template <qj_dtype T, bool kBf16>
-QJ_AVX2 void quantize_avx2_k(qj_rounding r, const void* src, int64_t nb, uint8_t* elems, uint8_t* scales) {
+// mx::scale_from_amax under QJ_ROUND_FLOOR for finite amax (in every lane of amax), on every lane:
+// the same integer steps, so the vector steps after it need no trip through a general register.
+// (Under RCEIL, the scalar rule and a broadcast measured faster: its extra steps run on the
+// integer ALUs beside the vector work.)
+template <class TR>
+QJ_AVX2 inline __m256i scale_floor8(__m256i amax) {
+  return _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(amax, 23), _mm256_set1_epi32(TR::emax)),
+                          _mm256_setzero_si256());
+}
+
+// mx::e8m0_inverse_f32 on every lane: 2^(127 - b), the subnormal 2^-127 at b = 254 (MXINT8 only).
+template <class TR>
+QJ_AVX2 inline __m256 inverse_scale8(__m256i b) {
+  __m256i inv = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), b), 23);
+  if constexpr (TR::emax == 0)
+    inv = _mm256_blendv_epi8(inv, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(b, _mm256_set1_epi32(254)));
+  return _mm256_castsi256_ps(inv);
+}
+
+template <qj_dtype T, bool kBf16, bool kRceil>
+QJ_AVX2 void quantize_avx2_r(const void* src, int64_t nb, uint8_t* elems, uint8_t* scales) {
   using TR = Tr<T>;
   const mx::ElemFormat& f = *mx::format(T);
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
@@ -166,18 +185,37 @@ QJ_AVX2 void quantize_avx2_k(qj_rounding r, const void* src, int64_t nb, uint8_t
       vi[k] = _mm256_castps_si256(load8<kBf16>(src, b * 32 + 8 * k));
       a[k] = _mm256_and_si256(vi[k], absmask);
     }
-    const __m256i m8 = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
-    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
-    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
-    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
-    const uint8_t s = mx::scale_from_amax(f, static_cast<uint32_t>(_mm_cvtsi128_si32(m)), r);
-    scales[b] = s;
+    // The block's amax: under FLOOR in every lane, for the vector scale steps; under RCEIL in a
+    // general register, for the scalar rule (see scale_floor8).
+    __m256i m8 = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
+    __m128i m;
+    if constexpr (kRceil) {
+      m = _mm_max_epu32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+      m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+      m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+    } else {
+      m8 = _mm256_max_epu32(m8, _mm256_permute2x128_si256(m8, m8, 1));
+      m8 = _mm256_max_epu32(m8, _mm256_shuffle_epi32(m8, 0x4e));
+      m8 = _mm256_max_epu32(m8, _mm256_shuffle_epi32(m8, 0xb1));
+      m = _mm256_castsi256_si128(m8);
+    }
+    const uint32_t amax = static_cast<uint32_t>(_mm_cvtsi128_si32(m));
     uint8_t* dst = elems + b * TR::bytes;
-    if (s == mx::kScaleNaN) {
+    if (amax >= 0x7f800000u) {
+      scales[b] = mx::kScaleNaN;
       std::memset(dst, 0, TR::bytes);
       continue;
     }
-    const __m256 inv = _mm256_set1_ps(mx::e8m0_inverse_f32(s));
+    __m256 inv;
+    if constexpr (kRceil) {
+      const uint8_t s = mx::scale_from_amax(f, amax, QJ_ROUND_RCEIL);
+      scales[b] = s;
+      inv = _mm256_set1_ps(mx::e8m0_inverse_f32(s));
+    } else {
+      const __m256i sv = scale_floor8<TR>(m8);
+      scales[b] = static_cast<uint8_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(sv)));
+      inv = inverse_scale8<TR>(sv);
+    }
     __m256i c[4];
     for (int k = 0; k < 4; ++k) c[k] = encode8<TR>(vi[k], a[k], inv);
     // dwords -> bytes in element order (pack works per 128-bit lane, the permute undoes it).
@@ -187,6 +225,12 @@ QJ_AVX2 void quantize_avx2_k(qj_rounding r, const void* src, int64_t nb, uint8_t
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     store_block<TR::bits>(p, dst);
   }
+}
+
+template <qj_dtype T, bool kBf16>
+QJ_AVX2 void quantize_avx2_k(qj_rounding r, const void* src, int64_t nb, uint8_t* elems, uint8_t* scales) {
+  if (r == QJ_ROUND_RCEIL) quantize_avx2_r<T, kBf16, true>(src, nb, elems, scales);
+  else quantize_avx2_r<T, kBf16, false>(src, nb, elems, scales);
 }
 
 // 8 byte codes (low 64 bits of c8) -> 8 values times x.
