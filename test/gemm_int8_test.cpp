@@ -148,7 +148,10 @@ TEST_P(GemmInt8, NTails) {
 // chunks (gemm.cpp kGemvChunkBytes); each call's output is the reference's, bit for bit, with a
 // partial last panel, per-channel and per-group scales, bias and ReLU. -----------------------------
 TEST_P(GemmInt8, GemvAlternatingDirections) {
-  const int64_t k = 2048, n = 1000;  // 2 MiB of packed panels (64-column panels)
+  // About twice L2 of packed panels (where calls alternate directions), 64-column panels as quads
+  // (one byte a weight) or s16 pairs (two), and a tail panel.
+  const int64_t k = 2048, bpw = isa() != QJ_ISA_SCALAR && qj::weights_kg(isa()) == 2 ? 2 : 1;
+  const int64_t n = static_cast<int64_t>(2 * qj::l2_cache_bytes()) / (k * bpw) - 7;
   std::mt19937 g(4242);
   std::vector<int8_t> wq(k * n);
   for (auto& v : wq) v = static_cast<int8_t>(static_cast<int>(g() % 256) - 128);
@@ -188,10 +191,11 @@ TEST_P(GemmInt8, GemvAlternatingDirections) {
       d.activation = ct == QJ_F32 ? QJ_ACT_RELU : QJ_ACT_NONE;
       std::unique_ptr<qj::GemmPlan> p;
       ASSERT_EQ(qj::gemm_plan_create(d, w, &p), QJ_OK) << qj_last_error();
-      const bool vnni = isa() >= QJ_ISA_AVX512_VNNI;
-      if (vnni && gran == QJ_GRAN_CHANNEL) {  // (the path the rule applies to; other tiers run it too)
+      // (The GEMV paths the rule applies to: u8 A in place on the VNNI tier, widened to s16 pairs
+      // below it; the scalar tier runs the reference.)
+      if (isa() != QJ_ISA_SCALAR && gran == QJ_GRAN_CHANNEL) {
         EXPECT_TRUE(p->gemv_direct);
-        const size_t bytes = size_t{2} << 20, l2 = qj::l2_cache_bytes();
+        const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes(), l2 = qj::l2_cache_bytes();
         EXPECT_EQ(p->gemv_chunk_panels > 0, 4 * bytes >= 3 * l2 && bytes <= 4 * l2) << "L2 " << l2;
         if (l2 == size_t{1} << 20) EXPECT_EQ(p->gemv_chunk_panels, 1);  // 128 KiB chunks of 128 KiB panels
       }
@@ -204,6 +208,56 @@ TEST_P(GemmInt8, GemvAlternatingDirections) {
         EXPECT_EQ(0, std::memcmp(c.data(), ref.data(), c.size()))
             << "call " << call << " gran " << gran << " c " << qj_dtype_name(ct) << " isa " << qj_isa_name(isa());
       }
+    }
+  }
+}
+
+// One row on the s16-pair tiers (AVX-512 without VNNI, AVX2): the GEMV path that widens u8 or s8
+// A into pairs in scratch and calls the kernel directly (GemmPlan::gemv_widen_a). K on both sides
+// of the pair and of the 8-pair vector step, padded lda, extreme values, weight zero points (which
+// keep the tile loop), every output type.
+TEST_P(GemmInt8, GemvWidenedA) {
+  const bool pairs = isa() != QJ_ISA_SCALAR && qj::weights_kg(isa()) == 2;
+  for (qj_dtype at : {QJ_U8, QJ_S8}) {
+    for (bool b_zp : {false, true}) {
+      std::vector<float> scales(8, 0.01f);
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = 33;
+      wd.n = 8;
+      wd.granularity = QJ_GRAN_CHANNEL;
+      wd.scales = scales.data();
+      std::vector<int8_t> wq(wd.k * wd.n, 1);
+      std::vector<int32_t> zps(8, 3);
+      if (b_zp) wd.zero_points = zps.data();
+      std::shared_ptr<qj::PackedWeights> w;
+      ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), wd.n, isa(), &w), QJ_OK) << qj_last_error();
+      qj_gemm_desc d{};
+      d.a_type = at;
+      d.a_scale = 0.05f;
+      d.a_zero_point = at == QJ_U8 ? 7 : 0;
+      d.c_type = QJ_F32;
+      d.c_scale = 1.0f;
+      std::unique_ptr<qj::GemmPlan> p;
+      ASSERT_EQ(qj::gemm_plan_create(d, w, &p), QJ_OK) << qj_last_error();
+      EXPECT_EQ(p->gemv_widen_a, pairs && !b_zp) << qj_dtype_name(at) << " b_zp " << b_zp;
+      EXPECT_EQ(p->gemv_direct, p->gemv_widen_a || (isa() == QJ_ISA_AVX512_VNNI && at == QJ_U8 && !b_zp));
+    }
+  }
+  uint32_t seed = 900;
+  for (int64_t k : {1, 2, 3, 15, 16, 17, 31, 33, 127, 128, 130, 513}) {
+    for (qj_dtype at : {QJ_U8, QJ_S8}) {
+      GemmCase c;
+      c.m = 1;
+      c.n = 45;
+      c.k = k;
+      c.a_type = at;
+      c.lda_pad = k % 3;
+      c.values = k % 2 ? qjt::kExtremes : qjt::kRandom;
+      c.seed = ++seed;
+      for (qj_dtype ct : {QJ_U8, QJ_S8, QJ_F32, QJ_BF16, QJ_S32}) EXPECT_CASE(with_out(c, ct));
+      c.b_zp = true;
+      EXPECT_CASE(with_out(c, QJ_F32));
     }
   }
 }

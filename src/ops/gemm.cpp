@@ -422,7 +422,10 @@ static int s8_prefetch_bytes(int rows, size_t bytes) {
 // Chunks of 4 panels (K = 512) measured faster than 16 (2 MB: 19.0-19.3 us) or 1. The gain needs
 // the plan's calls to follow one another with little else between them (a loop over one layer,
 // a recurrent step, a benchmark); with another library's call between two of ours (the sweep's
-// --vs onednn) the times stayed as before, neither faster nor slower.
+// --vs onednn) the times stayed as before, neither faster nor slower. On the AVX2 tier (s16
+// pairs, two bytes a weight; Zen 3, 512 KiB L2; 2026-12-07, three runs each, GOPS, forward only
+// -> alternating): 1 x 1024 x 256 (512 KB) 76-80 -> 83-84, 1 x 1024 x 512 71-73 -> 76-78, 2 MB and
+// more unchanged.
 constexpr size_t kGemvChunkBytes = size_t{128} << 10;
 
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
@@ -984,7 +987,9 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
              w->gran != QJ_GRAN_GROUP && w->zero_points.empty() && desc.beta == 0.0f &&
              n * c_bytes(desc.c_type) < kTallMaxRowBytes)
       plan_banks(key, p.get());
-    if (p->jit && !decoded && desc.a_type == QJ_U8 && w->kg == 4 && w->k == w->kp && w->zero_points.empty()) {
+    const bool gemv_in_place = desc.a_type == QJ_U8 && w->kg == 4 && w->k == w->kp;
+    const bool gemv_widen = (desc.a_type == QJ_U8 || desc.a_type == QJ_S8) && w->kg == 2;
+    if (p->jit && !decoded && (gemv_in_place || gemv_widen) && w->zero_points.empty()) {
       GemmIntArgs& g = p->gemv_args;
       g.consts = p->consts;
       g.b = w->packed.data<uint8_t>();
@@ -999,6 +1004,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       g.col_mult = p->col_mult.data<float>();
       g.col_bias = p->col_bias.data<float>();
       p->gemv_direct = true;
+      p->gemv_widen_a = gemv_widen;
       const size_t bytes = w->n_panels * w->panel_bytes();
       if (4 * bytes >= 3 * l2_cache_bytes() && bytes <= 4 * l2_cache_bytes())
         p->gemv_chunk_panels = std::max<int64_t>(1, static_cast<int64_t>(kGemvChunkBytes / w->panel_bytes()));
@@ -1668,7 +1674,9 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
   const int64_t rest = m - m4;
   const void* const a_rest = static_cast<const uint8_t*>(a) + m4 * lda;
   void* const c_rest = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
-  // GEMV, u8 A in place: one call over every panel with the plan's arguments, or every other
+  // GEMV, u8 A in place (or u8 / s8 A widened to s16 pairs first, below VNNI; before, that went
+  // through run_tiles, 60-70 ns more a call: 1 x 128 x 512 on the AVX2 Zen 3 58-84 -> 92 GOPS, 1 x
+  // 128 x 2876 50-60 -> 74-77): one call over every panel with the plan's arguments, or every other
   // call backwards by chunks (kGemvChunkBytes) (run_tiles makes the same kernel calls per N
   // block, after sizing scratch a GEMV does not use).
   const bool gemv = rest == 1 && nth == 1 && p.gemv_direct;
@@ -1683,6 +1691,14 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
   if (gemv) {
     GemmIntArgs args = p.gemv_args;
     args.a = static_cast<const uint8_t*>(a_rest);
+    if (p.gemv_widen_a) {
+      const size_t bytes = static_cast<size_t>(w.kp) * 2;  // kp / 2 pairs of two s16
+      if (!grow_buffer(s.a_pack, bytes))
+        return fail(QJ_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to pack A", bytes);
+      const PackASpec spec{d.a_type, w.kg, w.k, w.kp, w.groups(), false};
+      pack_a_tile(spec, a_rest, lda, 1, 1, nullptr, nullptr, s.a_pack.data<uint8_t>(), nullptr, s.pack);
+      args.a = s.a_pack.data<uint8_t>();
+    }
     args.c = static_cast<uint8_t*>(c_rest);
     args.ldc = ldc * out_bytes;
     const GemmIntKernel fn = p.kernels[0].fn<GemmIntKernel>();

@@ -343,12 +343,27 @@ __attribute__((target("avx2"))) static int64_t pairs_x4_avx2(const T* a, int64_t
   return kfull;
 }
 
+// One-row tiles (the GEMV): the pairs of a row are its values widened to s16 in order. Returns
+// the whole pairs done (a multiple of 8, all of them when kfull is).
+template <class T>
+__attribute__((target("avx2"))) static int64_t pairs_x1_avx2(const T* r, int64_t kfull, uint8_t* dst) {
+  int64_t kk = 0;
+  for (; kk + 8 <= kfull; kk += 8) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * kk));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kk * 4),
+                        std::is_signed_v<T> ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x));
+  }
+  return kk;
+}
+
 template <class T>
 static void pack_a_tile_int_pairs(const PackASpec& s, const T* a, int64_t lda, int mr, int mr_t,
                                   uint8_t* dst, int32_t* row_sum) {
   const int64_t kgroups = s.kp / 2, kfull = s.k / 2;
-  const int rows4 = max_isa() >= QJ_ISA_AVX2 ? mr_t / 4 * 4 : 0;
-  const int64_t done = rows4 > 0 ? pairs_x4_avx2(a, lda, rows4, mr, kfull, dst) : 0;
+  const bool avx2 = max_isa() >= QJ_ISA_AVX2;
+  const bool one_row = avx2 && mr == 1 && mr_t == 1;
+  const int rows4 = one_row ? 1 : avx2 ? mr_t / 4 * 4 : 0;  // rows the vector code starts
+  const int64_t done = one_row ? pairs_x1_avx2(a, kfull, dst) : rows4 > 0 ? pairs_x4_avx2(a, lda, rows4, mr, kfull, dst) : 0;
   // Rows the vector loop finished (no odd K value, no padding pair, no row sums) need no more.
   const int first = done == kgroups && !s.row_sums ? rows4 : 0;
   const int64_t gk = s.row_sums ? s.k / s.groups : 0;
