@@ -1420,10 +1420,25 @@ TEST_P(GemmInt8, StreamedWeightsPrefetchRule) {
     const size_t bytes = plan->w->panel_bytes() * static_cast<size_t>(plan->w->n_panels);
     const bool streamed = avx2_cpu && bytes >= (size_t{16} << 20);
     const bool far = qj::amd_family() >= 0x1a && bytes >= 2 * qj::l2_cache_bytes();
+    // The GEMV (kernels[0], one row) prefetches 8 KiB ahead from a quarter to three quarters of L3
+    // on such a CPU.
+    const size_t l3 = qj::l3_cache_bytes();
+    const bool gemv_pf = avx2_cpu && 4 * bytes >= l3 && 4 * bytes <= 3 * l3;
     EXPECT_EQ(plan->kblock_min_tiles, streamed ? 8 : 0) << "k " << k << ", " << bytes << " bytes";
-    for (size_t r = 0; r < plan->kernels.size(); ++r)
+    for (size_t r = 0; r < plan->kernels.size(); ++r) {
       EXPECT_EQ(plan->kernels[r].name().find("_pf16384") != std::string::npos, r >= 1 && (streamed || far))
           << plan->kernels[r].name() << ", " << bytes << " bytes";
+      EXPECT_EQ(plan->kernels[r].name().find("_pf8192") != std::string::npos, r == 0 && gemv_pf)
+          << plan->kernels[r].name() << ", " << bytes << " bytes, L3 " << l3;
+    }
+    if (gemv_pf) {
+      GemmCase c;
+      c.m = 1;
+      c.n = n;
+      c.k = k;
+      c.seed = 3690;
+      EXPECT_CASE(c);
+    }
     if (plan->blk.kc > 0) {
       const int rows = std::max(plan->blk.kc_min_rows, 1);
       EXPECT_EQ(qj::gemm_call_kblocked(*plan, 7, rows), !streamed) << "k " << k;
