@@ -17,8 +17,8 @@
 //    permute of the 16-entry value table; then one fp32 multiply by X.
 //  - BDR: microexponents from the pair maxima; the magnitudes by the scalar codec's integer RNE
 //    shift with per-lane variable shifts (AVX-512), or as |V| times a power of two rounded by
-//    cvtps2dq (AVX2: the same integer, see bdr_magnitudes); fields packed by 64-bit squeeze
-//    steps and pext (AVX-512) or by vpmaddwd and vpshufb (AVX2).
+//    cvtps2dq (AVX2: the same integer, see bdr_magnitudes); fields packed by pext (AVX-512)
+//    or by vpmaddwd and vpshufb (AVX2), unpacked by 64-bit spread steps.
 // Tests run every tier against the scalar path and the double-precision reference.
 // GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized on their internal _mm512_undefined_*
 // (GCC bug 105593, fixed in 13); the warning is about the header, not this code.
@@ -487,24 +487,15 @@ QJ_AVX512 void dequantize_avx512_k(const uint8_t* elems, const uint8_t* scales, 
 
 // ---- BDR (AVX-512): one zmm per 16-value block ----
 
-// BDR field streams. Codes are first joined in pairs (pair j = code 2j | code 2j+1 << (M+1)),
-// then 64-bit mask-and-shift steps squeeze out the gaps (and spread them back on decode).
-// MX4: 8 pairs of 6 bits, one per byte of x -> 48 bits.
-inline uint64_t squeeze6(uint64_t x) {
-  x = (x & 0x003f003f003f003full) | ((x & 0x3f003f003f003f00ull) >> 2);
-  x = (x & 0x00000fff00000fffull) | ((x & 0x0fff00000fff0000ull) >> 4);
-  return (x & 0x0000000000ffffffull) | ((x & 0x00ffffff00000000ull) >> 8);
-}
+// BDR field streams. Codes are joined in pairs (pair j = code 2j | code 2j+1 << (M+1)); on
+// decode, 64-bit mask-and-shift steps spread the packed pairs back apart.
+// MX4: 48 bits -> 8 pairs of 6 bits, one per byte.
 inline uint64_t spread6(uint64_t x) {
   x = (x & 0x0000000000ffffffull) | ((x & 0x0000ffffff000000ull) << 8);
   x = (x & 0x00000fff00000fffull) | ((x & 0x00fff00000fff000ull) << 4);
   return (x & 0x003f003f003f003full) | ((x & 0x0fc00fc00fc00fc0ull) << 2);
 }
-// MX6: 4 pairs of 10 bits, one per 16-bit word of x -> 40 bits.
-inline uint64_t squeeze10(uint64_t x) {
-  x = (x & 0x000003ff000003ffull) | ((x & 0x03ff000003ff0000ull) >> 6);
-  return (x & 0x00000000000fffffull) | ((x & 0x000fffff00000000ull) >> 12);
-}
+// MX6: 40 bits -> 4 pairs of 10 bits, one per 16-bit word.
 inline uint64_t spread10(uint64_t x) {
   x = (x & 0x00000000000fffffull) | ((x & 0x000000fffff00000ull) << 12);
   return (x & 0x000003ff000003ffull) | ((x & 0x000ffc00000ffc00ull) << 6);
@@ -523,15 +514,6 @@ inline uint64_t mx4_pairs(const uint8_t* block) { return spread6(load_u64(block)
 inline void mx6_pairs(const uint8_t* block, uint64_t h[2]) {
   h[0] = spread10((load_u64(block) >> 16) & 0xffffffffffull);  // field bytes 2..6
   h[1] = spread10(load_u64(block + 4) >> 24);                   // field bytes 7..11
-}
-inline void store_mx4_pairs(uint64_t pairs, uint8_t* dst) {
-  const uint64_t x = squeeze6(pairs);
-  std::memcpy(dst, &x, 6);
-}
-inline void store_mx6_pairs(uint64_t lo, uint64_t hi, uint8_t* dst) {
-  const uint64_t a = squeeze10(lo), b = squeeze10(hi);
-  std::memcpy(dst, &a, 5);
-  std::memcpy(dst + 5, &b, 5);
 }
 
 // 16 codes in dword lanes -> the field stream of 2(M+1) bytes at dst. MX6 / MX4: the codes as
@@ -579,15 +561,6 @@ QJ_AVX512 inline __m512i bdr_unpack_codes(const uint8_t* block) {
     return _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi64(kMask)),
                            _mm512_slli_epi64(_mm512_and_si512(q, _mm512_set1_epi64(kMask << (M + 1))), 32 - (M + 1)));
   }
-}
-
-// Collect bit 2j of a 16-bit mask into bit j.
-inline uint8_t even_bits(uint32_t m) {
-  m &= 0x5555u;
-  m = (m | m >> 1) & 0x3333u;
-  m = (m | m >> 2) & 0x0f0fu;
-  m = (m | m >> 4) & 0x00ffu;
-  return static_cast<uint8_t>(m);
 }
 
 template <int M, bool kBf16>
