@@ -102,7 +102,7 @@ struct GemmPlan {
   // over chunks of them).
   bool gemv_direct = false;
   // ... or, for s16-pair weights (below VNNI), u8 / s8 A widened to pairs in scratch first (one
-  // row: the values in order, gemm.cpp pack_a_tile) instead of a pass through the tile loop.
+  // row: the values in order, pack_a.cpp pairs_x1_avx2) instead of a pass through the tile loop.
   bool gemv_widen_a = false;
   GemmIntArgs gemv_args{};
   // gemv_chunk_panels > 0: every other call of this plan walks the panels backwards, in chunks of
