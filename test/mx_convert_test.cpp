@@ -415,7 +415,7 @@ TEST_P(BdrConvert, MatchesReferenceAtEveryIsa) {
 // Every block exponent E = 0..254, four blocks each: one value of exponent field E, the others
 // from E - 30 up (fp32 subnormals for E < 30), and in every other block half-step ties of the
 // block's grid. The vector paths change method at small E (the AVX2 tier pre-scales blocks below
-// E = 8), so both sides of every such edge are here.
+// E = M), so both sides of every such edge are here.
 TEST_P(BdrConvert, EveryBlockExponentMatchesReference) {
   const qj_dtype t = GetParam();
   const qj::bdr::BdrFormat& f = *qj::bdr::format(t);
