@@ -39,6 +39,11 @@ struct Plan {
   // A addressing: packed tiles put the mr rows of one K group side by side (a_row = 4,
   // a_kstep = mr * 4); A read in place (key.param[0] = bytes per row) keeps rows apart.
   int a_row, a_kstep;
+  // B: s8 pairs stored as bytes (the AVX2 tier's kPair8, gemm_int_s8_bytes) are widened by
+  // vpmovsxbw as they are loaded; b_step = bytes of one K group of the panel, b_vec = of one
+  // column vector of it.
+  bool b8;
+  int b_step, b_vec;
 };
 
 bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
@@ -57,6 +62,9 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
     return false;
   }
   p->nrv = p->nr / p->s.lanes32;
+  p->b8 = key.b_type == QJ_S8 && gemm_int_s8_bytes(static_cast<qj_isa>(key.isa));
+  p->b_vec = p->b8 ? p->s.bytes / 2 : p->s.bytes;
+  p->b_step = p->nrv * p->b_vec;
   p->grouped = key.granularity == QJ_GRAN_GROUP;
   p->dual = (key.flags & 1) != 0 && !p->grouped;
   int n_acc = p->mr * p->nrv;
@@ -90,16 +98,21 @@ void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
   const cg::Simd& s = p.s;
   // With one row each B vector is used once: fold its load into the multiply (fewer uops, which
   // is what bounds a GEMV streaming weights from L1/L2).
-  const bool b_from_mem = p.mr == 1;
+  const bool b_from_mem = p.mr == 1 && !p.b8;
   if (!b_from_mem)
-    for (int j = 0; j < p.nrv; ++j)
-      load_vec(a, s, p.breg + j, ptr(rdx, u * p.nr * 4 + j * s.bytes));
+    for (int j = 0; j < p.nrv; ++j) {
+      const Mem m = ptr(rdx, u * p.b_step + j * p.b_vec);
+      if (p.b8)
+        a.vpmovsxbw(s.v(p.breg + j), m);
+      else
+        load_vec(a, s, p.breg + j, m);
+    }
   for (int i = 0; i < p.mr; ++i) {
     Vec av = s.v(p.areg + (i % p.nareg));
     a.vpbroadcastd(av, dword_ptr(rsi, u * p.a_kstep + i * p.a_row));
     for (int j = 0; j < p.nrv; ++j) {
       Vec c = s.v(acc + i * p.nrv + j);
-      Operand b = b_from_mem ? Operand(ptr(rdx, u * p.nr * 4 + j * s.bytes)) : Operand(s.v(p.breg + j));
+      Operand b = b_from_mem ? Operand(ptr(rdx, u * p.b_step + j * p.b_vec)) : Operand(s.v(p.breg + j));
       if (p.vnni) {
         a.emit(Inst::kIdVpdpbusd, c, av, b);
       } else {
@@ -219,11 +232,11 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.shr(r8, 1);
     a.jz(l_odd);
     a.bind(l_pairs);
-    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.nr * 8, pf);
+    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.b_step * 2, pf);
     emit_kstep(a, p, p.acc0, 0);
     emit_kstep(a, p, p.acc1, 1);
     a.add(rsi, p.a_kstep * 2);
-    a.add(rdx, p.nr * 8);
+    a.add(rdx, p.b_step * 2);
     a.dec(r8);
     a.jnz(l_pairs);
     a.bind(l_odd);
@@ -231,17 +244,17 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.jz(l_done);
     emit_kstep(a, p, p.acc0, 0);
     a.add(rsi, p.a_kstep);
-    a.add(rdx, p.nr * 4);
+    a.add(rdx, p.b_step);
     a.bind(l_done);
     for (int r = 0; r < n_acc; ++r) a.vpaddd(s.v(p.acc0 + r), s.v(p.acc0 + r), s.v(p.acc1 + r));
   } else {
     Label l_k = a.newLabel();
     a.mov(r8, ARG(k_groups));
     a.bind(l_k);
-    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.nr * 4, pf);
+    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.b_step, pf);
     emit_kstep(a, p, p.acc0, 0);
     a.add(rsi, p.a_kstep);
-    a.add(rdx, p.nr * 4);
+    a.add(rdx, p.b_step);
     a.dec(r8);
     a.jnz(l_k);
   }

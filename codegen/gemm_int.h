@@ -3,7 +3,8 @@
 // One kernel computes an mr x (n_panels * nr) strip of C from a packed A tile and consecutive
 // packed B panels; see docs/kernel-contract.md for the packed layouts. Key fields used:
 //   isa            avx512_vnni: vpdpbusd on u8 x s8 quads; avx512 / avx2: vpmaddwd on s16 pairs
-//                  (both operands widened at pack time: exact, never saturates)
+//                  (exact, never saturates; A widened at pack time, and B too at avx512, while
+//                  the avx2 tier's B pairs are bytes widened by vpmovsxbw: gemm_int_s8_bytes)
 //   mr, nr         register tile (nr a multiple of the vector width)
 //   c_type, has_bias, activation, has_row_scale, has_beta   epilogue (codegen/epilogue.h)
 //   granularity    QJ_GRAN_GROUP: int32 sums per K group folded into fp32 with per-(group, column)
@@ -85,7 +86,8 @@ namespace qj {
 struct GemmIntArgs {
   cg::EpilogueConsts consts; // first: the epilogue addresses it from the argument pointer
   const uint8_t* a;          // packed A tile: k_groups x mr x 4 bytes
-  const uint8_t* b;          // first packed B panel: k_groups x nr x 4 bytes per panel
+  const uint8_t* b;          // first packed B panel: k_groups x nr x 4 bytes per panel (s8 pairs
+                             // at avx2: x 2, gemm_int_s8_bytes)
   uint8_t* c;                // C(row 0 of the tile, first column of the first panel)
   int64_t ldc;               // bytes between rows of C
   int64_t k_groups;          // 4-byte K groups per scale group (all of K when not grouped);
@@ -112,6 +114,11 @@ struct GemmIntArgs {
 };
 
 using GemmIntKernel = void (*)(const GemmIntArgs*);
+
+// s8 weights below the AVX-512 tiers are packed as K pairs of bytes (layout kPair8,
+// src/ops/int_weights.h) and widened to s16 pairs by the kernel (vpmovsxbw): one byte a weight to
+// stream instead of two, the shuffle off the multiply ports. The AVX-512 tier keeps s16 pairs.
+inline bool gemm_int_s8_bytes(qj_isa isa) { return isa < QJ_ISA_AVX512; }
 
 // The tall kernel (flags bit 6 with nr = 16, emit_s8_tall) keeps all of B in registers: K quads.
 constexpr int kTallMaxKGroups = 19;

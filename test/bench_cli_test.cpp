@@ -178,8 +178,8 @@ void check_gemm_record(const Json& j, int64_t m, int64_t n, int64_t k, const std
     EXPECT_TRUE(lv == "l1" || lv == "l2" || lv == "l3" || lv == "dram") << at << " level " << lv;
     EXPECT_GT(j.n("roof_gbs"), 0) << at;
     expect_rel(j.n("roof_fraction"), j.n("weight_gbs") / j.n("roof_gbs"), 2e-2, at + " roof_fraction");
-    if (w_type == "s8") {  // the bytes the kernel streams: s8 quads at the VNNI tier, s16 pairs below
-      const double bytes_per_weight = j.s("isa") == "avx512_vnni" ? 1 : 2;
+    if (w_type == "s8") {  // the bytes the kernel streams: s16 pairs at the avx512 tier, else s8
+      const double bytes_per_weight = j.s("isa") == "avx512" ? 2 : 1;
       expect_rel(j.n("weight_gbs"), bytes_per_weight * n * k / j.n("seconds") * 1e-9, 2e-2, at + " weight_gbs");
     }
   } else {

@@ -9,7 +9,8 @@
 // (a flip in the version field with QJ_ERR_VERSION_MISMATCH) and leaves *out untouched; a wrong
 // version with a valid checksum is QJ_ERR_VERSION_MISMATCH (versions 1 and 2, before the MX
 // panels got their scale lines and E2M3 its 6-bit codes, are still read for the weight types
-// they did not change); an image packed at another ISA tier is
+// they did not change; S8 images before version 5 are read in their s16-pair layout below the
+// AVX-512 tiers and repacked); an image packed at another ISA tier is
 // repacked for the current one and computes the same results.
 #include <gtest/gtest.h>
 #include <quantjit/quantjit.h>
@@ -201,7 +202,7 @@ TEST(WeightsSerialize, RoundTripSameResults) {
       std::vector<uint8_t> img = serialize(w);
       // The header says what it holds.
       EXPECT_EQ(0, std::memcmp(img.data(), "QJWEIGHT", 8));
-      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 4u);
+      EXPECT_EQ(get<uint32_t>(img, kOffVersion), 5u);
       EXPECT_EQ(get<uint32_t>(img, kOffHeaderBytes), kHeaderBytes);
       EXPECT_EQ(get<uint64_t>(img, kOffTotalBytes), img.size());
       EXPECT_EQ(get<int64_t>(img, kOffK), c.k);
@@ -316,9 +317,9 @@ TEST(WeightsSerialize, FlippedBitsAreDetected) {
     std::vector<uint8_t> bad = img;
     bad[b / 8] ^= static_cast<uint8_t>(1u << (b % 8));
     const size_t byte = b / 8;
-    // A flip to a version this library still reads (1 to 3 from 4) is caught by the checksum.
+    // A flip to a version this library still reads (1 to 4 from 5) is caught by the checksum.
     const uint32_t v = get<uint32_t>(bad, kOffVersion);
-    const qj_status want = (byte >= kOffVersion && byte < kOffVersion + 4 && (v < 1 || v > 4))
+    const qj_status want = (byte >= kOffVersion && byte < kOffVersion + 4 && (v < 1 || v > 5))
                                ? QJ_ERR_VERSION_MISMATCH
                                : QJ_ERR_CORRUPT_DATA;
     ASSERT_EQ(try_load(bad.data(), bad.size()), want) << "bit " << b << " (byte " << byte << ") of " << bits;
@@ -343,8 +344,8 @@ TEST(WeightsSerialize, WrongVersionWithValidChecksum) {
   reseal(same);
   ASSERT_EQ(same, img);
   ASSERT_EQ(try_load(same.data(), same.size()), QJ_OK) << qj_last_error();
-  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 4u);
-  for (uint32_t v : {0u, 5u, 0x100u, 0xffffffffu}) {
+  ASSERT_EQ(get<uint32_t>(img, kOffVersion), 5u);
+  for (uint32_t v : {0u, 6u, 0x100u, 0xffffffffu}) {
     std::vector<uint8_t> bad = img;
     put<uint32_t>(bad, kOffVersion, v);
     reseal(bad);
@@ -376,15 +377,71 @@ std::vector<uint8_t> mx_image_of_version(qj_dtype t, uint32_t version) {
   return img;
 }
 
+// The image of S8 weights `r` as a library before version 5 wrote it, labelled `version`: below the
+// AVX-512 tiers its panels held s16 pairs (per K pair, nr columns x 2 s16 of K), which version 5
+// made bytes (kPair8, src/ops/int_weights.h). The pairs are built here from the raw weights by
+// that documented layout, not by the library. Other tiers' images only get the label.
+std::vector<uint8_t> old_s8_image(const Raw& r, std::vector<uint8_t> img, uint32_t version) {
+  const int32_t isa = get<int32_t>(img, kOffIsa), nr = get<int32_t>(img, kOffNr);
+  const int64_t kp = get<int64_t>(img, kOffKp), panels = get<int64_t>(img, kOffPanels);
+  if (isa < QJ_ISA_AVX512) {
+    const uint64_t bytes = get<uint64_t>(img, kOffPackedBytes);
+    EXPECT_EQ(bytes, static_cast<uint64_t>(panels * kp * nr)) << "one byte a weight at " << isa;
+    const size_t at = kHeaderBytes + 4 * (get<uint64_t>(img, kOffNScales) + get<uint64_t>(img, kOffNZps));
+    std::vector<uint8_t> pairs(static_cast<size_t>(panels * kp * nr * 2), 0);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int64_t kk = 0; kk < r.cfg.k; ++kk)
+        for (int64_t c = 0; c < nr && p * nr + c < r.cfg.n; ++c) {
+          const int16_t v = r.q[kk * r.cfg.n + p * nr + c];
+          std::memcpy(&pairs[((p * kp / 2 + kk / 2) * nr + c) * 4 + (kk % 2) * 2], &v, 2);
+        }
+    img.erase(img.begin() + at, img.begin() + at + bytes);
+    img.insert(img.begin() + at, pairs.begin(), pairs.end());
+    put<uint64_t>(img, kOffPackedBytes, pairs.size());
+    put<uint64_t>(img, kOffTotalBytes, img.size());
+  }
+  put<uint32_t>(img, kOffVersion, version);
+  reseal(img);
+  return img;
+}
+
+// Version 5 changed only the S8 panels below the AVX-512 tiers (bytes, not s16 pairs): images of
+// versions 1 to 4 of those are read in their pairs layout and repacked, with the same results; a
+// version 5 image relabelled as older (bytes where pairs are due) is corrupt, not misread.
+TEST(WeightsSerialize, OlderImagesOfS8WeightsAreRepacked) {
+  uint32_t seed = 70;
+  for (qj_isa isa : qjt::supported_isas()) {
+    qjt::IsaCap cap(isa);
+    for (const Config& c : kConfigs) {
+      Raw r = make_raw(c, ++seed);
+      Problem pr = make_problem(c.k, c.n, seed + 7);
+      const std::vector<uint8_t> want = run_ref(r, pr);
+      qj_weights w = pack(r);
+      const std::vector<uint8_t> img = serialize(w);
+      qj_weights_destroy(w);
+      for (uint32_t v : {1u, 4u}) {
+        const std::vector<uint8_t> old = old_s8_image(r, img, v);
+        w = nullptr;
+        ASSERT_EQ(qj_weights_deserialize(old.data(), old.size(), &w), QJ_OK) << cfg_str(c) << ": " << qj_last_error();
+        EXPECT_EQ(run(w, pr, c.k, c.n), want) << "version " << v << " " << cfg_str(c);
+        qj_weights_destroy(w);
+        if (isa >= QJ_ISA_AVX512) continue;
+        std::vector<uint8_t> relabelled = img;
+        put<uint32_t>(relabelled, kOffVersion, v);
+        reseal(relabelled);
+        EXPECT_EQ(try_load(relabelled.data(), relabelled.size()), QJ_ERR_CORRUPT_DATA) << cfg_str(c);
+      }
+    }
+  }
+}
+
 // Version 2 changed only the MX / BDR panels (their scale bytes moved into scale lines ahead of
 // the groups): a version 1 image of other weights is read as before, one of MX weights is refused.
 TEST(WeightsSerialize, Version1ImagesOfNonMxWeightsOnly) {
   Raw r = make_raw(kConfigs[0], 41);
   qj_weights w = pack(r);
-  std::vector<uint8_t> img = serialize(w);
+  std::vector<uint8_t> img = old_s8_image(r, serialize(w), 1u);
   qj_weights_destroy(w);
-  put<uint32_t>(img, kOffVersion, 1u);
-  reseal(img);
   EXPECT_EQ(try_load(img.data(), img.size()), QJ_OK) << qj_last_error();
 
   for (qj_dtype t : {QJ_MXFP4_E2M1, QJ_MXINT8, QJ_MXFP8_E4M3, QJ_BDR_MX6}) {
@@ -570,7 +627,8 @@ TEST(WeightsSerialize, ImagesFromAnotherIsaTierAreRepacked) {
         ASSERT_EQ(qj_weights_info(w, nullptr, nullptr, nullptr, &got), QJ_OK);
         // Tiers whose panel layout is identical (e.g. scalar and avx2) may keep the image's tier;
         // any other layout must have been repacked for this one.
-        const bool same_layout = qj::weights_kg(from) == qj::weights_kg(to) &&
+        const bool same_layout = qj::weights_layout(from, QJ_S8) == qj::weights_layout(to, QJ_S8) &&
+                                 qj::weights_kg(from) == qj::weights_kg(to) &&
                                  qj::weights_nr(from, c.n) == qj::weights_nr(to, c.n);
         if (same_layout)
           EXPECT_TRUE(got == to || got == from) << "from " << qj_isa_name(from) << " to " << qj_isa_name(to);

@@ -95,12 +95,13 @@ const WeightKind kKinds[] = {
 
 // Bits per weight that a GEMV streams: the type's row, except the 6-bit types MXFP6 E2M3 / E3M2
 // and BDR MX6, dense (6 bits a code) only in the panels of the VNNI tier, and s8 weights, s16
-// pairs below it (kPair16, src/ops/int_weights.h).
+// pairs at the AVX-512 tier without VNNI (kPair16, src/ops/int_weights.h; the AVX2 tier's kPair8
+// pairs are bytes).
 double weight_bits(const WeightKind& kind) {
   if (qj_max_isa() >= QJ_ISA_AVX512_VNNI) {
     if (kind.w == QJ_MXFP6_E2M3 || kind.w == QJ_MXFP6_E3M2) return 6.25;
     if (kind.w == QJ_BDR_MX6) return 6.5;
-  } else if (kind.w == QJ_S8) {
+  } else if (kind.w == QJ_S8 && qj_max_isa() == QJ_ISA_AVX512) {
     return 16;
   }
   return kind.bits;

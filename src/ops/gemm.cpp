@@ -80,7 +80,9 @@ GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64
   int64_t mc = (256 << 10) / std::max<int64_t>(a_row_bytes, 1);
   mc = std::max<int64_t>(b.mr, mc / b.mr * b.mr);
   b.mc = std::min<int64_t>(mc, 4096);
-  const int64_t panel_bytes = block_groups * nr * 4;
+  // (s8 pairs of the AVX2 tier are bytes: kPair8)
+  const int64_t step_bytes = static_cast<int64_t>(nr) * (kg == 2 && weights_layout(isa, QJ_S8) == PackLayout::kPair8 ? 2 : 4);
+  const int64_t panel_bytes = block_groups * step_bytes;
   // Half of the L2 for the B block: a block the size of the whole L2 (1 MiB on Zen 4) thrashed in
   // some runs (1024^3: 236 or 431 GOPS by the pages it got; 434-436 GOPS steady at L2 / 2).
   b.nc_panels = std::max<int64_t>(1, static_cast<int64_t>(l2_cache_bytes() / 2) / std::max<int64_t>(panel_bytes, 1));
@@ -390,8 +392,7 @@ static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool 
 // 4096 M = 2 182-191 -> 205-228, M = 4 296-307 -> 380-444, M = 16 607-623 -> 684-781; x 4096 x
 // 4096 M = 4 749-812 -> 774-820, M = 16 874-896 -> 950-966, M = 64 790-886 -> 910-932.
 //
-// A CPU without AVX-512 (its own tier AVX2), weights of 16 MiB and more as packed (s16 pairs: 2
-// bytes a weight): 16 KiB ahead too, and K blocks only for calls of kKBlockMinTilesStreamed row
+// A CPU without AVX-512 (its own tier AVX2), weights of 16 MiB and more as packed: 16 KiB ahead too, and K blocks only for calls of kKBlockMinTilesStreamed row
 // tiles or more (GemmPlan::kblock_min_tiles): the K-blocked kernels cannot prefetch, and their
 // panel slices, a panel stride apart, stream from DRAM as badly. Zen 3 (2026-12-07 ~05:45 UTC, u8
 // A, u8 C, both plans in one process, calls alternating, GOPS, K-blocked without a prefetch ->
@@ -400,26 +401,30 @@ static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool 
 // / 83.7; M = 2 (never blocked) 34.6 -> 49.7 / 54.8. With the prefetch, unblocked / blocked time:
 // M = 16 0.85, M = 32 0.98, M = 40 1.00, M = 48 1.02, M = 64 1.03-1.13 (7 / 8 / 10 / 13 tiles).
 // At 16 MB (4 x 4096 x 2048, not blocked) 107 -> 136 GOPS with 16 KiB; at 8 MB (L3) 3-5% slower,
-// so not there (2048 x 2048 and 4096 x 1024, M = 4 / 16: 143-144 -> 137-138).
+// so not there (2048 x 2048 and 4096 x 1024, M = 4 / 16: 143-144 -> 137-138). Those were s16
+// pairs; with the byte pairs (kPair8, half the bytes) the rule stays at 16 MiB as packed: the
+// prefetch alone, both in one process, 20-40 rounds, time with 4 / 16 KiB over without (~14:05
+// UTC): x 4096 x 4096 (16.8 MB) M = 2 0.86 / 0.88, M = 4 1.04 / 1.05, M = 16 1.04 / 1.05; x 11008 x
+// 4096 (45 MB) M = 2 0.64 / 0.64, M = 4 0.86 / 0.87, M = 16 1.03 / 1.04.
 constexpr int64_t kKBlockMinTilesStreamed = 8;
 static bool s8_stream_prefetch(size_t bytes) {
   return cpu_isa() < QJ_ISA_AVX512 && bytes >= (size_t{16} << 20);
 }
-// The s8 GEMV (one row) on a CPU without AVX-512 (s16 pairs, 2 bytes a weight) prefetches 8 KiB
-// ahead when its weights are a quarter to three quarters of L3: the hardware prefetcher alone
-// keeps too little of a one-pass stream from L3 in flight there. Measured 2026-12-07 (Zen 3, 32
-// MiB L3; plans with and without in one process, 200 rounds alternating, median time ratio with /
-// without): 1 x 1024 x 4096 (8.4 MB) 0.98, 1 x 1536 x 4096 (12.6 MB) 0.82, 1 x 800 x 8000 0.80-0.82
-// (50 -> 62 GOPS), 1 x 1024 x 8000 0.67-0.76, 1 x 2048 x 4096 0.69, 1 x 3072 x 4096 (25 MB) 0.88,
-// 1 x 11008 x 1024 (22.5 MB) 0.95; but 1 x 14336 x 1024 (29 MB) 1.06, 1 x 4096 x 4096 (32 MB)
-// 1.04-1.09, and below 8 MB 1.00-1.21 (1 x 128 x 2876 at 16 KiB).
-constexpr int kS8GemvPrefetchBytes = 8 << 10;
+// The s8 GEMV (one row) on a CPU without AVX-512 (the AVX2 tier's byte pairs, kPair8) prefetches
+// 16 KiB ahead once its weights are half of L3 or more. Measured 2026-12-07 ~14:00 UTC (Zen 3, 32
+// MiB L3; plans with and without in one process, 40-100 rounds alternating, median time ratio
+// with 8 / 16 KiB over without, three sessions of the machine's changing states): 1 x 1024 x
+// 4096 (4.2 MB) 1.31-1.39, 1 x 2048 x 4096 (8.4 MB) 1.02-1.39, 1 x 3072 x 4096 (12.6 MB) 1.18-1.32
+// (any distance from 1 to 32 KiB: a one-row call with the prefetch stayed near 52 GOPS there while
+// the hardware prefetcher alone gave 66-75); 1 x 4096 x 4096 (16.8 MB) 0.75-1.02 / 0.67-1.01, 1 x
+// 6144 x 4096 0.65-0.71 / 0.67, 1 x 7168 x 4096 0.68 / 0.68, 1 x 8192 x 4096 0.70-0.90 / 0.68-0.89,
+// 1 x 11008 x 4096 (45 MB, DRAM) 0.92-0.94 / 0.91-0.93, 1 x 14336 x 4096 0.93 / 0.91. (With s16
+// pairs, two bytes a weight, the window had been a quarter to three quarters of L3, 8 KiB.)
 static bool s8_gemv_prefetch(size_t bytes) {
-  const size_t l3 = l3_cache_bytes();
-  return cpu_isa() < QJ_ISA_AVX512 && 4 * bytes >= l3 && 4 * bytes <= 3 * l3;
+  return cpu_isa() < QJ_ISA_AVX512 && 2 * bytes >= l3_cache_bytes();
 }
 static int s8_prefetch_bytes(int rows, size_t bytes) {
-  if (rows == 1) return s8_gemv_prefetch(bytes) ? kS8GemvPrefetchBytes : 0;
+  if (rows == 1) return s8_gemv_prefetch(bytes) ? kFarWeightPrefetchBytes : 0;
   return (far_weight_prefetch(bytes) || s8_stream_prefetch(bytes)) ? kFarWeightPrefetchBytes : 0;
 }
 
@@ -439,7 +444,8 @@ static int s8_prefetch_bytes(int rows, size_t bytes) {
 // --vs onednn) the times stayed as before, neither faster nor slower. On the AVX2 tier (s16
 // pairs, two bytes a weight; Zen 3, 512 KiB L2; 2026-12-07, three runs each, GOPS, forward only
 // -> alternating): 1 x 1024 x 256 (512 KB) 76-80 -> 83-84, 1 x 1024 x 512 71-73 -> 76-78, 2 MB and
-// more unchanged.
+// more unchanged. (The AVX2 tier's s8 weights are now bytes, kPair8: the rule stays on the bytes
+// packed.)
 constexpr size_t kGemvChunkBytes = size_t{128} << 10;
 
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
@@ -1589,11 +1595,11 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
         const std::vector<KernelRef>& kernels = b8 ? p.kernels_b8 : stage ? p.kblock_kernels[stage - 1] : p.kernels;
         if (kblocked) {
           args.k_groups = kgn;
-          args.b_skip = static_cast<int64_t>(w.panel_bytes()) - kgn * w.nr * 4;
+          args.b_skip = static_cast<int64_t>(w.panel_bytes()) - kgn * w.step_bytes();
         }
         // What is the same for every tile of this N (and K) block is set once (the kernel gets
         // the struct's address, so the compiler cannot keep these out of the loop itself).
-        args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes() + kg0 * w.nr * 4;
+        args.b = w.packed.data<uint8_t>() + p0 * w.panel_bytes() + kg0 * w.step_bytes();
         if (b8) {
           fp6_panels_to_bytes(w, p0, p1, s.b8.data<uint8_t>(), true);
           args.b = s.b8.data<uint8_t>();

@@ -13,6 +13,7 @@
 
 #include <sys/mman.h>
 
+#include "codegen/gemm_int.h"
 #include "src/core/isa.h"
 #include "src/core/log.h"
 #include "src/core/status.h"
@@ -38,7 +39,9 @@ PackLayout weights_layout(qj_isa isa, qj_dtype dtype) {
     case QJ_BDR_MX9:
     case QJ_BDR_MX6:
     case QJ_BDR_MX4: return PackLayout::kMx16;
-    default: return isa >= QJ_ISA_AVX512_VNNI ? PackLayout::kQuad8 : PackLayout::kPair16;
+    default:
+      if (isa >= QJ_ISA_AVX512_VNNI) return PackLayout::kQuad8;
+      return gemm_int_s8_bytes(isa) ? PackLayout::kPair8 : PackLayout::kPair16;
   }
 }
 
@@ -168,7 +171,7 @@ size_t PackedWeights::panel_bytes() const {
     case PackLayout::kMx16: return mx_panel_bytes();
     case PackLayout::kNibble: return static_cast<size_t>(groups()) * group_block_bytes();
     case PackLayout::kHalf: return static_cast<size_t>(kp) * nr * 2;
-    default: return static_cast<size_t>(k_groups()) * nr * 4;  // quads, pairs, bf16 pairs
+    default: return static_cast<size_t>(k_groups() * step_bytes());  // quads, pairs, bf16 pairs
   }
 }
 
@@ -183,6 +186,7 @@ int32_t PackedWeights::q(int64_t kk, int64_t col) const {
     uint8_t b = base[g * group_block_bytes() + s * nr * 4 + c * 4 + (r % 4)];
     return static_cast<int32_t>(r < 4 ? (b & 15) : (b >> 4)) - nibble_offset();
   }
+  if (layout == PackLayout::kPair8) return static_cast<int8_t>(base[(kk / 2) * nr * 2 + c * 2 + kk % 2]);
   const uint8_t* p = base + (kk / kg) * nr * 4 + c * 4;
   if (kg == 4) return static_cast<int8_t>(p[kk % 4]);
   int16_t v;
@@ -417,10 +421,12 @@ qj_status pack_int(PackedWeights* w, qj_isa isa, const Get& get) {
       uint8_t* panel = base + p * w->panel_bytes();
       for (int64_t kk = 0; kk < k; ++kk) {
         int64_t g = kk / w->kg, r = kk % w->kg;
-        uint8_t* row = panel + g * nr * 4;
+        uint8_t* row = panel + g * w->step_bytes();
         for (int64_t c = 0; c < nr && p * nr + c < n; ++c) {
           int32_t v = get(kk, p * nr + c);
-          if (w->kg == 4) {
+          if (w->layout == PackLayout::kPair8) {
+            row[c * 2 + r] = static_cast<uint8_t>(static_cast<int8_t>(v));
+          } else if (w->kg == 4) {
             row[c * 4 + r] = static_cast<uint8_t>(static_cast<int8_t>(v));
           } else {
             int16_t s = static_cast<int16_t>(v);

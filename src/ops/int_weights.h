@@ -7,8 +7,11 @@
 // zero-padded); panels are contiguous, panel_bytes() each.
 //   kQuad8  (s8, avx512_vnni)   kg = 4: per K group of 4, nr columns x 4 consecutive s8 of K
 //                               (vpdpbusd quads).
-//   kPair16 (s8, avx512, avx2)  kg = 2: per K group of 2, nr columns x 2 consecutive s16 of K
+//   kPair16 (s8, avx512)        kg = 2: per K group of 2, nr columns x 2 consecutive s16 of K
 //                               (vpmaddwd pairs).
+//   kPair8  (s8, avx2, scalar)  kg = 2: per K group of 2, nr columns x 2 consecutive s8 of K: the
+//                               pairs of kPair16 at one byte a weight, widened to s16 by one
+//                               vpmovsxbw per 16 weights in the kernel (half the bytes to stream).
 //   kNibble (s4, u4, every tier) kg = 8: per scale group (or all of K when not grouped):
 //                 steps of 8 K: nr columns x 4 bytes; byte r (0..3) of column c holds
 //                   low nibble = u(k0 + r, c), high nibble = u(k0 + 4 + r, c)
@@ -69,7 +72,7 @@ namespace qj {
 
 enum class PackLayout : int32_t {
   kQuad8 = 0, kPair16 = 1, kNibble = 2, kHalf = 3, kBf16Pair = 4, kMxNibble = 5, kMxByte = 6,
-  kMx16 = 7, kMxFp8 = 12
+  kMx16 = 7, kMxFp8 = 12, kPair8 = 13
 };
 
 struct PackedWeights {
@@ -143,6 +146,8 @@ struct PackedWeights {
   size_t mx_k_offset(int64_t kk) const;
   int64_t groups() const { return gran == QJ_GRAN_GROUP ? k / group_size : 1; }
   int64_t k_groups() const { return kp / kg; }
+  // kQuad8, kPair16, kPair8, kBf16Pair: the bytes of one K group of a panel (all nr columns).
+  int64_t step_bytes() const { return static_cast<int64_t>(nr) * (layout == PackLayout::kPair8 ? 2 : 4); }
   // kNibble: 8-K steps per scale group, and the bytes of one group block of a panel.
   int64_t group_steps() const { return kp / groups() / 8; }
   size_t group_block_bytes() const;

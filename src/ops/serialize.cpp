@@ -21,12 +21,14 @@ namespace qj {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'J', 'W', 'E', 'I', 'G', 'H', 'T'};
+// 5: S8 panels below the AVX-512 tiers (AVX2, scalar) hold bytes, not s16 pairs (kPair8); older
+//    such images are read in their pairs layout and repacked.
 // 4: so do MXFP6 E3M2 and BDR MX6 panels (kMx16) of the VNNI tier.
 // 3: MXFP6 E2M3 panels of the VNNI tier hold 6 bits per code (PackedWeights::fp6_dense).
 // 2: MX / BDR panels hold their scale bytes in scale lines ahead of the groups (int_weights.h).
 // 1: they held them after all the steps. Older images of the types a version did not change are
 // read alike.
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
 
 struct Header {
   char magic[8];
@@ -159,6 +161,7 @@ qj_status weights_deserialize(const void* buf, size_t size, qj_isa isa,
     if (ok) {
       if (h.n_zps) w->zero_points.resize(1);  // geometry depends on their presence only
       set_weights_geometry(w.get(), img_isa);
+      if (w->layout == PackLayout::kPair8 && h.version < 5) w->layout = PackLayout::kPair16;
       ok = h.nr == w->nr && h.kg == w->kg && h.kp == w->kp && h.n_panels == w->n_panels &&
            h.packed_bytes == static_cast<uint64_t>(w->n_panels) * w->panel_bytes() &&
            sizeof(Header) + payload_bytes(h) + 8 == size;
