@@ -44,6 +44,9 @@ struct Plan {
   // column vector of it.
   bool b8;
   int b_step, b_vec;
+  // key.param[1] = 3 (s8 byte pairs, one row): two panels a pass, the second panel's column
+  // vectors (the upper half of nrv) at r15 = args.panel_bytes further on.
+  bool pair;
 };
 
 bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
@@ -65,6 +68,8 @@ bool make_plan(const KernelKey& key, Plan* p, std::string* why) {
   p->b8 = key.b_type == QJ_S8 && gemm_int_s8_bytes(static_cast<qj_isa>(key.isa));
   p->b_vec = p->b8 ? p->s.bytes / 2 : p->s.bytes;
   p->b_step = p->nrv * p->b_vec;
+  p->pair = key.b_type == QJ_S8 && key.param[1] == 3 && !(key.flags & 64);
+  if (p->pair) p->nrv *= 2;
   p->grouped = key.granularity == QJ_GRAN_GROUP;
   p->dual = (key.flags & 1) != 0 && !p->grouped;
   int n_acc = p->mr * p->nrv;
@@ -93,6 +98,19 @@ void load_vec(Assembler& a, const cg::Simd& s, int reg, const Mem& m) {
     a.vmovdqu(s.v(reg), m);
 }
 
+// Column vector j of K group u of B (the pair form's upper half: the next panel's, at r15 on).
+Mem b_mem(const Plan& p, int u, int j) {
+  const int half = p.nrv / 2;
+  if (p.pair && j >= half) return ptr(rdx, r15, 0, u * p.b_step + (j - half) * p.b_vec);
+  return ptr(rdx, u * p.b_step + j * p.b_vec);
+}
+
+// The weight prefetch `bytes` of B ahead of each stream (the pair form: both panels').
+void emit_b_prefetch(Assembler& a, const Plan& p, int bytes, int pf) {
+  cg::emit_weight_prefetch(a, rdx, 0, bytes, pf);
+  if (p.pair) cg::emit_weight_prefetch(a, rdx, r15, 0, 0, bytes, pf);
+}
+
 // One K group (4 bytes of A per row, nr*4 bytes of B) into accumulator set `acc`.
 void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
   const cg::Simd& s = p.s;
@@ -101,7 +119,7 @@ void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
   const bool b_from_mem = p.mr == 1 && !p.b8;
   if (!b_from_mem)
     for (int j = 0; j < p.nrv; ++j) {
-      const Mem m = ptr(rdx, u * p.b_step + j * p.b_vec);
+      const Mem m = b_mem(p, u, j);
       if (p.b8)
         a.vpmovsxbw(s.v(p.breg + j), m);
       else
@@ -112,7 +130,7 @@ void emit_kstep(Assembler& a, const Plan& p, int acc, int u) {
     a.vpbroadcastd(av, dword_ptr(rsi, u * p.a_kstep + i * p.a_row));
     for (int j = 0; j < p.nrv; ++j) {
       Vec c = s.v(acc + i * p.nrv + j);
-      Operand b = b_from_mem ? Operand(ptr(rdx, u * p.b_step + j * p.b_vec)) : Operand(s.v(p.breg + j));
+      Operand b = b_from_mem ? Operand(b_mem(p, u, j)) : Operand(s.v(p.breg + j));
       if (p.vnni) {
         a.emit(Inst::kIdVpdpbusd, c, av, b);
       } else {
@@ -196,6 +214,12 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     *why = "weight prefetch (param[5]) is for kernels over the whole K";
     return false;
   }
+  if (p.pair && (!p.b8 || p.mr != 1 || p.grouped || key.has_b_zp || stage != 0 || key.n_tail != 0 ||
+                 key.param[0] != 0)) {
+    *why = "the pair form (param[1] = 3) is for one row of byte-pair weights, per tensor or channel, "
+           "whole K, no tail, no weight zero point";
+    return false;
+  }
 
   cg::emit_save_callee_regs(a);
   a.mov(rdx, ARG(b));
@@ -204,7 +228,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   a.xor_(ebp, ebp);
   a.mov(r13, ARG(col_corr));
   a.mov(r14, ARG(b_zp));
-  a.mov(r15, ARG(group_scale));
+  a.mov(r15, p.pair ? ARG(panel_bytes) : ARG(group_scale));
 
   Label l_panel = a.newLabel();
   a.bind(l_panel);
@@ -232,7 +256,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.shr(r8, 1);
     a.jz(l_odd);
     a.bind(l_pairs);
-    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.b_step * 2, pf);
+    if (pf) emit_b_prefetch(a, p, p.b_step * 2, pf);
     emit_kstep(a, p, p.acc0, 0);
     emit_kstep(a, p, p.acc1, 1);
     a.add(rsi, p.a_kstep * 2);
@@ -251,7 +275,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     Label l_k = a.newLabel();
     a.mov(r8, ARG(k_groups));
     a.bind(l_k);
-    if (pf) cg::emit_weight_prefetch(a, rdx, 0, p.b_step, pf);
+    if (pf) emit_b_prefetch(a, p, p.b_step, pf);
     emit_kstep(a, p, p.acc0, 0);
     a.add(rsi, p.a_kstep);
     a.add(rdx, p.b_step);
@@ -260,6 +284,7 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
   }
 
   if (stage != 0) a.add(rdx, ARG(b_skip));  // to this K block of the next panel
+  if (p.pair) a.add(rdx, r15);              // past the second panel
   if (acc_out) {
     // Not the last K block: the raw sums go to the accumulator tile, and on to the next panel.
     emit_acc_address(a, p);
@@ -299,8 +324,8 @@ bool emit_s8(const KernelKey& key, Assembler& a, std::string* why) {
     a.jnz(l_group);
   }
 
-  emit_panel_output(a, s, key, p.mr, p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped, p.breg,
-                    p.areg, l_panel);
+  emit_panel_output(a, s, key, p.mr, p.pair ? 2 * p.nr : p.nr, p.nrv, p.grouped ? p.facc : p.acc0, p.grouped,
+                    p.breg, p.areg, l_panel);
   return true;
 }
 
@@ -1666,12 +1691,13 @@ std::string name(const KernelKey& key) {
   const uint32_t stage = key.param[2];
   if (stage == 1 || stage == 2) {  // K blocks before the last: raw sums, no output stage
     std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_kblock_%s__%s_%dx%dc%d%s", vnni ? "u8" : "s16",
-                  vnni ? "s8" : "s16", stage == 1 ? "first" : "next", isa_suffix(key.isa), key.mr,
+                  vnni || gemm_int_s8_bytes(static_cast<qj_isa>(key.isa)) ? "s8" : "s16", stage == 1 ? "first" : "next", isa_suffix(key.isa), key.mr,
                   key.nr, vnni ? 4 : 2, (key.flags & 1) ? "_dual" : "");
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s",
-                vnni ? "u8" : "s16", vnni ? "s8" : "s16",
+  const char* b_name = vnni || gemm_int_s8_bytes(static_cast<qj_isa>(key.isa)) ? "s8" : "s16";
+  std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s",
+                vnni ? "u8" : "s16", b_name,
                 key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",
                 dt(key.c_type), key.granularity == QJ_GRAN_GROUP ? "_grp" : "",
                 key.has_b_zp ? "_bzp" : "", key.has_bias ? "_bias" : "",
@@ -1684,7 +1710,8 @@ std::string name(const KernelKey& key) {
                 : (key.flags & 64) ? ("_k" + std::to_string(key.param[1]) +
                                       (key.param[3] ? "_bs" + std::to_string(key.param[3]) : "")).c_str()
                                    : "",
-                stage == 3 ? "_klast" : "", key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
+                stage == 3 ? "_klast" : "", key.param[1] == 3 && !(key.flags & 64) ? "_pair" : "",
+                key.param[5] ? ("_pf" + std::to_string(key.param[5])).c_str() : "");
   return buf;
 }
 

@@ -50,7 +50,11 @@
 //                  vector per panel): two panels a pass, their column vectors in the order of
 //                  one panel of twice the width (the second panel args.panel_bytes on), so each A
 //                  quad broadcast serves both; n_panels counts pairs; no tail; with param[5] the
-//                  first stream prefetches the next pair's first panel, the second its own
+//                  first stream prefetches the next pair's first panel, the second its own.
+//                  (s8, AVX2 byte pairs, mr = 1, per tensor / channel, no b_zp, whole K) 3: the
+//                  same two panels a pass (r15 = args.panel_bytes to the second), each A pair
+//                  broadcast serving the four column vectors; with param[5] each stream
+//                  prefetches its own panel
 //   param[2]       (s8, not narrow) K blocking: 0 the whole K in one call; otherwise the call covers
 //                  k_groups of K and the accumulators pass through args.acc between calls:
 //                  1 first block (start from col_corr, store the raw sums to acc), 2 a middle

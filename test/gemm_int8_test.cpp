@@ -216,6 +216,57 @@ TEST_P(GemmInt8, GemvAlternatingDirections) {
 // A into pairs in scratch and calls the kernel directly (GemmPlan::gemv_widen_a). K on both sides
 // of the pair and of the 8-pair vector step, padded lda, extreme values, weight zero points (which
 // keep the tile loop), every output type.
+// --- The AVX2 tier's one-row pair form (two panels of byte pairs a pass; gemm.cpp, one_row_pairs):
+// which plans get it, and exact results for odd and even panel counts, a tail panel, one panel,
+// both quantization granularities (group scales keep the one-panel kernel), and partitions
+// whose slices start on odd panels. -----------------------------------------------------------
+TEST_P(GemmInt8, GemvPairForm) {
+  for (int64_t n : {8, 32, 40, 48, 80, 100}) {
+    for (qj_granularity gran : {QJ_GRAN_CHANNEL, QJ_GRAN_GROUP}) {
+      const int64_t k = 64;
+      std::vector<float> scales(gran == QJ_GRAN_GROUP ? 2 * n : n, 0.01f);
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = k;
+      wd.n = n;
+      wd.granularity = gran;
+      wd.group_size = gran == QJ_GRAN_GROUP ? 32 : 0;
+      wd.scales = scales.data();
+      std::vector<int8_t> wq(k * n, 1);
+      std::shared_ptr<qj::PackedWeights> w;
+      ASSERT_EQ(qj::pack_int_weights(wd, wq.data(), n, isa(), &w), QJ_OK) << qj_last_error();
+      qj_gemm_desc d{};
+      d.a_type = QJ_U8;
+      d.a_scale = 0.05f;
+      d.c_type = QJ_F32;
+      d.c_scale = 1.0f;
+      std::unique_ptr<qj::GemmPlan> p;
+      ASSERT_EQ(qj::gemm_plan_create(d, w, &p), QJ_OK) << qj_last_error();
+      const bool want = isa() == QJ_ISA_AVX2 && w->n_panels >= 2 && gran != QJ_GRAN_GROUP;
+      EXPECT_EQ(static_cast<bool>(p->pair), want) << "n " << n << " gran " << gran;
+      if (p->pair) EXPECT_NE(p->pair.name().find("_pair"), std::string::npos) << p->pair.name();
+    }
+  }
+  uint32_t seed = 950;
+  for (int64_t n : {16, 32, 40, 48, 80, 100, 257}) {
+    for (int threads : {1, 3}) {
+      GemmCase c;
+      c.m = 1;
+      c.n = n;
+      c.k = n % 3 ? 131 : 64;
+      c.a_type = n % 2 ? QJ_S8 : QJ_U8;
+      c.values = n % 2 ? qjt::kExtremes : qjt::kRandom;
+      c.threads = threads;
+      c.seed = ++seed;
+      for (qj_dtype ct : {QJ_U8, QJ_F32, QJ_S32}) EXPECT_CASE(with_out(c, ct));
+      c.gran = QJ_GRAN_GROUP;
+      c.group = 32;
+      c.k = 128;
+      EXPECT_CASE(with_out(c, QJ_F32));
+    }
+  }
+}
+
 TEST_P(GemmInt8, GemvWidenedA) {
   const bool pairs = isa() != QJ_ISA_SCALAR && qj::weights_kg(isa()) == 2;
   for (qj_dtype at : {QJ_U8, QJ_S8}) {

@@ -175,9 +175,9 @@ unsigned long long stat_of(const Child& c, const std::string& key) {
 
 // docs/kernel-naming.md
 const std::regex kCanonical(
-    "gemm_(u8s8|s16s16)_acc32_(raw|reqb?|deq)_(u8|s8|s32|f32|bf16)(_grp)?(_bzp)?(_bias)?(_relu)?(_dyn)?"
+    "gemm_(u8s8|s16s16|s16s8)_acc32_(raw|reqb?|deq)_(u8|s8|s32|f32|bf16)(_grp)?(_bzp)?(_bias)?(_relu)?(_dyn)?"
     "(_beta)?__(avx2|avx512|avx512vnni)_[0-9]+x[0-9]+c[24](_t[0-9]+)?(_dual|_narrow|_tall)?"
-    "(_lda[0-9]+|_k[0-9]+(_bs[0-9]+)?)?(_klast)?");
+    "(_lda[0-9]+|_k[0-9]+(_bs[0-9]+)?)?(_klast)?(_pair)?(_pf[0-9]+)?");
 const std::regex kJitLine("quantjit: jit,([A-Za-z0-9_]+),([0-9]+) bytes,([0-9]+(\\.[0-9]+)?) us");
 
 std::vector<qj_isa> jit_isas() {

@@ -1025,6 +1025,16 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       g.col_bias = p->col_bias.data<float>();
       p->gemv_direct = true;
       p->gemv_widen_a = gemv_widen;
+      if (gemv_widen && gemm_int_s8_bytes(p->isa) && w->n_panels >= 2 && groups == 1) {
+        // The one-row pair form of the byte pairs (see one_row_pairs).
+        KernelKey kp = keys[0];
+        kp.param[1] = 3;
+        kp.n_tail = 0;
+        if (acquire_kernel(kp, gemm_int_family(), &p->pair) == QJ_OK)
+          p->gen_us += p->pair.gen_us();
+        else
+          QJ_LOG(1, "gemm: JIT declined the one-row pair form (%s); one-row calls take a panel a pass", last_error());
+      }
       const size_t bytes = w->n_panels * w->panel_bytes();
       if (4 * bytes >= 3 * l2_cache_bytes() && bytes <= 4 * l2_cache_bytes())
         p->gemv_chunk_panels = std::max<int64_t>(1, static_cast<int64_t>(kGemvChunkBytes / w->panel_bytes()));
@@ -1413,9 +1423,14 @@ struct AKind {
 
 // A one-row tile over `count` panels from args.b on (the last of them the tail panel if
 // `last_is_tail`): whole panels in pairs by the pair form (GemmPlan::pair), each A quad broadcast
-// once for two column vectors instead of one; the panel left over, if any, and the tail panel by
-// the one-panel kernel. Zen 3 (AVX2 CPU), 2026-12-07 ~02:00-02:20 UTC, warm, S4 group 128 f32 A,
-// both plans in one process, 200-300 alternating calls, median time ratio pair / one panel:
+// once for two column vectors instead of one (s8 byte pairs: each A pair for four); the panel
+// left over, if any, and the tail panel by the one-panel kernel. s8 (u8 A, per channel, u8 C;
+// 2026-12-07 ~14:55 UTC, both plans in one process, 100 alternating rounds, median time ratio pair
+// / one panel): 1 x 128 x 512 0.91-0.96, 1 x 1024 x 256 0.97, 1 x 1024 x 512 0.91, 1 x 128 x
+// 2876 0.88, 1 x 800 x 8000 0.87, 1 x 2048 x 4096 0.86, 1 x 3072 x 4096 0.84, 1 x 4096 x 4096
+// 0.86-1.06 (three runs), 1 x 6144 x 4096 0.86, 1 x 11008 x 4096 0.82. Decoded weights, Zen 3
+// (AVX2 CPU), 2026-12-07 ~02:00-02:20 UTC, warm, S4 group 128 f32 A, both plans in one process,
+// 200-300 alternating calls, median time ratio pair / one panel:
 // 1 x 512 x 512 0.89, 1 x 1024 x 2048 0.87-0.89, 1 x 2048 x 2048 0.91, 1 x 4096 x 4096 0.90
 // (122 -> 143 GOPS), 1 x 6144 x 4096 0.89, U4 1 x 4096 x 4096 0.88. From 16 MiB up, where the
 // one-panel kernel prefetches 8 KiB ahead, the pair form prefetches 4 KiB ahead (its first stream
@@ -1626,7 +1641,7 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
           args.row_scale = s.row_scale.data() + slot * mr;
           args.row_group_scale = s.rg_scale.data() + slot * scale_slots;
           if (kblocked) args.acc = reinterpret_cast<int32_t*>(s.acc.data<uint8_t>() + slot * acc_tile_bytes);
-          if (rows == 1 && p.pair)
+          if (rows == 1 && p.pair && !kblocked)  // (the pair form runs over the whole K)
             one_row_pairs(p, args, p1 - p0, n_tail != 0 && p1 == n_panels, out_bytes);
           else
             fns[rows - 1](&args);
@@ -1722,8 +1737,14 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
     args.c = static_cast<uint8_t*>(c_rest);
     args.ldc = ldc * out_bytes;
     const GemmIntKernel fn = p.kernels[0].fn<GemmIntKernel>();
+    auto call = [&](const GemmIntArgs& x) {
+      if (p.pair)
+        one_row_pairs(p, x, x.n_panels, x.last_is_tail != 0, out_bytes);
+      else
+        fn(&x);
+    };
     if (p.gemv_chunk_panels == 0 || (p.gemv_calls.fetch_add(1, std::memory_order_relaxed) & 1) == 0) {
-      fn(&args);
+      call(args);
       return QJ_OK;
     }
     const int64_t np = args.n_panels, nr = w.nr;
@@ -1739,7 +1760,7 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
       ch.col_bias = args.col_bias + p0 * nr;
       ch.n_panels = p1 - p0;
       ch.last_is_tail = p1 == np ? args.last_is_tail : 0;
-      fn(&ch);
+      call(ch);
     }
     return QJ_OK;
   }

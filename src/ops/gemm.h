@@ -79,8 +79,9 @@ struct GemmPlan {
   // byte per code (key.param[4] = 1). A block of at least kFp6BytesMinTiles row tiles first
   // unpacks each of its N blocks into per-thread scratch (fp6_panels_to_bytes) and runs these.
   std::vector<KernelRef> kernels_b8;
-  // S4 / U4, MXFP4 and E2M3 weights at the AVX2 tier (one column vector a panel): the one-row
-  // kernel's pair form (codegen/gemm_int.h, param[1] = 3), two whole panels a pass; one-row tiles
+  // S4 / U4, MXFP4 and E2M3 weights at the AVX2 tier (one column vector a panel), and s8 byte
+  // pairs (the AVX2 tier's GEMV, gemv_direct, per tensor or channel): the one-row kernel's pair
+  // form (codegen/gemm_int.h, param[1] = 3), two whole panels a pass; one-row tiles (the s8 GEMV)
   // run it on their panels in pairs and kernels[0] on what is left (an odd panel, the tail panel).
   KernelRef pair;
   // K-blocked s8 plans (blk.kc > 0): the first, middle and last K-block stages (gemm_int.h),
