@@ -1689,13 +1689,14 @@ std::string name(const KernelKey& key) {
     return buf;
   }
   const uint32_t stage = key.param[2];
+  // B as the kernel reads it: s8 quads (VNNI), s8 pairs widened in the kernel (AVX2), s16 pairs
+  const char* b_name = vnni || gemm_int_s8_bytes(static_cast<qj_isa>(key.isa)) ? "s8" : "s16";
   if (stage == 1 || stage == 2) {  // K blocks before the last: raw sums, no output stage
-    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_kblock_%s__%s_%dx%dc%d%s", vnni ? "u8" : "s16",
-                  vnni || gemm_int_s8_bytes(static_cast<qj_isa>(key.isa)) ? "s8" : "s16", stage == 1 ? "first" : "next", isa_suffix(key.isa), key.mr,
-                  key.nr, vnni ? 4 : 2, (key.flags & 1) ? "_dual" : "");
+    std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_kblock_%s__%s_%dx%dc%d%s", vnni ? "u8" : "s16", b_name,
+                  stage == 1 ? "first" : "next", isa_suffix(key.isa), key.mr, key.nr, vnni ? 4 : 2,
+                  (key.flags & 1) ? "_dual" : "");
     return buf;
   }
-  const char* b_name = vnni || gemm_int_s8_bytes(static_cast<qj_isa>(key.isa)) ? "s8" : "s16";
   std::snprintf(buf, sizeof buf, "gemm_%s%s_acc32_%s_%s%s%s%s%s%s%s__%s_%dx%dc%d%s%s%s%s%s%s",
                 vnni ? "u8" : "s16", b_name,
                 key.c_type == QJ_S32 ? "raw" : (key.c_type == QJ_U8 || key.c_type == QJ_S8) ? (key.epilogue ? "reqb" : "req") : "deq",

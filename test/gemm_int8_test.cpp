@@ -212,10 +212,6 @@ TEST_P(GemmInt8, GemvAlternatingDirections) {
   }
 }
 
-// One row on the s16-pair tiers (AVX-512 without VNNI, AVX2): the GEMV path that widens u8 or s8
-// A into pairs in scratch and calls the kernel directly (GemmPlan::gemv_widen_a). K on both sides
-// of the pair and of the 8-pair vector step, padded lda, extreme values, weight zero points (which
-// keep the tile loop), every output type.
 // --- The AVX2 tier's one-row pair form (two panels of byte pairs a pass; gemm.cpp, one_row_pairs):
 // which plans get it, and exact results for odd and even panel counts, a tail panel, one panel,
 // both quantization granularities (group scales keep the one-panel kernel), and partitions
@@ -267,6 +263,10 @@ TEST_P(GemmInt8, GemvPairForm) {
   }
 }
 
+// One row on the pair tiers (AVX-512 without VNNI, AVX2): the GEMV path that widens u8 or s8
+// A into pairs in scratch and calls the kernel directly (GemmPlan::gemv_widen_a). K on both sides
+// of the pair and of the 8-pair vector step, padded lda, extreme values, weight zero points (which
+// keep the tile loop), every output type.
 TEST_P(GemmInt8, GemvWidenedA) {
   const bool pairs = isa() != QJ_ISA_SCALAR && qj::weights_kg(isa()) == 2;
   for (qj_dtype at : {QJ_U8, QJ_S8}) {

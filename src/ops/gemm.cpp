@@ -81,7 +81,8 @@ GemmBlocking choose_blocking(qj_isa isa, int nr, bool grouped, int64_t kp, int64
   mc = std::max<int64_t>(b.mr, mc / b.mr * b.mr);
   b.mc = std::min<int64_t>(mc, 4096);
   // (s8 pairs of the AVX2 tier are bytes: kPair8)
-  const int64_t step_bytes = static_cast<int64_t>(nr) * (kg == 2 && weights_layout(isa, QJ_S8) == PackLayout::kPair8 ? 2 : 4);
+  const bool byte_pairs = kg == 2 && weights_layout(isa, QJ_S8) == PackLayout::kPair8;
+  const int64_t step_bytes = static_cast<int64_t>(nr) * (byte_pairs ? 2 : 4);
   const int64_t panel_bytes = block_groups * step_bytes;
   // Half of the L2 for the B block: a block the size of the whole L2 (1 MiB on Zen 4) thrashed in
   // some runs (1024^3: 236 or 431 GOPS by the pages it got; 434-436 GOPS steady at L2 / 2).
@@ -392,8 +393,9 @@ static int decoded_gemv_form(int rows, const PackedWeights& w, qj_isa isa, bool 
 // 4096 M = 2 182-191 -> 205-228, M = 4 296-307 -> 380-444, M = 16 607-623 -> 684-781; x 4096 x
 // 4096 M = 4 749-812 -> 774-820, M = 16 874-896 -> 950-966, M = 64 790-886 -> 910-932.
 //
-// A CPU without AVX-512 (its own tier AVX2), weights of 16 MiB and more as packed: 16 KiB ahead too, and K blocks only for calls of kKBlockMinTilesStreamed row
-// tiles or more (GemmPlan::kblock_min_tiles): the K-blocked kernels cannot prefetch, and their
+// A CPU without AVX-512 (its own tier AVX2), weights of 16 MiB and more as packed: 16 KiB ahead
+// too, and K blocks only for calls of kKBlockMinTilesStreamed row tiles or more
+// (GemmPlan::kblock_min_tiles): the K-blocked kernels cannot prefetch, and their
 // panel slices, a panel stride apart, stream from DRAM as badly. Zen 3 (2026-12-07 ~05:45 UTC, u8
 // A, u8 C, both plans in one process, calls alternating, GOPS, K-blocked without a prefetch ->
 // unblocked with 4 / 16 KiB; the outputs identical): x 4096 x 4096 (32 MB) M = 4 57.6 -> 101.9 /
