@@ -1482,6 +1482,12 @@ TEST_P(GemmInt8, StreamedWeightsPrefetchRule) {
       EXPECT_EQ(plan->kernels[r].name().find("_pf") != std::string::npos, r >= 1 ? streamed || far : gemv_pf)
           << plan->kernels[r].name() << ", " << bytes << " bytes, L3 " << l3;
     }
+    // The one-row pair form (AVX2) prefetches 4 KiB ahead where the GEMV prefetches.
+    EXPECT_EQ(static_cast<bool>(plan->pair), isa() == QJ_ISA_AVX2);
+    if (plan->pair) {
+      EXPECT_EQ(plan->pair.name().find("_pf4096") != std::string::npos, gemv_pf) << plan->pair.name();
+      EXPECT_EQ(plan->pair.name().find("_pf") != std::string::npos, gemv_pf) << plan->pair.name();
+    }
     if (gemv_pf) {
       GemmCase c;
       c.m = 1;
