@@ -430,6 +430,23 @@ static int s8_prefetch_bytes(int rows, size_t bytes) {
   return (far_weight_prefetch(bytes) || s8_stream_prefetch(bytes)) ? kFarWeightPrefetchBytes : 0;
 }
 
+// The one-row pair form (key param[1] = 3; see one_row_pairs) of the plan's one-row kernel
+// `one_row` into p->pair; a kernel the JIT declines leaves it empty (logged). Where the one-panel
+// kernel prefetches, the pair form's streams prefetch kPairWeightPrefetchBytes ahead. For the s8
+// byte pairs, time with 4 / 8 / 32 KiB over 16 KiB (60 alternating rounds, ~15:15 UTC, two machine
+// states): 1 x 4096 x 4096 0.93 / 0.96 / 1.09 and 0.86 / 0.89 / 1.05, 1 x 6144 x 4096 0.95 / 0.94 /
+// 1.07, 1 x 11008 x 4096 0.99 / 0.97 / 0.99, 1 x 3072 x 4096 (no prefetch by the rule) 0.83 / 0.90
+// / 1.05. (The decoded weights' figures are at one_row_pairs.)
+static void acquire_pair_form(KernelKey key, GemmPlan* p) {
+  key.param[1] = 3;
+  key.n_tail = 0;
+  if (key.param[5] != 0) key.param[5] = kPairWeightPrefetchBytes;
+  if (acquire_kernel(key, gemm_int_family(), &p->pair) == QJ_OK)
+    p->gen_us += p->pair.gen_us();
+  else
+    QJ_LOG(1, "gemm: JIT declined the one-row pair form (%s); one-row tiles take a panel a pass", last_error());
+}
+
 // The s8 GEMV (one row, u8 A in place) streams all of its weights once per call. When they are a
 // little larger than L2, a call in the same direction as the last finds nothing of them there
 // (the last call's final lines evicted its first ones, which this call reads first); every other
@@ -947,15 +964,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     const bool pair_type = w->is_int4() || w->dtype == QJ_MXFP4_E2M1 || w->dtype == QJ_MXFP6_E2M3;
     if (decoded && !p->kernels.empty() && p->isa == QJ_ISA_AVX2 && pair_type && w->n_panels >= 2 &&
         (forced_form < 0 || forced_form == 3)) {
-      // (see one_row_pairs)
-      KernelKey kp = keys[0];
-      kp.param[1] = 3;
-      kp.n_tail = 0;
-      if (kp.param[5] != 0) kp.param[5] = kPairWeightPrefetchBytes;
-      if (acquire_kernel(kp, gemm_int_family(), &p->pair) == QJ_OK)
-        p->gen_us += p->pair.gen_us();
-      else
-        QJ_LOG(1, "gemm: JIT declined the one-row pair form (%s); one-row tiles take a panel a pass", last_error());
+      acquire_pair_form(keys[0], p.get());
     }
     key.param[5] = 0;  // (the K-blocked, narrow and tall kernels prefetch nothing)
     if (!decoded && s8_stream_prefetch(w->panel_bytes() * w->n_panels)) p->kblock_min_tiles = kKBlockMinTilesStreamed;
@@ -1028,20 +1037,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       p->gemv_direct = true;
       p->gemv_widen_a = gemv_widen;
       if (gemv_widen && gemm_int_s8_bytes(p->isa) && w->n_panels >= 2 && groups == 1) {
-        // The one-row pair form of the byte pairs (see one_row_pairs).
-        KernelKey kp = keys[0];
-        kp.param[1] = 3;
-        kp.n_tail = 0;
-        // Its two streams prefetch 4 KiB ahead where the one-panel kernel prefetches (from half of
-        // L3). Time with 4 / 8 / 32 KiB over 16 KiB (60 alternating rounds, ~15:15 UTC, two
-        // machine states): 1 x 4096 x 4096 0.93 / 0.96 / 1.09 and 0.86 / 0.89 / 1.05, 1 x 6144 x
-        // 4096 0.95 / 0.94 / 1.07, 1 x 11008 x 4096 0.99 / 0.97 / 0.99, 1 x 3072 x 4096 (no
-        // prefetch by the rule) 0.83 / 0.90 / 1.05.
-        if (kp.param[5] != 0) kp.param[5] = kPairWeightPrefetchBytes;
-        if (acquire_kernel(kp, gemm_int_family(), &p->pair) == QJ_OK)
-          p->gen_us += p->pair.gen_us();
-        else
-          QJ_LOG(1, "gemm: JIT declined the one-row pair form (%s); one-row calls take a panel a pass", last_error());
+        acquire_pair_form(keys[0], p.get());  // the byte pairs' one-row pair form
       }
       const size_t bytes = w->n_panels * w->panel_bytes();
       if (4 * bytes >= 3 * l2_cache_bytes() && bytes <= 4 * l2_cache_bytes())
