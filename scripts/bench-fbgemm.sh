@@ -5,9 +5,9 @@
 # CUDA libraries present (a --no-deps install fails on libcufile.so.0), so the full wheel set
 # is installed: about 5.5 GB on disk, no GPU needed. Not part of CI.
 # Runs quantjit-bench, bench/peers/fbgemm_peer.py (FBGEMM through torch's ops, Python overhead
-# measured) and, for FP16 GEMM, the embedding kernels and RowWiseSparseAdaGradFused, bench/peers/
+# measured) and, for FP16 and INT8 GEMM, the embedding kernels and RowWiseSparseAdaGradFused, bench/peers/
 # fbgemm_direct (FBGEMM called from C++, built here, linked with libquantjit.so) one after the
-# other on core 1, then prints bench/peers/compare.py's table. For the FP16, embedding and AdaGrad sets
+# other on core 1, then prints bench/peers/compare.py's table. For the GEMM, embedding and AdaGrad sets
 # fbgemm_direct also times quantjit's kernel in its own process, the calls interleaved
 # (--with-quantjit): compare.py's "same process" tables, the least noisy ratios.
 # Results stay in $OUT (default build/fbgemm-compare/).
@@ -47,11 +47,15 @@ peer=$root/bench/peers/fbgemm_peer.py
 # cpuinfo, from Debian's libcpuinfo-dev); DT_RPATH so that fbgemm.so's own dependencies resolve.
 direct=$build/fbgemm_direct
 site=$("$py" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
+# bench/peers/fbgemm_int8.cpp (the INT8 GEMM) compiles against FBGEMM's own headers, which the
+# torch wheel ships under torch/include.
 if [ ! -x "$direct" ] || [ "$root/bench/peers/fbgemm_direct.cpp" -nt "$direct" ] ||
+   [ "$root/bench/peers/fbgemm_int8.cpp" -nt "$direct" ] || [ "$root/bench/peers/fbgemm_int8.h" -nt "$direct" ] ||
    [ "$root/bench/driver/table_util.h" -nt "$direct" ] || [ "$build/libquantjit.so" -nt "$direct" ] ||
    ! readelf -d "$direct" 2>/dev/null | grep -qF "$site/fbgemm_gpu"; then  # new source or other venv
+  g++ -O2 -std=c++20 -I"$root" -I"$site/torch/include" -c "$root/bench/peers/fbgemm_int8.cpp" -o "$build/fbgemm_int8.o"
   g++ -O2 -std=c++20 -I"$root" -I"$root/bench" -I"$root/include" "$root/bench/peers/fbgemm_direct.cpp" \
-    -o "$direct" "$build/libquantjit.so" -Wl,-rpath,"$build" \
+    "$build/fbgemm_int8.o" -o "$direct" "$build/libquantjit.so" -Wl,-rpath,"$build" \
     "$site/fbgemm_gpu/fbgemm.so" -Wl,--disable-new-dtags -Wl,-rpath,"$site/fbgemm_gpu" \
     -Wl,-rpath,"$site/torch/lib" -L"$site/torch/lib" -lc10 -ltorch_cpu -lcpuinfo
 fi
@@ -72,10 +76,15 @@ for w in "${what[@]}"; do
         $pin "$direct" gemm --shapes "$fp16_shapes" --mode $mode --with-quantjit "${reps[@]}" > "$out/fb-fp16-$mode-direct.jsonl"
       done ;;
     int8)
+      # quantjit-bench's "fbgemm" list (bench/shapes/gemm-fbgemm-{acc32,gemms}.csv) as inline shapes
+      # for fbgemm_direct
+      int8_shapes=$(for f in gemm-fbgemm-acc32.csv gemm-fbgemm-gemms.csv; do
+        grep -v -e '^#' -e '^[[:space:]]*$' "$root/bench/shapes/$f" | tail -n +2; done | paste -sd';')
       for mode in warm cold; do
         $pin "$qb" gemm --weights s8 --shapes fbgemm --$mode --format json "${reps[@]}" 2>/dev/null > "$out/qj-int8-$mode.jsonl"
         flag=(); [ $mode = cold ] && flag=(--cold)
         $pin "$py" "$peer" gemm --weights s8 --shapes fbgemm "${flag[@]}" "${reps[@]}" > "$out/fb-int8-$mode.jsonl"
+        $pin "$direct" int8 --shapes "$int8_shapes" --mode $mode --with-quantjit "${reps[@]}" > "$out/fb-int8-$mode-direct.jsonl"
       done ;;
     emb|emb-fresh)
       # One dim at a time, quantjit and FBGEMM right after each other: the shared machine's state

@@ -19,6 +19,8 @@
 //                     [--with-quantjit]
 //   fbgemm_direct gemm --shapes "M,N,K;..." --mode warm|cold [--with-quantjit]
 //                     (FP16 GEMM, cblas_gemm_compute)
+//   fbgemm_direct int8 --shapes "M,N,K;..." --mode warm|cold [--with-quantjit]
+//                     (INT8 GEMM, fbgemmPacked: bench/peers/fbgemm_int8.cpp)
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -36,6 +38,7 @@
 
 #include <quantjit/quantjit.h>
 
+#include "bench/peers/fbgemm_int8.h"
 #include "driver/table_util.h"
 #include "driver/timing.h"
 #include "src/formats/half.h"
@@ -588,7 +591,7 @@ int cmd_adagrad(const Options& o) {
 // call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds,
 // qj_ref_rel_diff and vs_fbgemm (the median of the per-round ratios FBGEMM / quantjit), as the
 // emb records.
-int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
+std::vector<std::array<int64_t, 3>> shape_list(const std::string& shapes) {
   std::vector<std::array<int64_t, 3>> list;
   size_t a = 0;
   while (a < shapes.size()) {
@@ -599,7 +602,42 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
     if (b == std::string::npos) break;
     a = b + 1;
   }
-  for (auto [m, n, k] : list) {
+  return list;
+}
+
+// Times FBGEMM's call `run` (and, if run_qj, quantjit's in the same rounds): *tm FBGEMM's median,
+// *qj_sec quantjit's, *vs the median of the per-round ratios FBGEMM / quantjit. Before each timed
+// call: cold, the flush; warm, an untimed call of the same participant, so that its packed B is
+// back in L2 after the other's call (the two B of 512 x 512 alone fill this L2; interleaved
+// without it, each call found its B in L3).
+void time_gemm_pair(const Options& o, bool cold, const std::function<void()>& run, const std::function<void()>* run_qj,
+                    bench::Timing* tm, double* qj_sec, double* vs) {
+  if (!run_qj) {
+    bench::TimingOptions t;
+    t.cold = cold;
+    t.reps = o.reps;
+    *tm = bench::time_median(run, t);
+    return;
+  }
+  auto prep_for = [cold](const std::function<void()>& f) -> std::function<void(int)> {
+    return [cold, f](int) {
+      if (cold)
+        bench::flush_caches();
+      else
+        f();
+    };
+  };
+  std::vector<std::vector<double>> by_round;
+  const auto s = qjb::time_rounds({{run, prep_for(run)}, {*run_qj, prep_for(*run_qj)}},
+                                  o.reps > 0 ? o.reps : (cold ? 21 : 201), &by_round);
+  tm->median = qjb::quantile(s[0], 0.5);
+  tm->reps = static_cast<int>(s[0].size());
+  *qj_sec = qjb::quantile(s[1], 0.5);
+  *vs = qjb::paired_ratio(by_round[0], by_round[1]);
+}
+
+int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
+  for (auto [m, n, k] : shape_list(shapes)) {
     uint64_t x = static_cast<uint64_t>(m * 1000003 + n * 1009 + k) | 1;
     auto uni = [&] { return static_cast<float>((xorshift(x) >> 40) * (2.0 / 16777216.0) - 1.0); };
     std::vector<float> A(static_cast<size_t>(m * k)), B(static_cast<size_t>(k * n)), C(static_cast<size_t>(m * n));
@@ -649,34 +687,10 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
         dmax = std::max(dmax, std::fabs(s - C[i * n + j]));
         if (qp) qmax = std::max(qmax, std::fabs(s - Cq[i * n + j]));
       }
-    bench::TimingOptions t;
-    t.cold = cold;
-    t.reps = o.reps;
     bench::Timing tm;
     double qj_sec = 0, vs = 0;
-    if (qp) {
-      // Before each timed call: cold, the flush; warm, an untimed call of the same participant, so
-      // its packed B is back in L2 after the other's call (the two B of 512 x 512 alone fill this
-      // L2; interleaved without it, each call found its B in L3).
-      auto prep_for = [cold](const std::function<void()>& f) -> std::function<void(int)> {
-        return [cold, f](int) {
-          if (cold)
-            bench::flush_caches();
-          else
-            f();
-        };
-      };
-      const std::function<void()> fb_fn = run, qj_fn = run_qj;
-      std::vector<std::vector<double>> by_round;
-      const auto s = qjb::time_rounds({{fb_fn, prep_for(fb_fn)}, {qj_fn, prep_for(qj_fn)}},
-                                      o.reps > 0 ? o.reps : (cold ? 21 : 201), &by_round);
-      tm.median = qjb::quantile(s[0], 0.5);
-      tm.reps = static_cast<int>(s[0].size());
-      qj_sec = qjb::quantile(s[1], 0.5);
-      vs = qjb::paired_ratio(by_round[0], by_round[1]);
-    } else {
-      tm = bench::time_median(run, t);
-    }
+    const std::function<void()> fb_fn = run, qj_fn = run_qj;
+    time_gemm_pair(o, cold, fb_fn, qp ? &qj_fn : nullptr, &tm, &qj_sec, &vs);
     std::printf(
         "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"a_type\": \"f32\", \"w_type\": \"f16\", \"c_type\": \"f32\", "
         "\"threads\": 1, \"mode\": \"%s\", \"seconds\": %.9g, \"gops\": %.2f, \"reps\": %d, \"peer\": \"fbgemm\", "
@@ -696,12 +710,115 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
   return 0;
 }
 
+// INT8 GEMM over "M,N,K;..." shapes in quantjit-bench gemm's s8 setting (bench/driver/gemm.cpp:
+// u8 A with zero point 3, full-range s8 B with per-column scales, fp32 bias, u8 C with zero point
+// 5, scales putting most outputs inside [0, 255]), FBGEMM as torch's quantized linear runs it
+// (A packed with its row offsets in every call). With --with-quantjit, quantjit's plan over the
+// same B runs in the same rounds (time_gemm_pair). Both outputs are checked against the exact
+// result (fp64, ties to even) on the first rows: peer_max_diff / qj_max_diff in output units
+// (FBGEMM's AVX2 path saturates int16 pair sums, so its may be > 0 there; quantjit's must be 0).
+int cmd_int8(const Options& o, const std::string& shapes, bool cold) {
+  for (auto [m, n, k] : shape_list(shapes)) {
+    uint64_t x = static_cast<uint64_t>(m * 1000003 + n * 1009 + k) | 1;
+    auto uni = [&](double lo, double hi) { return lo + (hi - lo) * ((xorshift(x) >> 40) / 16777216.0); };
+    std::vector<uint8_t> A(static_cast<size_t>(m * k)), C(static_cast<size_t>(m * n)), Cq(C.size());
+    std::vector<int8_t> B(static_cast<size_t>(k * n));
+    std::vector<float> b_scale(n), bias(n);
+    for (auto& v : A) v = static_cast<uint8_t>(xorshift(x) >> 56);
+    for (auto& v : B) v = static_cast<int8_t>(xorshift(x) >> 56);
+    for (auto& v : b_scale) v = static_cast<float>(uni(0.004, 0.012));
+    fbgemm_peer::Int8Problem p{};
+    p.m = static_cast<int>(m);
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    p.a_scale = 0.02f;
+    p.a_zp = 3;
+    p.c_zp = 5;
+    p.c_scale = static_cast<float>(p.a_scale * 0.008 * std::sqrt(static_cast<double>(k)) * 147.0 * 74.0 / 40.0);
+    for (auto& v : bias) v = static_cast<float>(p.c_scale * uni(80, 120));
+    p.b = B.data();
+    p.b_scale = b_scale.data();
+    p.bias = bias.data();
+    fbgemm_peer::Int8Gemm* fg = fbgemm_peer::int8_create(p);
+    if (!fg) {
+      std::fprintf(stderr, "fbgemm_direct: FBGEMM could not pack B of %lldx%lld\n", (long long)k, (long long)n);
+      return 1;
+    }
+    auto run = [&] { fbgemm_peer::int8_run(fg, A.data(), C.data()); };
+    qj_weights qw = nullptr;
+    qj_gemm_plan qp = nullptr;
+    if (o.with_qj) {
+      qj_weights_desc wd{};
+      wd.dtype = QJ_S8;
+      wd.k = k;
+      wd.n = n;
+      wd.layout = QJ_LAYOUT_KN;
+      wd.granularity = QJ_GRAN_CHANNEL;
+      wd.scales = b_scale.data();
+      qj_gemm_desc gd{};
+      gd.a_type = QJ_U8;
+      gd.a_scale = p.a_scale;
+      gd.a_zero_point = p.a_zp;
+      gd.c_type = QJ_U8;
+      gd.c_scale = p.c_scale;
+      gd.c_zero_point = p.c_zp;
+      gd.bias = bias.data();
+      if (qj_weights_pack(&wd, B.data(), n, &qw) != QJ_OK || qj_gemm_plan_create(&gd, qw, &qp) != QJ_OK) {
+        std::fprintf(stderr, "fbgemm_direct: quantjit s8 plan: %s\n", qj_last_error());
+        qj_weights_destroy(qw);
+        fbgemm_peer::int8_destroy(fg);
+        return 1;
+      }
+    }
+    auto run_qj = [&] {
+      if (qj_gemm_run(qp, m, A.data(), k, Cq.data(), n, nullptr) != QJ_OK) {
+        std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
+        std::exit(1);
+      }
+    };
+    run();
+    if (qp) run_qj();
+    int peer_diff = 0, qj_diff = 0;
+    for (int64_t i = 0; i < std::min<int64_t>(m, 8); ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t acc = 0;
+        for (int64_t q = 0; q < k; ++q) acc += (static_cast<int64_t>(A[i * k + q]) - p.a_zp) * B[q * n + j];
+        const double y = static_cast<double>(p.a_scale) * b_scale[j] * static_cast<double>(acc) + bias[j];
+        const int want = static_cast<int>(std::min(255.0, std::max(0.0, std::nearbyint(y / p.c_scale) + p.c_zp)));
+        peer_diff = std::max(peer_diff, std::abs(want - C[i * n + j]));
+        if (qp) qj_diff = std::max(qj_diff, std::abs(want - Cq[i * n + j]));
+      }
+    bench::Timing tm;
+    double qj_sec = 0, vs = 0;
+    const std::function<void()> fb_fn = run, qj_fn = run_qj;
+    time_gemm_pair(o, cold, fb_fn, qp ? &qj_fn : nullptr, &tm, &qj_sec, &vs);
+    std::printf(
+        "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"a_type\": \"u8\", \"w_type\": \"s8\", \"c_type\": \"u8\", "
+        "\"threads\": 1, \"mode\": \"%s\", \"seconds\": %.9g, \"gops\": %.2f, \"reps\": %d, \"peer\": \"fbgemm\", "
+        "\"overhead_ns\": 0, \"peer_max_diff\": %d, \"kernel\": \"fbgemm::fbgemmPacked (direct, torch's libtorch_cpu copy, "
+        "PackAWithRowOffset + ReQuantizeOutput per channel, fp32 bias)\"",
+        (long long)m, (long long)n, (long long)k, cold ? "cold" : "warm", tm.median, 2.0 * m * n * k / tm.median * 1e-9,
+        tm.reps, peer_diff);
+    if (qp)
+      std::printf(", \"qj_seconds\": %.9g, \"qj_gops\": %.2f, \"qj_max_diff\": %d, \"qj_kernel\": \"qj_gemm_run (s8 weights)\", "
+                  "\"vs_fbgemm\": %.3f",
+                  qj_sec, 2.0 * m * n * k / qj_sec * 1e-9, qj_diff, vs);
+    std::printf("}\n");
+    std::fflush(stdout);
+    qj_gemm_plan_destroy(qp);
+    qj_weights_destroy(qw);
+    fbgemm_peer::int8_destroy(fg);
+  }
+  return 0;
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: fbgemm_direct emb|adagrad [--rows LIST] [--dims LIST] [--index 32,64] [--weighted 0,1]\n"
                "       [--prefetch 0,16] [--mode warm,cold,fresh] [--max-rows N] [--reps N]\n"
                "       [--with-quantjit]   (quantjit's kernel / update timed in the same rounds, 201 by default)\n"
-               "       fbgemm_direct gemm --shapes \"M,N,K;...\" [--mode warm|cold] [--reps N]   (FP16 weights)\n");
+               "       fbgemm_direct gemm --shapes \"M,N,K;...\" [--mode warm|cold] [--reps N]   (FP16 weights)\n"
+               "       fbgemm_direct int8 --shapes \"M,N,K;...\" [--mode warm|cold] [--reps N]   (INT8, s8 weights)\n");
   return 2;
 }
 
@@ -731,6 +848,7 @@ int main(int argc, char** argv) {
     else return usage();
   }
   if (o.cmd == "gemm") return cmd_gemm(o, o.shapes, o.modes.size() == 1 && o.modes[0] == "cold");
+  if (o.cmd == "int8") return cmd_int8(o, o.shapes, o.modes.size() == 1 && o.modes[0] == "cold");
   if (o.cmd == "emb") {
     if (o.rows.empty()) o.rows = {"fused8", "fused4"};
     return cmd_emb(o);
