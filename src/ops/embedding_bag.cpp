@@ -117,8 +117,8 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // And every later block prefetches its own bytes of the row `pf` ahead (bit 1; the measurements
   // are at codegen's emit_block_prefetch): all rows but fp32 ones (blocks of 1.4 KiB: no gain).
   if (zen5_blocks && rt != QJ_F32) k.param[5] |= 2;
-  // The AVX2 tier's 8-bit rows of three column blocks or more (9 ymm accumulators a block: dims
-  // from 145) take bit 1 too. Zen 3, AVX2 only (2026-12-07 ~00:50 UTC, 4M-row tables, ns per
+  // The AVX2 tier's 8-bit rows of three column blocks or more (12 ymm accumulators a block since
+  // 2026-12-07 ~16:45 UTC, 9 before: dims from 193, 145 before) take bit 1 too. Zen 3, AVX2 only (2026-12-07 ~00:50 UTC, 4M-row tables, ns per
   // row, the build without -> with, alternating, three runs i32 unweighted then two i64
   // weighted): cold dim 256 52-73 -> 42-51, dim 512 146-165 -> 93-113, dim 1024 321-382 ->
   // 184-282; fresh dim 1024 315-375 -> 206-274; warm dim 512 36-52 -> 28-46, dim 1024 76-110 ->
