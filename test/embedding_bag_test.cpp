@@ -786,8 +786,8 @@ TEST(EmbeddingBag, ExactTailsAgainstGuardPages) {
 // rows' scale bytes) from every block (key param[5] bit 0, `nb` in the name; 2-bit rows, and
 // 4-bit rows of dim 1000, then at half the default distance), and every block after the first
 // prefetches its own bytes of the row `distance` ahead (bit 1, `bp`; all these formats, and at the
-// AVX2 tier 8-bit rows of three blocks or more on any CPU): their index reads stop at the same
-// array end.
+// AVX2 tier 8-bit, 4-bit and f16 rows of three blocks or more on any CPU): their index reads stop
+// at the same array end.
 TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
   const Format formats[] = {{QJ_FUSED_8BIT, false}, {QJ_FUSED_4BIT, false}, {QJ_FUSED_2BIT, false},
                             {QJ_FUSED_8BIT, true},  {QJ_FUSED_4BIT, true},  {QJ_F16, false},
@@ -832,8 +832,10 @@ TEST(EmbeddingBag, LongBagsDefaultPrefetchEveryTier) {
           const std::string name = qj_embedding_bag_plan_kernel_name(p);
           if (isa >= QJ_ISA_AVX2) EXPECT_NE(name.find("_pf"), std::string::npos) << name;
           const bool zen5_blocks = dim >= 1000 && isa >= QJ_ISA_AVX512 && qj::amd_family() >= 0x1a;
-          // AVX2 8-bit rows of three column blocks or more (dims 1000, 2100 here; 130 has two)
-          const bool avx2_blocks = dim >= 1000 && isa == QJ_ISA_AVX2 && f.t == QJ_FUSED_8BIT;
+          // AVX2 8-bit, 4-bit and f16 rows of three column blocks or more (dims 1000, 2100 here;
+          // 130 has two)
+          const bool avx2_blocks = dim >= 1000 && isa == QJ_ISA_AVX2 &&
+                                   (f.t == QJ_FUSED_8BIT || f.t == QJ_FUSED_4BIT || f.t == QJ_F16);
           const bool next_bag =
               zen5_blocks && (f.t == QJ_FUSED_4BIT || f.t == QJ_FUSED_2BIT || f.t == QJ_F16 || is_mx(f.t));
           const std::string pf_tail = name.substr(name.rfind("_pf") + 3);  // <dist><hint>[nb][bp]__<isa>

@@ -124,7 +124,17 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // 184-282; fresh dim 1024 315-375 -> 206-274; warm dim 512 36-52 -> 28-46, dim 1024 76-110 ->
   // 66-103, dim 256 within the noise. Two blocks (dim 128) gained nothing clear (cold 26-33
   // against 28-34). There FBGEMM, prefetching 16 rows ahead, had been faster at dims 256-1024.
-  if (nblocks >= 3 && pf > 0 && d.pooling != QJ_POOL_NONE && k.isa == QJ_ISA_AVX2 && rt == QJ_FUSED_8BIT)
+  // Since 2026-12-07 ~17:55 UTC 4-bit, f16 and bf16 rows too (same machine, both plans in one
+  // process, calls alternating, 4M-row tables, i32 unweighted, paired time ratio with / without):
+  // 4-bit dims 256 / 512 / 1024 warm 0.95 / 0.93 / 0.89, flushed 0.96 / 0.73 / 0.72, fresh 0.94 /
+  // 0.83 / 0.75 (in two more runs 0.90-0.92 / 0.85 / 0.75-0.77; weighted dim 512 warm 0.93, fresh
+  // 0.80), dim 128 (two blocks) 0.98-1.00; f16 dims 256 / 1024 warm 0.97 / 0.95, flushed 0.86 /
+  // 0.87, fresh 0.91 / 0.92; bf16 0.96 / 0.86, 0.86 / 0.82, 0.89 / 0.90. Not fp32 rows (0.94-0.97
+  // at dim 256, 0.99-1.00 at dim 1024), nor with the next-bag prefetch of bit 0 as well (4-bit
+  // fresh dims 256 / 512 / 1024 1.12-1.14 / 1.06-1.30 / 0.87-0.92; bit 0 alone 0.85-0.88 /
+  // 1.12-1.20 / 1.00-1.06).
+  const bool avx2_block_rows = rt == QJ_FUSED_8BIT || rt == QJ_FUSED_4BIT || rt == QJ_F16 || rt == QJ_BF16;
+  if (nblocks >= 3 && pf > 0 && d.pooling != QJ_POOL_NONE && k.isa == QJ_ISA_AVX2 && avx2_block_rows)
     k.param[5] |= 2;
   if (nb_rows && zen5_blocks) {
     k.param[5] |= 1;
