@@ -891,7 +891,8 @@ TEST(EmbeddingBag, AutoPrefetchHintByRowSize) {
 
 // The default distance of 4/2-bit rows of one cache line: 64 rows ahead on CPUs with AVX-512, 16
 // on CPUs without it (measured on a Zen 3: src/ops/embedding_bag.cpp); 8-bit rows 16 either way
-// but on Zen 5 (32).
+// but on Zen 5 (32). Rows of about 1 KiB (8-bit dim 1024, 4-bit dim 2048): 16 ahead on CPUs
+// without AVX-512, 8 with it, 4 for 8-bit rows on Zen 5.
 TEST(EmbeddingBag, DefaultDistanceOfShortRowsByCpu) {
   if (qj_cpu_isa() < QJ_ISA_AVX2) GTEST_SKIP() << "no JIT tier";
   const bool avx512 = qj_cpu_isa() >= QJ_ISA_AVX512;
@@ -905,6 +906,9 @@ TEST(EmbeddingBag, DefaultDistanceOfShortRowsByCpu) {
     EXPECT_NE(name.find("_pf" + std::to_string(want) + "t"), std::string::npos) << name << " want " << want;
     qj_embedding_bag_plan_destroy(p);
   }
+  const bool zen5 = qj::amd_family() >= 0x1a;
+  EXPECT_EQ(qj::embedding_default_prefetch(QJ_FUSED_8BIT, 1024), zen5 ? 4 : avx512 ? 8 : 16);
+  EXPECT_EQ(qj::embedding_default_prefetch(QJ_FUSED_4BIT, 2048), avx512 ? 8 : 16);
 }
 
 // MX rows with scales at both ends of the E8M0 range and around 1 (products that are
