@@ -217,7 +217,7 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
     return false;
   }
   const int lean = lean_fixed_registers(k);
-  if (lean == 4) {
+  if (lean == 4 || lean == 5) {
     // Pooled 8-bit rows at the ymm tier: no table, and the per-row scalars (the weight, w * b)
     // need only lane 0 of the two temporaries before the row's decode, so four registers serve
     // and twelve hold accumulators instead of nine: fewer column blocks, each of which walks the
@@ -225,24 +225,16 @@ bool make_cfg(const KernelKey& k, Cfg* c, std::string* why) {
     // one process, calls alternating, paired time ratio 12 / 9 (2026-12-07 ~16:45 UTC): warm
     // dims 256 / 512 / 1024 0.90 / 0.99 / 0.95 (weighted 0.91 / 0.98 / 0.96), rows flushed 0.98
     // / 0.90 / 0.87.
+    // Pooled 4-bit rows (lean == 5): the same map plus the nibble mask, eleven accumulators (ten:
+    // groups of two vectors) instead of nine (eight). Dims 512 / 1024 take 7 / 13 column blocks
+    // instead of 8 / 16 (dims up to 256, none fewer). Zen 3, 4M-row tables, i32, paired time
+    // ratio 10 / 8 in one process (2026-12-07 ~17:10 UTC): warm 0.97 / 0.96 (weighted 0.95 /
+    // 0.95), rows flushed 0.94 / 0.93.
     c->rS = 15;
     c->rT = 14;
     c->rT2 = 13;
-    c->rBs = 12;
-    c->rW = c->rT;
-    c->rB = c->rT2;
-    c->rM = -1;
-  } else if (lean == 5) {
-    // Pooled 4-bit rows at the ymm tier: the 8-bit map plus the nibble mask, eleven accumulators
-    // (ten: groups of two vectors) instead of nine (eight). Dims 512 / 1024 take 7 / 13 column
-    // blocks instead of 8 / 16 (dims up to 256, none fewer). Zen 3, 4M-row tables, i32, paired
-    // time ratio 10 / 8 in one process (2026-12-07 ~17:10 UTC): warm 0.97 / 0.96 (weighted
-    // 0.95 / 0.95), rows flushed 0.94 / 0.93.
-    c->rS = 15;
-    c->rT = 14;
-    c->rT2 = 13;
-    c->rM = 12;
-    c->rBs = 11;
+    c->rM = lean == 5 ? 12 : -1;
+    c->rBs = lean == 5 ? 11 : 12;
     c->rW = c->rT;
     c->rB = c->rT2;
   } else if (lean == 3) {

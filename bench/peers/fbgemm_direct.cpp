@@ -591,6 +591,14 @@ int cmd_adagrad(const Options& o) {
 // call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds,
 // qj_ref_rel_diff and vs_fbgemm (the median of the per-round ratios FBGEMM / quantjit), as the
 // emb records.
+// One quantjit GEMM call of the comparison (an error ends the program: nothing to compare).
+void run_plan(qj_gemm_plan qp, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc) {
+  if (qj_gemm_run(qp, m, a, lda, c, ldc, nullptr) != QJ_OK) {
+    std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
+    std::exit(1);
+  }
+}
+
 std::vector<std::array<int64_t, 3>> shape_list(const std::string& shapes) {
   std::vector<std::array<int64_t, 3>> list;
   size_t a = 0;
@@ -668,12 +676,7 @@ int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
         return 1;
       }
     }
-    auto run_qj = [&] {
-      if (qj_gemm_run(qp, m, A.data(), k, Cq.data(), n, nullptr) != QJ_OK) {
-        std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
-        std::exit(1);
-      }
-    };
+    auto run_qj = [&] { run_plan(qp, m, A.data(), k, Cq.data(), n); };
     run();
     if (qp) run_qj();
     // check: against fp64 products of fp16-rounded B
@@ -770,12 +773,7 @@ int cmd_int8(const Options& o, const std::string& shapes, bool cold) {
         return 1;
       }
     }
-    auto run_qj = [&] {
-      if (qj_gemm_run(qp, m, A.data(), k, Cq.data(), n, nullptr) != QJ_OK) {
-        std::fprintf(stderr, "fbgemm_direct: quantjit: %s\n", qj_last_error());
-        std::exit(1);
-      }
-    };
+    auto run_qj = [&] { run_plan(qp, m, A.data(), k, Cq.data(), n); };
     run();
     if (qp) run_qj();
     int peer_diff = 0, qj_diff = 0;
