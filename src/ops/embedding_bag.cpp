@@ -118,12 +118,13 @@ KernelKey bag_key(const qj_embedding_bag_desc& d, qj_isa isa, int32_t pf) {
   // are at codegen's emit_block_prefetch): all rows but fp32 ones (blocks of 1.4 KiB: no gain).
   if (zen5_blocks && rt != QJ_F32) k.param[5] |= 2;
   // The AVX2 tier's 8-bit rows of three column blocks or more (12 ymm accumulators a block since
-  // 2026-12-07 ~16:45 UTC, 9 before: dims from 193, 145 before) take bit 1 too. Zen 3, AVX2 only (2026-12-07 ~00:50 UTC, 4M-row tables, ns per
-  // row, the build without -> with, alternating, three runs i32 unweighted then two i64
-  // weighted): cold dim 256 52-73 -> 42-51, dim 512 146-165 -> 93-113, dim 1024 321-382 ->
-  // 184-282; fresh dim 1024 315-375 -> 206-274; warm dim 512 36-52 -> 28-46, dim 1024 76-110 ->
-  // 66-103, dim 256 within the noise. Two blocks (dim 128) gained nothing clear (cold 26-33
-  // against 28-34). There FBGEMM, prefetching 16 rows ahead, had been faster at dims 256-1024.
+  // 2026-12-07 ~16:45 UTC, 9 before: dims from 193, 145 before) take bit 1 too. Zen 3, AVX2 only
+  // (2026-12-07 ~00:50 UTC, 4M-row tables, ns per row, the build without -> with, alternating,
+  // three runs i32 unweighted then two i64 weighted): cold dim 256 52-73 -> 42-51, dim 512
+  // 146-165 -> 93-113, dim 1024 321-382 -> 184-282; fresh dim 1024 315-375 -> 206-274; warm dim
+  // 512 36-52 -> 28-46, dim 1024 76-110 -> 66-103, dim 256 within the noise. Two blocks (dim
+  // 128) gained nothing clear (cold 26-33 against 28-34). There FBGEMM, prefetching 16 rows
+  // ahead, had been faster at dims 256-1024.
   // Since 2026-12-07 ~17:55 UTC 4-bit, f16 and bf16 rows too (same machine, both plans in one
   // process, calls alternating, 4M-row tables, i32 unweighted, paired time ratio with / without):
   // 4-bit dims 256 / 512 / 1024 warm 0.95 / 0.93 / 0.89, flushed 0.96 / 0.73 / 0.72, fresh 0.94 /
@@ -370,7 +371,7 @@ int32_t embedding_default_prefetch(qj_dtype row_type, int64_t dim) {
   // 4-bit and 2-bit rows of the same 4 lines gain from 64 (10.0-10.1 -> 9.0-9.5, 9.5-9.6 ->
   // 8.2-8.4); dims 64 / 128 keep 64 ahead: 5.6-6.3 / 7.7 at 32 against 4.1-4.3 / 5.6 at 64).
   // On CPUs without AVX-512, 8-bit and 4-bit rows keep up to 320 lines in flight, so that rows of
-  // 0.5-1 KiB go 16 ahead instead of 8. Zen 3 (2026-12-07 ~18:05 UTC, 4M-row tables, both
+  // 0.5-1 KiB go 16 ahead instead of 8. Zen 3 (2026-12-07 ~17:57 UTC, 4M-row tables, both
   // distances' plans in one process, calls alternating, ns per row, 8 -> 16 ahead): i32
   // unweighted rows flushed 8-bit dims 512 / 1024 80.8 / 185.9 -> 71.0 / 152.9, 4-bit 81.6 / 130.8
   // -> 77.4 / 111.0; fresh, i64 weighted, 8-bit 96.0 / 182.7 -> 85.4 / 155.7, 4-bit 69.5 / 141.7 ->
