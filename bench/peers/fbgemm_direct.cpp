@@ -583,14 +583,6 @@ int cmd_adagrad(const Options& o) {
   return 0;
 }
 
-// FP16 GEMM over "M,N,K;..." shapes, as `quantjit-bench gemm --weights f16` (warm, or --cold:
-// 512 MiB read through the caches before each call, timing.h). C = A B with beta 0 (FBGEMM has
-// no bias; quantjit's f16 case adds one, fused). With --with-quantjit, quantjit's plan over the
-// same B (qj_weights_quantize_pack to F16, no bias, so both do the same work) runs in the same
-// process, its calls and FBGEMM's alternating (qjb::time_rounds: 201 rounds warm, each timed
-// call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds,
-// qj_ref_rel_diff and vs_fbgemm (the median of the per-round ratios FBGEMM / quantjit), as the
-// emb records.
 // One quantjit GEMM call of the comparison (an error ends the program: nothing to compare).
 void run_plan(qj_gemm_plan qp, int64_t m, const void* a, int64_t lda, void* c, int64_t ldc) {
   if (qj_gemm_run(qp, m, a, lda, c, ldc, nullptr) != QJ_OK) {
@@ -644,6 +636,14 @@ void time_gemm_pair(const Options& o, bool cold, const std::function<void()>& ru
   *vs = qjb::paired_ratio(by_round[0], by_round[1]);
 }
 
+// FP16 GEMM over "M,N,K;..." shapes, as `quantjit-bench gemm --weights f16` (warm, or --cold:
+// 512 MiB read through the caches before each call, timing.h). C = A B with beta 0 (FBGEMM has
+// no bias; quantjit's f16 case adds one, fused). With --with-quantjit, quantjit's plan over the
+// same B (qj_weights_quantize_pack to F16, no bias, so both do the same work) runs in the same
+// process, its calls and FBGEMM's alternating (qjb::time_rounds: 201 rounds warm, each timed
+// call after an untimed one of its own; 21 cold; or --reps), and each record gets qj_seconds,
+// qj_ref_rel_diff and vs_fbgemm (the median of the per-round ratios FBGEMM / quantjit), as the
+// emb records.
 int cmd_gemm(const Options& o, const std::string& shapes, bool cold) {
   for (auto [m, n, k] : shape_list(shapes)) {
     uint64_t x = static_cast<uint64_t>(m * 1000003 + n * 1009 + k) | 1;
