@@ -41,7 +41,8 @@
 //   next-bag prefetch [rsp+24] row steps to its next prefetch, [rsp+32] its next index position;
 //   MX rows then (at [rsp+40], else [rsp+24]) an unfolded block's scale bits and, 16 bytes on,
 //   MXFP4 / MXFP8 rows the table of folded scales X' per E8M0 byte (emit_mx_group).
-//   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M, Bsum).
+//   Vectors: accumulators from 0; temps at the top (S, B, W, T, T2, M, Bsum); pooled 8-bit, 4-bit
+//   and float rows at the ymm tier keep fewer temps there (lean_fixed_registers, make_cfg).
 #include "codegen/embedding_bag.h"
 
 #include <asmjit/x86.h>
