@@ -197,11 +197,11 @@ TEST_P(GemmInt8, GemvAlternatingDirections) {
         EXPECT_TRUE(p->gemv_direct);
         const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes(), l2 = qj::l2_cache_bytes();
         EXPECT_EQ(p->gemv_chunk_panels > 0, 4 * bytes >= 3 * l2 && bytes <= 4 * l2) << "L2 " << l2;
-        // 128 KiB chunks: one 128 KiB panel of the VNNI tier (64 columns), four 32 KiB panels of
-        // the AVX2 tier's byte pairs (16 columns).
+        // 128 KiB chunks: one 128 KiB panel at the VNNI tier (64 columns of quads) and the AVX-512
+        // tier (32 columns of s16 pairs), four 32 KiB panels of the AVX2 tier's byte pairs.
+        const int64_t panel = static_cast<int64_t>(w->panel_bytes());
         if (l2 == size_t{1} << 20)
-          EXPECT_EQ(p->gemv_chunk_panels, std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(w->panel_bytes())))
-              << "panel bytes " << w->panel_bytes();
+          EXPECT_EQ(p->gemv_chunk_panels, std::max<int64_t>(1, (int64_t{128} << 10) / panel)) << "panel " << panel;
       }
       const size_t ob = ct == QJ_U8 ? 1 : 4;
       std::vector<uint8_t> ref(n * ob);
@@ -297,8 +297,8 @@ TEST_P(GemmInt8, GemvWidenedA) {
       ASSERT_EQ(qj::gemm_plan_create(d, w, &p), QJ_OK) << qj_last_error();
       EXPECT_EQ(p->gemv_widen_a, pairs && !b_zp) << qj_dtype_name(at) << " b_zp " << b_zp << " k " << k;
       // (The VNNI tier runs u8 A in place only when K fills its quads: at K = 32, not 33.)
-      EXPECT_EQ(p->gemv_direct, p->gemv_widen_a || (isa() == QJ_ISA_AVX512_VNNI && at == QJ_U8 && !b_zp && k % 4 == 0))
-          << qj_dtype_name(at) << " b_zp " << b_zp << " k " << k;
+      const bool in_place = isa() == QJ_ISA_AVX512_VNNI && at == QJ_U8 && !b_zp && k % 4 == 0;
+      EXPECT_EQ(p->gemv_direct, p->gemv_widen_a || in_place) << qj_dtype_name(at) << " b_zp " << b_zp << " k " << k;
     }
   }
   uint32_t seed = 900;
