@@ -1369,6 +1369,25 @@ qj_status float_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
   return QJ_OK;
 }
 
+// A copy of a GemmIntArgs (280 bytes) in 16-byte moves. As a plain assignment or a zeroing
+// `{}`, GCC copies or clears it with rep movsq / rep stosq, whose start-up took 12 ns of a
+// one-row call's ~40 ns outside its kernel on the Zen 4 (perf, 1 x 128 x 512: two thirds of
+// int_run's samples).
+static inline void copy_args(GemmIntArgs* dst, const GemmIntArgs& src) {
+  auto* d = reinterpret_cast<unsigned char*>(dst);
+  const auto* s = reinterpret_cast<const unsigned char*>(&src);
+  constexpr size_t n = sizeof(GemmIntArgs), n16 = n / 16 * 16;
+#pragma GCC unroll 32
+  for (size_t i = 0; i < n16; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+  if constexpr (n > n16) std::memcpy(d + n16, s + n16, n - n16);
+}
+// The arguments `GemmIntArgs{}` makes (a copy of that constant, for the reason above).
+static inline void clear_args(GemmIntArgs* dst) {
+  static const GemmIntArgs kZero{};
+  copy_args(dst, kZero);
+}
+
 // The narrow-N or tall kernels on rows [0, m4) (whole banks of narrow_mr rows; this slice's
 // banks).
 void run_narrow(const GemmPlan& p, int64_t m4, const void* a, int64_t lda, void* c, int64_t ldc, int out_bytes,
@@ -1377,7 +1396,8 @@ void run_narrow(const GemmPlan& p, int64_t m4, const void* a, int64_t lda, void*
   const int64_t iters = m4 / p.narrow_mr;
   const Range r = nth > 1 ? split_range(iters, tid, nth) : Range{0, iters};
   if (r.begin >= r.end) return;
-  GemmIntArgs args{};
+  GemmIntArgs args;
+  clear_args(&args);
   args.consts = p.consts;
   args.a = static_cast<const uint8_t*>(a) + r.begin * p.narrow_mr * lda;
   args.lda = lda;
@@ -1426,19 +1446,6 @@ struct AKind {
         mx(mx_act_type(d.a_type)),
         group((dynamic && d.a_granularity == QJ_GRAN_GROUP) || mx) {}
 };
-
-// A copy of a GemmIntArgs (280 bytes) in 16-byte moves. As a plain assignment GCC copies it
-// with rep movsq, whose start-up took 12 ns of a one-row call's ~40 ns outside its kernel on the
-// Zen 4 (perf, 1 x 128 x 512: two thirds of int_run's samples).
-static inline void copy_args(GemmIntArgs* dst, const GemmIntArgs& src) {
-  auto* d = reinterpret_cast<unsigned char*>(dst);
-  const auto* s = reinterpret_cast<const unsigned char*>(&src);
-  constexpr size_t n = sizeof(GemmIntArgs), n16 = n / 16 * 16;
-#pragma GCC unroll 32
-  for (size_t i = 0; i < n16; i += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-  if constexpr (n > n16) std::memcpy(d + n16, s + n16, n - n16);
-}
 
 // A one-row tile over `count` panels from args.b on (the last of them the tail panel if
 // `last_is_tail`): whole panels in pairs by the pair form (GemmPlan::pair), each A quad broadcast
@@ -1570,7 +1577,8 @@ qj_status run_tiles(const GemmPlan& p, int64_t m, const void* a, int64_t lda, vo
     return lda == w.k && (w.k == w.kp || row0 + rows < m);
   };
 
-  GemmIntArgs args{};
+  GemmIntArgs args;
+  clear_args(&args);
   args.consts = p.consts;
   args.ldc = ldc * out_bytes;
   args.k_groups = decoded ? w.group_steps() : kgroups / groups;
