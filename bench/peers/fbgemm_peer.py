@@ -12,7 +12,8 @@
 #   fbgemm_peer.py embedding --rows fused8,fused4 --dims 32,64 --index 32,64 --weighted 0,1
 #                            --mode warm,cold,fresh
 #
-# Which FBGEMM kernel each op reaches (checked with `perf record` on this machine; see README):
+# Which FBGEMM kernel each op reaches (checked with `perf record` on this machine;
+# docs/measurement-log.md, section 2):
 #   f16 : torch.fbgemm_linear_fp16_weight -> fbgemm::cblas_gemm_compute (gemmkernel_*_Avx512_fp16)
 #   s8  : torch.ops.quantized.linear (fbgemm engine, per-channel qint8 weights, quint8 out)
 #         -> fbgemm::fbgemmPacked<PackAWithRowOffset, PackBMatrix, ReQuantizeOutput<.., OUT_CHANNEL,

@@ -723,8 +723,8 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
     // 64 x 4096 x 4096 GOPS): MXFP4 in place 64.5 / - / 109 against 38 / - / 108 through an E4M3
     // copy; MXINT8 in place 39 / 40 / 108 against 52 / 56 / 108 through an int8 copy (two shifts
     // per vector instead of one vpmovsxbd): the copy would be faster at M = 1 but would double the
-    // weights' memory for every plan. BDR: see README (MX9 / MX6 / MX4 in place against their
-    // former integer-form copies).
+    // weights' memory for every plan. BDR: see docs/measurement-log.md, section 1 (MX9 / MX6 /
+    // MX4 in place against their former integer-form copies).
     if (fp8_a && w->is_mx()) return float_plan_create(desc, std::move(w), out);
   }
   if (w->is_float() || w->is_mx_fp8()) return float_plan_create(desc, std::move(w), out);
