@@ -62,12 +62,21 @@ TEST(Core, CpuidFeaturesMatchCpuinfo) {
   // and the family, for AMD processors (0 for others)
   const cpuinfo_core* core = cpuinfo_get_cores_count() ? cpuinfo_get_core(0) : nullptr;
   ASSERT_NE(core, nullptr);
-  if (core->vendor == cpuinfo_vendor_amd) {
-    const int base = static_cast<int>((core->cpuid >> 8) & 0xf), ext = static_cast<int>((core->cpuid >> 20) & 0xff);
-    EXPECT_EQ(qj::amd_family(), base == 0xf ? base + ext : base);
-  } else {
-    EXPECT_EQ(qj::amd_family(), 0);
+  const int family = core->vendor == cpuinfo_vendor_amd
+                         ? [&] {
+                             const int base = static_cast<int>((core->cpuid >> 8) & 0xf);
+                             const int ext = static_cast<int>((core->cpuid >> 20) & 0xff);
+                             return base == 0xf ? base + ext : base;
+                           }()
+                         : 0;
+  EXPECT_EQ(qj::amd_family(), family);
+  // The tests' override (QJ_TEST_AMD_FAMILY) replaces it until -1 gives the CPU's back.
+  for (int forced : {0x1a, 0x19, 0}) {
+    qj::set_amd_family_override(forced);
+    EXPECT_EQ(qj::amd_family(), forced);
   }
+  qj::set_amd_family_override(-1);
+  EXPECT_EQ(qj::amd_family(), family);
 }
 
 TEST(Core, CacheBoundFromEnvironment) {

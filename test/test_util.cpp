@@ -1,10 +1,12 @@
 #include "test/test_util.h"
 
+#include "src/core/isa.h"
 #include "src/core/jit_isa_check.h"
 #include "src/ops/gemm.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace qjt {
@@ -22,6 +24,25 @@ class JitIsaCheckEnvironment : public ::testing::Environment {
   }
 };
 const bool kJitIsaCheckRegistered = (::testing::AddGlobalTestEnvironment(new JitIsaCheckEnvironment), true);
+
+// QJ_TEST_AMD_FAMILY=F (decimal or 0x..): the binary's tests tune as if on AMD family F
+// (qj::set_amd_family_override; 0 for another vendor), so that every CPU runs each family's
+// kernels and rules (test/CMakeLists.txt registers the tests whose choices depend on it under
+// Zen 5's family and another). A value that is not a family fails the run.
+class AmdFamilyEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* e = std::getenv("QJ_TEST_AMD_FAMILY");
+    if (!e) return;
+    char* end = nullptr;
+    const long f = std::strtol(e, &end, 0);
+    if (end == e || *end != '\0' || f < 0 || f > 0xff)
+      FAIL() << "QJ_TEST_AMD_FAMILY=" << e << " is not a CPU family (0 to 255)";  // (no test runs)
+    qj::set_amd_family_override(static_cast<int>(f));
+    std::printf("tuning as on AMD family 0x%lx (QJ_TEST_AMD_FAMILY)\n", f);
+  }
+};
+const bool kAmdFamilyRegistered = (::testing::AddGlobalTestEnvironment(new AmdFamilyEnvironment), true);
 }  // namespace
 
 std::vector<qj_isa> supported_isas() {

@@ -180,7 +180,15 @@ size_t l1d_cache_bytes() {
   return bytes;
 }
 
+namespace {
+std::atomic<int> g_amd_family_override{-1};
+}  // namespace
+
+void set_amd_family_override(int family) { g_amd_family_override.store(family, std::memory_order_relaxed); }
+
 int amd_family() {
+  const int forced = g_amd_family_override.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced;
   static const int family = [] {  // CPUID directly (see detect())
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;

@@ -29,8 +29,14 @@ qj_status set_max_isa(qj_isa isa);
 const char* isa_name(qj_isa isa);
 // The CPU family of an AMD processor (CPUID leaf 1, base plus extended family: 0x19 Zen 3 / Zen 4,
 // 0x1A Zen 5), 0 for other vendors. For tuning defaults measured per microarchitecture only; the
-// Debian cpuinfo (2022) does not name Zen 4 or Zen 5.
+// Debian cpuinfo (2022) does not name Zen 4 or Zen 5. The rules read it where they apply (when a
+// plan is made; per call for the tall INT8 kernels' row rule, src/ops/gemm.cpp) and never keep
+// it, so that tests can take each family's choices on any CPU:
 int amd_family();
+// Tests: tune as if on this AMD family from now on (0: another vendor), or, with -1, as the CPU
+// is again. The choices are tuning only, among kernels of the ISA tier in force and the plan's
+// packing, so any family is safe on any CPU; plans made before keep their kernels.
+void set_amd_family_override(int family);
 bool parse_isa(const char* s, qj_isa* out);
 
 }  // namespace qj

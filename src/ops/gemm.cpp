@@ -598,8 +598,7 @@ constexpr int64_t kTallMaxRowBytes = 4096;
 // 4 / 2 / 4 rows and into few L1 sets (which of the two costs was not measured). Zen 4 gained
 // at N = 1024 (above).
 static bool tall_row_bytes_ok(int64_t row_bytes) {
-  static const bool zen5 = amd_family() >= 0x1a;
-  return row_bytes < kTallMaxRowBytes && !(zen5 && row_bytes % 1024 == 0);
+  return row_bytes < kTallMaxRowBytes && !(row_bytes % 1024 == 0 && amd_family() >= 0x1a);
 }
 // The row-lane variants' operands (N = n columns): B_q per quad of K as b_lanes dwords, lane l
 // quad q of column l % n; the accumulators' start, the multipliers and the bias per lane of the
