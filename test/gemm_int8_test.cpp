@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <vector>
@@ -144,12 +145,13 @@ TEST_P(GemmInt8, NTails) {
   }
 }
 
-// --- The s8 GEMV over weights of about L2 size: every other call walks the panels backwards, in
-// chunks (gemm.cpp kGemvChunkBytes); each call's output is the reference's, bit for bit, with a
-// partial last panel, per-channel and per-group scales, bias and ReLU. -----------------------------
-TEST_P(GemmInt8, GemvAlternatingDirections) {
-  // About twice L2 of packed panels (where calls alternate directions), at the tier's bytes a
-  // weight (two for the s16 pairs of the AVX-512 tier, else one), and a tail panel.
+// --- The s8 GEMV over weights of about L2 size: each call starts half of L2 of panels before the
+// last one started and reads forward, wrapping around (gemm.cpp gemv_rotate_panels); each call's
+// output is the reference's, bit for bit, from every start, with a partial last panel, per-channel
+// and per-group scales, bias and ReLU. ------------------------------------------------------------
+TEST_P(GemmInt8, GemvRotatingStart) {
+  // About twice L2 of packed panels (where the start rotates), at the tier's bytes a weight (two
+  // for the s16 pairs of the AVX-512 tier, else one), and a tail panel.
   const int64_t k = 2048, bpw = qj::weights_layout(isa(), QJ_S8) == qj::PackLayout::kPair16 ? 2 : 1;
   const int64_t n = static_cast<int64_t>(2 * qj::l2_cache_bytes()) / (k * bpw) - 7;
   std::mt19937 g(4242);
@@ -196,17 +198,21 @@ TEST_P(GemmInt8, GemvAlternatingDirections) {
       if (isa() != QJ_ISA_SCALAR && gran == QJ_GRAN_CHANNEL) {
         EXPECT_TRUE(p->gemv_direct);
         const size_t bytes = static_cast<size_t>(w->n_panels) * w->panel_bytes(), l2 = qj::l2_cache_bytes();
-        EXPECT_EQ(p->gemv_chunk_panels > 0, 4 * bytes >= 3 * l2 && bytes <= 4 * l2) << "L2 " << l2;
-        // 128 KiB chunks: one 128 KiB panel at the VNNI tier (64 columns of quads) and the AVX-512
-        // tier (32 columns of s16 pairs), four 32 KiB panels of the AVX2 tier's byte pairs.
+        EXPECT_EQ(p->gemv_rotate_panels > 0, 4 * bytes >= 3 * l2 && bytes <= 4 * l2) << "L2 " << l2;
+        // half of L2: with 1 MiB, four 128 KiB panels at the VNNI tier (64 columns of quads) and
+        // the AVX-512 tier (32 columns of s16 pairs), sixteen 32 KiB panels of the AVX2 tier's
+        // byte pairs
         const int64_t panel = static_cast<int64_t>(w->panel_bytes());
-        if (l2 == size_t{1} << 20)
-          EXPECT_EQ(p->gemv_chunk_panels, std::max<int64_t>(1, (int64_t{128} << 10) / panel)) << "panel " << panel;
+        if (p->gemv_rotate_panels > 0)
+          EXPECT_EQ(p->gemv_rotate_panels, std::max<int64_t>(1, static_cast<int64_t>(l2 / 2) / panel)) << "panel " << panel;
       }
       const size_t ob = ct == QJ_U8 ? 1 : 4;
       std::vector<uint8_t> ref(n * ob);
       qj::ref::gemm_int(d, rw, 1, a.data(), k, ref.data(), n);
-      for (int call = 0; call < 4; ++call) {
+      // every start: the calls go round the panels (np / gcd(np, rotation) starts) at least once
+      const int64_t np = w->n_panels, rot = std::max<int64_t>(p->gemv_rotate_panels, 1);
+      const int64_t calls = np / std::gcd(np, rot) + 1;
+      for (int call = 0; call < calls; ++call) {
         std::vector<uint8_t> c(n * ob, static_cast<uint8_t>(0xA5 + call));
         ASSERT_EQ(qj::gemm_run(*p, 1, a.data(), k, c.data(), n, 0, 1), QJ_OK) << qj_last_error();
         EXPECT_EQ(0, std::memcmp(c.data(), ref.data(), c.size()))

@@ -450,24 +450,22 @@ static void acquire_pair_form(KernelKey key, GemmPlan* p) {
 }
 
 // The s8 GEMV (one row, u8 A in place) streams all of its weights once per call. When they are a
-// little larger than L2, a call in the same direction as the last finds nothing of them there
-// (the last call's final lines evicted its first ones, which this call reads first); every other
-// call therefore walks the panels backwards, in chunks of kGemvChunkBytes, and starts on what the
-// last call left in L2. Measured (2026-12-02, Zen 5 with 1 MiB L2, `quantjit-bench gemm`, two
-// runs, us, forward only -> alternating): 1 x 2048 x 512 (1 MB) 7.7-8.7 -> 6.8, 1 x 2048 x 1024
-// 20.9-21.4 -> 16.3-16.6, 1 x 800 x 3200 (2.5 MB) 26.6-27.1 -> 20.4-21.1, 1 x 4096 x 1024 (4 MB)
-// 38.5-43.9 -> 35.6-36.5; 1 x 800 x 8000 (6.4 MB) and 1 x 4096 x 4096 unchanged, 1 x 11008 x 4096
-// (45 MB, from DRAM) 611-613 -> 642-726 and weights below half of L2 1-6% slower (the extra
-// calls; 1 x 1024 x 512, 512 KB, 2.40-2.47 -> 2.42-2.55): hence weights of 3/4 L2 to 4 L2 only.
-// Chunks of 4 panels (K = 512) measured faster than 16 (2 MB: 19.0-19.3 us) or 1. The gain needs
-// the plan's calls to follow one another with little else between them (a loop over one layer,
-// a recurrent step, a benchmark); with another library's call between two of ours (the sweep's
-// --vs onednn) the times stayed as before, neither faster nor slower. On the AVX2 tier (s16
-// pairs, two bytes a weight; Zen 3, 512 KiB L2; 2026-12-07, three runs each, GOPS, forward only
-// -> alternating): 1 x 1024 x 256 (512 KB) 76-80 -> 83-84, 1 x 1024 x 512 71-73 -> 76-78, 2 MB and
-// more unchanged. (The AVX2 tier's s8 weights are now bytes, kPair8: the rule stays on the bytes
-// packed.)
-constexpr size_t kGemvChunkBytes = size_t{128} << 10;
+// little larger than L2, a call that reads them in the same order as the last finds nothing of
+// them there (the last call's final lines evicted its first ones, which this call reads first).
+// So each call starts half of L2 of panels earlier than the last (modulo the panels), reads
+// forward to the last panel, then from the first panel up to where it started: its first half
+// L2 of weights are the last call's final ones, still in L2, and the weights stream forward,
+// which the hardware prefetchers follow when they come from DRAM. For weights of 3/4 L2 to 4 L2
+// only: below, they stay in L2 anyway; above, the share read from L2 is small, and DRAM-resident
+// weights gained nothing from the earlier form of this rule (docs/measurement-log.md).
+// It replaced (2026-12-08) every other call walking the panels backwards in 128 KiB chunks
+// (2026-12-02, measured on Zen 5: 1 x 2048 x 1024 20.9-21.4 -> 16.3-16.6 us warm), whose backward
+// walks the prefetchers do not follow. Zen 4 with 1 MiB L2 (`quantjit-bench gemm`, us, medians of
+// four runs alternating the builds; backward chunks / forward every call / this rule): warm
+// (L3-resident) 1 x 1024 x 768 7.32 / 7.63 / 7.52, 1 x 2048 x 512 10.17 / 11.09 / 10.37, 1 x 2048 x
+// 1024 21.78 / 21.79 / 21.40, 1 x 800 x 3200 27.1 / 27.0 / 26.4, 1 x 4096 x 1024 44.6 / 43.5 /
+// 42.9; from DRAM (`--cold`) see docs/measurement-log.md. Three quarters of L2 measured the same
+// as half warm.
 
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
 // every element identically). Rows when there are enough of them (4 tiles a slice) and they split
@@ -1042,7 +1040,7 @@ qj_status gemm_plan_create(const qj_gemm_desc& desc, std::shared_ptr<const Packe
       }
       const size_t bytes = w->n_panels * w->panel_bytes();
       if (4 * bytes >= 3 * l2_cache_bytes() && bytes <= 4 * l2_cache_bytes())
-        p->gemv_chunk_panels = std::max<int64_t>(1, static_cast<int64_t>(kGemvChunkBytes / w->panel_bytes()));
+        p->gemv_rotate_panels = std::max<int64_t>(1, static_cast<int64_t>(l2_cache_bytes() / 2 / w->panel_bytes()));
     }
   } else {
     QJ_LOG(1, "gemm: isa cap is scalar: using the scalar reference");
@@ -1738,9 +1736,9 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
   void* const c_rest = static_cast<uint8_t*>(c) + m4 * ldc * out_bytes;
   // GEMV, u8 A in place (or u8 / s8 A widened to s16 pairs first, below VNNI; before, that went
   // through run_tiles, 60-70 ns more a call: 1 x 128 x 512 on the AVX2 Zen 3 58-84 -> 92 GOPS, 1 x
-  // 128 x 2876 50-60 -> 74-77): one call over every panel with the plan's arguments, or every other
-  // call backwards by chunks (kGemvChunkBytes) (run_tiles makes the same kernel calls per N
-  // block, after sizing scratch a GEMV does not use).
+  // 128 x 2876 50-60 -> 74-77): one call over every panel with the plan's arguments, or two from
+  // a rotating start (gemv_rotate_panels) (run_tiles makes the same kernel calls per N block, after
+  // sizing scratch a GEMV does not use).
   const bool gemv = rest == 1 && nth == 1 && p.gemv_direct;
   // The leftover rows' scratch before the narrow kernels write (run_tiles sizes it itself when
   // it is the first to write).
@@ -1771,13 +1769,17 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
       else
         fn(&x);
     };
-    if (p.gemv_chunk_panels == 0 || (p.gemv_calls.fetch_add(1, std::memory_order_relaxed) & 1) == 0) {
+    if (p.gemv_rotate_panels == 0) {
       call(args);
       return QJ_OK;
     }
+    // Panels [st, np), then [0, st): st moves back by gemv_rotate_panels a call, so each call
+    // starts on the panels the previous one read last (see gemv_rotate_panels' rule above).
     const int64_t np = args.n_panels, nr = w.nr;
-    for (int64_t p1 = np; p1 > 0; p1 -= p.gemv_chunk_panels) {  // backwards, chunk by chunk
-      const int64_t p0 = std::max<int64_t>(0, p1 - p.gemv_chunk_panels);
+    const uint64_t i = p.gemv_calls.fetch_add(1, std::memory_order_relaxed);
+    const int64_t back = static_cast<int64_t>(i % static_cast<uint64_t>(np)) * p.gemv_rotate_panels % np;
+    const int64_t st = back == 0 ? 0 : np - back;
+    auto panels = [&](int64_t p0, int64_t p1) {
       GemmIntArgs ch;
       copy_args(&ch, args);
       ch.b = args.b + p0 * w.panel_bytes();
@@ -1790,7 +1792,9 @@ qj_status int_run(const GemmPlan& p, int64_t m, const void* a, int64_t lda, void
       ch.n_panels = p1 - p0;
       ch.last_is_tail = p1 == np ? args.last_is_tail : 0;
       call(ch);
-    }
+    };
+    panels(st, np);
+    if (st > 0) panels(0, st);
     return QJ_OK;
   }
   return run_tiles(p, rest, a_rest, lda, c_rest, ldc, tid, nth, s, false);

@@ -106,10 +106,11 @@ struct GemmPlan {
   // row: the values in order, pack_a.cpp pairs_x1_avx2) instead of a pass through the tile loop.
   bool gemv_widen_a = false;
   GemmIntArgs gemv_args{};
-  // gemv_chunk_panels > 0: every other call of this plan walks the panels backwards, in chunks of
-  // that many panels (gemm.cpp, kGemvChunkBytes), so that it starts on the lines the previous
-  // call read last; gemv_calls counts the calls (relaxed: any order gives the same output).
-  int64_t gemv_chunk_panels = 0;
+  // gemv_rotate_panels > 0: each call of this plan starts that many panels before the last one
+  // started (modulo the panels) and reads forward, wrapping around, so that it starts on the
+  // lines the previous call read last (gemm.cpp: half of L2 of panels); gemv_calls counts the calls
+  // (relaxed: any start gives the same output).
+  int64_t gemv_rotate_panels = 0;
   mutable std::atomic<uint32_t> gemv_calls{0};
   // Narrow N (4 or 8; codegen/gemm_int flags bit 6): whole banks of narrow_mr rows run the
   // narrow-N kernel (or its row-lane variants: 4 rows a group at N = 4, narrow_rows_k(K), on Zen
