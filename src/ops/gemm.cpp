@@ -465,7 +465,7 @@ static void acquire_pair_form(KernelKey key, GemmPlan* p) {
 // (L3-resident) 1 x 1024 x 768 7.32 / 7.63 / 7.52, 1 x 2048 x 512 10.17 / 11.09 / 10.37, 1 x 2048 x
 // 1024 21.78 / 21.79 / 21.40, 1 x 800 x 3200 27.1 / 27.0 / 26.4, 1 x 4096 x 1024 44.6 / 43.5 /
 // 42.9; from DRAM (`--cold`) see docs/measurement-log.md. Three quarters of L2 measured the same
-// as half warm.
+// as half warm. (Not yet measured on Zen 5, where the backward chunks had gained most.)
 
 // Slice tid of nth: its row tiles *mt and panels *np (whole tiles, so any partition computes
 // every element identically). Rows when there are enough of them (4 tiles a slice) and they split
